@@ -1,0 +1,49 @@
+"""Port-key normalization, done once at the edge so every source joins on the same string.
+
+A port key is ``"<node>/<port>"``: the node's name (host name or switch name) and the port's
+label on that node (``mlx5_3`` for a host NIC, ``p17`` or ``Ethernet17`` for a switch port).
+GUID-addressed sources (UFM, perfquery) are translated to names through the inventory, after
+normalizing the GUID with :func:`normalize_guid`.
+"""
+
+from __future__ import annotations
+
+import re
+
+_HEX = re.compile(r"^(?:0x)?([0-9a-f]{1,16})$")
+
+
+def normalize_guid(guid: str | int) -> str:
+    """Return ``0x`` + 16 lower-case hex digits for any spelling of a 64-bit GUID.
+
+    UFM, perfquery and sysfs spell the same GUID as ``0x0002C903...``, ``2c903...`` or
+    ``0002:c903:...``; joining on the raw strings silently drops rows.
+    """
+    if isinstance(guid, int):
+        if not 0 <= guid < 1 << 64:
+            raise ValueError(f"GUID out of range: {guid!r}")
+        return f"0x{guid:016x}"
+    text = guid.strip().lower().replace(":", "")
+    m = _HEX.match(text)
+    if not m:
+        raise ValueError(f"not a GUID: {guid!r}")
+    return f"0x{int(m.group(1), 16):016x}"
+
+
+def port_key(node: str, port: str | int) -> str:
+    """Join a node name and a port label into the canonical key."""
+    node = node.strip()
+    label = str(port).strip()
+    if not node or not label:
+        raise ValueError(f"empty node or port in port key: {node!r}/{label!r}")
+    if "/" in node:
+        raise ValueError(f"node name may not contain '/': {node!r}")
+    return f"{node}/{label}"
+
+
+def split_port_key(key: str) -> tuple[str, str]:
+    """Inverse of :func:`port_key`."""
+    node, sep, label = key.partition("/")
+    if not sep or not node or not label:
+        raise ValueError(f"not a port key: {key!r}")
+    return node, label

@@ -1,0 +1,241 @@
+"""The fabric model: nodes, ports, links and each port's expected speed and width.
+
+Columnar on purpose: a 100,000-GPU fabric has ~500,000 ports, so the model is a set of
+aligned arrays indexed by port number, and lookups from a batch's port keys are one
+vectorized hash join (:meth:`Fabric.lookup`), never a Python loop per sample.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+
+from collectors.keys import normalize_guid, port_key, split_port_key
+from collectors.units import parse_speed
+
+ROLES = ("host", "leaf", "spine", "core")
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    """One port as the inventory declares it."""
+
+    node: str
+    label: str
+    expected_speed_bps: int | None = None
+    expected_width: int | None = None
+    guid: str | None = None
+    rail: int | None = None
+    media: str | None = None
+
+    @property
+    def key(self) -> str:
+        return port_key(self.node, self.label)
+
+
+@dataclass(eq=False)
+class Fabric:
+    """Aligned per-port arrays plus node roles and links (by port index)."""
+
+    keys: list[str]
+    node_of_port: np.ndarray  # int32 index into node_names
+    node_names: list[str]
+    node_roles: list[str]
+    expected_speed_bps: np.ndarray  # int64, 0 = unknown
+    expected_width: np.ndarray  # int16, 0 = unknown
+    rail: np.ndarray  # int16, -1 = none
+    link_a: np.ndarray  # int32 port index
+    link_b: np.ndarray  # int32 port index
+    guids: list[str | None] = field(default_factory=list)
+    media: list[str | None] = field(default_factory=list)
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_specs(
+        cls,
+        nodes: Mapping[str, str],
+        ports: Sequence[PortSpec],
+        links: Iterable[tuple[str, str]],
+    ) -> Fabric:
+        """Build from node roles, port specs and links given as port-key pairs."""
+        node_names = list(nodes)
+        node_idx = {n: i for i, n in enumerate(node_names)}
+        for name, role in nodes.items():
+            if role not in ROLES:
+                raise ValueError(f"node {name}: role must be one of {ROLES}, not {role!r}")
+        keys = [p.key for p in ports]
+        if len(set(keys)) != len(keys):
+            dup = sorted({k for k in keys if keys.count(k) > 1})[:5]
+            raise ValueError(f"duplicate ports in inventory: {dup}")
+        missing = {p.node for p in ports} - set(node_idx)
+        if missing:
+            raise ValueError(f"ports reference undeclared nodes: {sorted(missing)[:5]}")
+        index = {k: i for i, k in enumerate(keys)}
+        la: list[int] = []
+        lb: list[int] = []
+        seen: set[int] = set()
+        for a, b in links:
+            try:
+                ia, ib = index[a], index[b]
+            except KeyError as e:
+                raise ValueError(f"link {a} <-> {b} names an undeclared port {e.args[0]}") from None
+            if ia == ib or ia in seen or ib in seen:
+                raise ValueError(f"link {a} <-> {b}: a port can be on one link only")
+            seen.update((ia, ib))
+            la.append(ia)
+            lb.append(ib)
+        return cls(
+            keys=keys,
+            node_of_port=np.array([node_idx[p.node] for p in ports], dtype=np.int32),
+            node_names=node_names,
+            node_roles=[nodes[n] for n in node_names],
+            expected_speed_bps=np.array([p.expected_speed_bps or 0 for p in ports], dtype=np.int64),
+            expected_width=np.array([p.expected_width or 0 for p in ports], dtype=np.int16),
+            rail=np.array([-1 if p.rail is None else p.rail for p in ports], dtype=np.int16),
+            link_a=np.array(la, dtype=np.int32),
+            link_b=np.array(lb, dtype=np.int32),
+            guids=[p.guid for p in ports],
+            media=[p.media for p in ports],
+        )
+
+    # -- derived views --------------------------------------------------------------------------
+    @property
+    def n_ports(self) -> int:
+        return len(self.keys)
+
+    @cached_property
+    def key_array(self) -> pa.Array:
+        return pa.array(self.keys, type=pa.string())
+
+    @cached_property
+    def peer(self) -> np.ndarray:
+        """Port index at the other end of each port's link, -1 where unlinked."""
+        peer = np.full(self.n_ports, -1, dtype=np.int32)
+        peer[self.link_a] = self.link_b
+        peer[self.link_b] = self.link_a
+        return peer
+
+    @cached_property
+    def port_role(self) -> np.ndarray:
+        """Role of the node each port sits on, as an array of strings."""
+        roles = np.array(self.node_roles, dtype=object)
+        return roles[self.node_of_port]
+
+    @cached_property
+    def host_port(self) -> np.ndarray:
+        """True for ports on hosts (the end a node verdict is about)."""
+        return self.port_role == "host"
+
+    def node_of(self, idx: int) -> str:
+        return self.node_names[int(self.node_of_port[idx])]
+
+    def lookup(self, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Port indices for an array of port keys; -1 for keys the model does not know."""
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        if pa.types.is_dictionary(keys.type):
+            dict_idx = self.lookup(keys.dictionary)
+            codes = keys.indices.to_numpy(zero_copy_only=False)
+            return dict_idx[codes]
+        idx = pc.index_in(keys, value_set=self.key_array)
+        return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+
+    def link_label(self, idx: int) -> str | None:
+        p = int(self.peer[idx])
+        if p < 0:
+            return None
+        a, b = sorted((self.keys[idx], self.keys[p]))
+        return f"{a}<->{b}"
+
+    def guid_index(self) -> dict[str, int]:
+        """Normalized GUID -> port index, for GUID-addressed sources."""
+        return {normalize_guid(g): i for i, g in enumerate(self.guids) if g}
+
+    def links_table(self, source: str = "inventory") -> pa.Table:
+        from collectors.schemas import LINK
+
+        ka = [self.keys[i] for i in self.link_a]
+        kb = [self.keys[i] for i in self.link_b]
+        return pa.table({"a_port": ka, "b_port": kb, "source": [source] * len(ka)}, schema=LINK)
+
+    # -- inventory files ------------------------------------------------------------------------
+    def to_inventory(self) -> dict[str, Any]:
+        """The inventory document (see docs/inventory.md) describing this fabric."""
+        by_node: dict[int, list[dict[str, Any]]] = {}
+        for i, key in enumerate(self.keys):
+            _, label = split_port_key(key)
+            entry: dict[str, Any] = {"label": label}
+            if self.expected_speed_bps[i]:
+                entry["speed_bps"] = int(self.expected_speed_bps[i])
+            if self.expected_width[i]:
+                entry["width"] = int(self.expected_width[i])
+            if self.rail[i] >= 0:
+                entry["rail"] = int(self.rail[i])
+            if self.guids and self.guids[i]:
+                entry["guid"] = self.guids[i]
+            if self.media and self.media[i]:
+                entry["media"] = self.media[i]
+            by_node.setdefault(int(self.node_of_port[i]), []).append(entry)
+        nodes = [
+            {"name": n, "role": r, "ports": by_node.get(j, [])}
+            for j, (n, r) in enumerate(zip(self.node_names, self.node_roles, strict=True))
+        ]
+        links = [[self.keys[a], self.keys[b]] for a, b in zip(self.link_a, self.link_b, strict=True)]
+        return {"version": 1, "nodes": nodes, "links": links}
+
+    def write_inventory(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_inventory(), separators=(",", ":")))
+
+
+def load_inventory(path: str | Path) -> Fabric:
+    """Load an inventory file (JSON or YAML; see docs/inventory.md)."""
+    path = Path(path)
+    text = path.read_text()
+    try:
+        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: {e}") from e
+    try:
+        return fabric_from_inventory(doc)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def fabric_from_inventory(doc: Mapping[str, Any]) -> Fabric:
+    """Build a :class:`Fabric` from a parsed inventory document."""
+    if not isinstance(doc, Mapping) or "nodes" not in doc:
+        raise ValueError("inventory must be a mapping with a 'nodes' list")
+    defaults = doc.get("defaults") or {}
+    nodes: dict[str, str] = {}
+    ports: list[PortSpec] = []
+    for n in doc["nodes"]:
+        name = str(n["name"])
+        if name in nodes:
+            raise ValueError(f"node {name} declared twice")
+        nodes[name] = str(n.get("role", "host"))
+        node_defaults = {**defaults, **(n.get("port_defaults") or {})}
+        for p in n.get("ports", []):
+            p = {**node_defaults, **p} if isinstance(p, Mapping) else {**node_defaults, "label": p}
+            speed = p.get("speed_bps", p.get("speed"))
+            ports.append(
+                PortSpec(
+                    node=name,
+                    label=str(p["label"]),
+                    expected_speed_bps=parse_speed(speed) if speed is not None else None,
+                    expected_width=int(p["width"]) if p.get("width") is not None else None,
+                    guid=normalize_guid(p["guid"]) if p.get("guid") else None,
+                    rail=int(p["rail"]) if p.get("rail") is not None else None,
+                    media=p.get("media"),
+                )
+            )
+    links = [(str(a), str(b)) for a, b in doc.get("links", [])]
+    return Fabric.from_specs(nodes, ports, links)

@@ -1,0 +1,147 @@
+"""Canonical Arrow record schemas (see docs/records.md).
+
+One batch holds many entities at one poll. Counters stay cumulative; rates are computed later
+by ``detectors.rates``. Units are base units, named in the column. A counter a source lacks is
+null, never 0.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+TS = pa.timestamp("us", tz="UTC")
+
+# Port state codes follow the InfiniBand PortInfo encodings; Ethernet sources map onto them
+# (ifOperStatus up -> phys 5 / logical 4, down -> phys 3 / logical 1).
+PHYS_LINK_UP = 5
+PHYS_POLLING = 2
+PHYS_DISABLED = 3
+LOGICAL_DOWN = 1
+LOGICAL_ACTIVE = 4
+
+PFC_PRIORITIES = range(8)
+
+#: Cumulative counters of a port sample; the rates stage turns each into ``<name>_per_second``.
+PORT_COUNTERS: tuple[str, ...] = (
+    "rx_bytes",
+    "tx_bytes",
+    "rx_packets",
+    "tx_packets",
+    "symbol_errors",
+    "link_downed",
+    "link_recovery",
+    "rcv_errors",
+    "xmit_discards",
+    "xmit_wait_ticks",
+    "fec_corrected_blocks",
+    "fec_uncorrectable_blocks",
+    "fec_corrected_bits",
+    "phy_received_bits",
+    "ecn_marked_packets",
+    "cnp_sent",
+    "cnp_handled",
+    *(f"pfc{p}_{d}_pause_frames" for p in PFC_PRIORITIES for d in ("rx", "tx")),
+    *(f"pfc{p}_{d}_pause_seconds" for p in PFC_PRIORITIES for d in ("rx", "tx")),
+)
+
+_FLOAT_COUNTERS = {c for c in PORT_COUNTERS if c.endswith("_seconds")}
+
+PORT_SAMPLE = pa.schema(
+    [
+        pa.field("time", TS, nullable=False),
+        pa.field("port", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("source", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("phys_state", pa.uint8()),
+        pa.field("logical_state", pa.uint8()),
+        pa.field("speed_bps", pa.int64()),
+        pa.field("width", pa.uint8()),
+        pa.field("fec_mode", pa.uint8()),
+        *(pa.field(c, pa.float64() if c in _FLOAT_COUNTERS else pa.uint64()) for c in PORT_COUNTERS),
+        pa.field("fec_lane_errors", pa.list_(pa.uint64())),
+        pa.field("temperature_celsius", pa.float32()),
+    ],
+    metadata={"graywire.record": "port_sample", "graywire.version": "1"},
+)
+
+LINK = pa.schema(
+    [
+        pa.field("a_port", pa.string(), nullable=False),
+        pa.field("b_port", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+    ],
+    metadata={"graywire.record": "link", "graywire.version": "1"},
+)
+
+NCCL_TIMING = pa.schema(
+    [
+        pa.field("time", TS, nullable=False),
+        pa.field("job", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("communicator", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("nranks", pa.int32()),
+        pa.field("host", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("device", pa.int16()),
+        pa.field("collective", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("seq", pa.int64()),
+        pa.field("message_bytes", pa.int64()),
+        pa.field("channel", pa.int16()),
+        pa.field("duration_seconds", pa.float64(), nullable=False),
+        pa.field("bus_bandwidth_bps", pa.float64()),
+        pa.field("transport", pa.dictionary(pa.int8(), pa.string())),
+    ],
+    metadata={"graywire.record": "nccl_timing", "graywire.version": "1"},
+)
+
+SCHEMAS: dict[str, pa.Schema] = {"port_sample": PORT_SAMPLE, "link": LINK, "nccl_timing": NCCL_TIMING}
+
+#: Batch metadata key: JSON object {counter column: bit width} for counters narrower than 64
+#: bits (SNMP Counter32, legacy IB counters), so the rates stage can tell a wrap from a reset.
+COUNTER_BITS_KEY = b"graywire.counter_bits"
+#: Batch metadata key: JSON list of counter columns that saturate at their maximum (legacy IB).
+SATURATING_KEY = b"graywire.saturating"
+
+
+def record_kind(schema: pa.Schema) -> str:
+    """Name of the canonical record a schema carries (from its metadata)."""
+    meta = schema.metadata or {}
+    kind = meta.get(b"graywire.record")
+    if kind is None:
+        raise ValueError("schema carries no graywire.record metadata")
+    return kind.decode()
+
+
+def with_counter_widths(
+    schema: pa.Schema, bits: dict[str, int], saturating: tuple[str, ...] = ()
+) -> pa.Schema:
+    """Attach counter widths / saturation to a port_sample schema's metadata."""
+    meta = dict(schema.metadata or {})
+    if bits:
+        meta[COUNTER_BITS_KEY] = json.dumps(bits).encode()
+    if saturating:
+        meta[SATURATING_KEY] = json.dumps(list(saturating)).encode()
+    return schema.with_metadata(meta)
+
+
+def empty_columns(schema: pa.Schema, n: int, present: dict[str, pa.Array]) -> list[pa.Array]:
+    """Columns for ``schema`` in order: the ones given, null arrays for the rest."""
+    cols = []
+    for f in schema:
+        arr = present.get(f.name)
+        if arr is None:
+            if not f.nullable:
+                raise ValueError(f"column {f.name} is required")
+            arr = pa.nulls(n, type=f.type)
+        elif arr.type != f.type:
+            arr = arr.cast(f.type)
+        cols.append(arr)
+    return cols
+
+
+def make_batch(schema: pa.Schema, n: int, present: dict[str, pa.Array]) -> pa.RecordBatch:
+    """Build a canonical batch from the columns a source has; the rest are null."""
+    unknown = set(present) - set(schema.names)
+    if unknown:
+        raise ValueError(f"unknown columns for {record_kind(schema)}: {sorted(unknown)}")
+    return pa.RecordBatch.from_arrays(empty_columns(schema, n, present), schema=schema)

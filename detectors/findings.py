@@ -1,0 +1,40 @@
+"""What a detector says: a finding opens (``firing``) or closes (``cleared``) on one entity."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Severity = Literal["info", "warning", "critical"]
+Status = Literal["firing", "cleared"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One decision of one detector about one entity at one time.
+
+    ``entity`` is the deduplication key (with ``kind``): the same gray failure seen on later
+    polls keeps the same entity, so it rolls up into one incident. ``node`` and ``port`` say
+    where to look (the host to drain, the NIC to reseat); ``evidence`` holds the numbers a
+    person needs to believe it: raw values, expected vs actual, peer baseline, score.
+    """
+
+    kind: str
+    entity: str
+    status: Status
+    time: datetime
+    severity: Severity
+    summary: str
+    detector: str
+    node: str | None = None
+    port: str | None = None
+    link: str | None = None
+    score: float = 0.0
+    confidence: float = 1.0
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["time"] = self.time.isoformat()
+        return d

@@ -1,0 +1,158 @@
+"""Silent speed and width downgrades: a link that is up, but slower than it should be.
+
+Nothing goes down when an 800G link renegotiates to 400G or a 4x cable comes up 2x, so no
+alarm fires; the job just gets slower. This is deterministic state, judged at once against
+the inventory's expected speed and width on both ends of each link, with a two-poll
+confirmation so a reading taken mid-retrain does not page anyone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.model import Fabric
+from collectors.schemas import PHYS_LINK_UP
+from collectors.units import format_speed
+from detectors.base import Hysteresis, HysteresisConfig
+from detectors.findings import Finding
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDowngradeConfig:
+    #: A speed below this share of the expected speed is a downgrade (absorbs rounding).
+    speed_tolerance: float = 0.99
+    hysteresis: HysteresisConfig = field(
+        default_factory=lambda: HysteresisConfig(open_after=2, close_after=2)
+    )
+
+
+def _col(batch: pa.RecordBatch, name: str, fill: float) -> np.ndarray:
+    arr = batch.column(name)
+    return arr.fill_null(fill).to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy()
+
+
+class LinkDowngradeDetector:
+    """Flags links whose negotiated speed or width is below what the fabric model expects."""
+
+    name = "link_downgrade"
+    version = "1"
+    consumes = "port_rates"
+
+    def __init__(self, fabric: Fabric, cfg: LinkDowngradeConfig | None = None) -> None:
+        self.fabric = fabric
+        self.cfg = cfg or LinkDowngradeConfig()
+        peer = fabric.peer
+        idx = np.arange(fabric.n_ports)
+        # Both ends of a link share one entity (the lower port index), so a link is one finding.
+        self.entity_of_port = np.where(peer >= 0, np.minimum(idx, peer), idx)
+        self.kinds = ("width_downgrade", "speed_downgrade")
+        self.hyst = {k: Hysteresis(self.cfg.hysteresis, fabric.n_ports) for k in self.kinds}
+        self.since = {k: np.zeros(fabric.n_ports, dtype="datetime64[us]") for k in self.kinds}
+        self._lookup_cache: tuple[tuple[int, int, int], np.ndarray] | None = None
+
+    def _port_index(self, ports: pa.Array) -> np.ndarray:
+        if pa.types.is_dictionary(ports.type):
+            d = ports.dictionary
+            key = (len(d), d.buffers()[1].address, d.buffers()[2].address)
+            if self._lookup_cache is None or self._lookup_cache[0] != key:
+                self._lookup_cache = (key, self.fabric.lookup(d))
+            return self._lookup_cache[1][ports.indices.to_numpy(zero_copy_only=False)]
+        return self.fabric.lookup(ports)
+
+    def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        if batch.num_rows == 0:
+            return []
+        f = self.fabric
+        idx = self._port_index(batch.column("port"))
+        known = idx >= 0
+        phys = _col(batch, "phys_state", 0)
+        speed = _col(batch, "speed_bps", -1).astype(np.int64)
+        width = _col(batch, "width", 0).astype(np.int64)
+        exp_speed = np.where(known, f.expected_speed_bps[idx], 0)
+        exp_width = np.where(known, f.expected_width[idx], 0)
+        # Only a port that is up with a reading can be judged; down or unread says nothing.
+        judged = known & (phys == PHYS_LINK_UP) & (speed > 0)
+        width_bad = judged & (exp_width > 0) & (width > 0) & (width < exp_width)
+        speed_bad = judged & ~width_bad & (exp_speed > 0) & (speed < exp_speed * self.cfg.speed_tolerance)
+        ent = self.entity_of_port[np.where(known, idx, 0)]
+        now = batch.column("time")[0].as_py()
+        n = f.n_ports
+        judged_ent = np.bincount(ent[judged], minlength=n) > 0
+        ids = np.flatnonzero(judged_ent)
+        findings: list[Finding] = []
+        for kind, bad_rows in (("width_downgrade", width_bad), ("speed_downgrade", speed_bad)):
+            bad_ent = np.bincount(ent[bad_rows], minlength=n) > 0
+            h = self.hyst[kind]
+            fresh = bad_ent[ids] & (h.bad_run[ids] == 0)
+            self.since[kind][ids[fresh]] = np.datetime64(now.replace(tzinfo=None), "us")
+            opened, closed = h.update(ids, bad_ent[ids])
+            for e in opened:
+                findings.append(self._finding(kind, int(e), "firing", now, batch, idx, speed, width))
+            for e in closed:
+                findings.append(self._finding(kind, int(e), "cleared", now, batch, idx, speed, width))
+        return findings
+
+    def _finding(
+        self,
+        kind: str,
+        ent: int,
+        status: str,
+        now: datetime,
+        batch: pa.RecordBatch,
+        idx: np.ndarray,
+        speed: np.ndarray,
+        width: np.ndarray,
+    ) -> Finding:
+        f = self.fabric
+        ends = [ent] + ([int(f.peer[ent])] if f.peer[ent] >= 0 else [])
+        # The host end is where a person acts (drain, reseat); else the lower tier.
+        ends.sort(key=lambda p: (not f.host_port[p], p))
+        main = ends[0]
+        readings = {}
+        for p in ends:
+            rows = np.flatnonzero(idx == p)
+            if rows.size:
+                r = int(rows[0])
+                readings[f.keys[p]] = {"speed_bps": int(speed[r]) if speed[r] > 0 else None,
+                                       "width": int(width[r]) if width[r] > 0 else None}  # fmt: skip
+            else:
+                readings[f.keys[p]] = None
+        exp_s, exp_w = int(f.expected_speed_bps[main]), int(f.expected_width[main])
+        actual = readings.get(f.keys[main]) or next((v for v in readings.values() if v), {})
+        since = self.since[kind][ent].astype(datetime).replace(tzinfo=UTC)
+        peer_txt = ""
+        if len(ends) > 1:
+            other = readings.get(f.keys[ends[1]])
+            agrees = other is not None and other == actual
+            peer_txt = f"; other end {f.keys[ends[1]]} {'agrees' if agrees else 'reads ' + str(other)}"
+        if kind == "width_downgrade":
+            what = f"negotiated {actual.get('width')}x, expected {exp_w}x"
+        else:
+            what = f"negotiated {format_speed(actual.get('speed_bps') or 0)}, expected {format_speed(exp_s)}"
+        if status == "firing":
+            summary = f"{f.keys[main]} {what} since {since:%H:%M:%S}{peer_txt}"
+        else:
+            summary = f"{f.keys[main]} back at expected {'width' if kind == 'width_downgrade' else 'speed'}"
+        return Finding(
+            kind=kind,
+            entity=f.link_label(main) or f.keys[main],
+            status=status,  # type: ignore[arg-type]
+            time=now,
+            severity="critical",
+            summary=summary,
+            detector=f"{self.name}/{self.version}",
+            node=f.node_of(main),
+            port=f.keys[main],
+            link=f.link_label(main),
+            score=1.0,
+            evidence={
+                "expected": {"speed_bps": exp_s, "width": exp_w},
+                "actual": readings,
+                "since": since.isoformat(),
+                "peer_port": f.keys[ends[1]] if len(ends) > 1 else None,
+            },
+        )

@@ -1,0 +1,176 @@
+"""NCCL channel tail-latency outliers: one (rank, channel) far slower than its peers.
+
+Peers are the other (rank, channel) rows of the same communicator, collective and message-size
+bucket at the same poll, so a whole-job slowdown (checkpoint, data loader, global congestion)
+moves everyone and blames no one. Each row's log-duration residual from the peer median is
+kept for the last ``window`` polls; the score is the median residual over that window divided
+by the peers' robust spread, so a single slow sample never opens anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collectors.model import Fabric
+from detectors.base import EntityIndex, Hysteresis, HysteresisConfig
+from detectors.findings import Finding
+from detectors.robust import MAD_TO_SIGMA, group_median_mad
+
+
+@dataclass(frozen=True, slots=True)
+class NcclChannelConfig:
+    window: int = 5  # polls in the median that is scored (3 of 5 must be slow)
+    open_z: float = 5.0  # robust z of the windowed residual to open
+    open_ratio: float = 1.07  # and at least this much slower than the peer median
+    close_z: float = 2.5  # stays open while above both close thresholds
+    close_ratio: float = 1.04
+    min_scale: float = (
+        0.005  # floor on the peers' spread (log units): identical peers are not infinitely sure
+    )
+    min_peers: int = 8
+    hysteresis: HysteresisConfig = field(
+        default_factory=lambda: HysteresisConfig(open_after=1, close_after=3)
+    )
+
+
+class NcclChannelOutlier:
+    """Per-(rank, channel) latency outliers against communicator peers, localized to host and NIC."""
+
+    name = "nccl_channel_outlier"
+    version = "1"
+    consumes = "nccl_timing"
+
+    def __init__(self, fabric: Fabric | None = None, cfg: NcclChannelConfig | None = None) -> None:
+        self.fabric = fabric
+        self.cfg = cfg or NcclChannelConfig()
+        self.entities = EntityIndex()
+        self.hist = np.full((0, self.cfg.window), np.nan)
+        self.count = np.zeros(0, dtype=np.int64)
+        self.hyst = Hysteresis(self.cfg.hysteresis)
+
+    def _grow(self, n: int) -> None:
+        if n > self.count.size:
+            extra = n - self.count.size
+            self.hist = np.vstack([self.hist, np.full((extra, self.cfg.window), np.nan)])
+            self.count = np.concatenate([self.count, np.zeros(extra, np.int64)])
+            self.hyst.grow(n)
+
+    def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        cfg = self.cfg
+        if batch.num_rows == 0:
+            return []
+        batch = batch.filter(pc.is_valid(batch.column("channel")))
+        dur = batch.column("duration_seconds").to_numpy(zero_copy_only=False)
+        ok = np.isfinite(dur) & (dur > 0)
+        if not ok.all():
+            batch = batch.filter(pa.array(ok))
+            dur = dur[ok]
+        if batch.num_rows == 0:
+            return []
+        comm = batch.column("communicator").cast(pa.string())
+        coll = batch.column("collective").cast(pa.string())
+        size = batch.column("message_bytes").fill_null(0).to_numpy(zero_copy_only=False)
+        bucket = pa.array(np.floor(np.log2(np.maximum(size, 1))).astype(np.int64)).cast(pa.string())
+        group_key = pc.binary_join_element_wise(comm, coll, bucket, "|")
+        groups, g_inv = np.unique(group_key.to_numpy(zero_copy_only=False), return_inverse=True)
+        n_groups = groups.size
+        x = np.log(dur)
+        med, mad = group_median_mad(x, g_inv, n_groups)
+        scale = np.maximum(MAD_TO_SIGMA * mad, cfg.min_scale)
+        peers = np.bincount(g_inv, minlength=n_groups)
+        resid = x - med[g_inv]
+
+        rank = batch.column("rank").cast(pa.string())
+        chan = batch.column("channel").cast(pa.string())
+        ent_key = pc.binary_join_element_wise(group_key, rank, chan, "|")
+        ids = self.entities.ids(ent_key)
+        self._grow(len(self.entities.keys))
+        slot = self.count[ids] % cfg.window
+        self.hist[ids, slot] = resid
+        self.count[ids] += 1
+        full = self.count[ids] >= cfg.window
+        wmed = np.median(self.hist[ids], axis=1)
+        z = wmed / scale[g_inv]
+        enough = full & (peers[g_inv] >= cfg.min_peers)
+        opening = (z >= cfg.open_z) & (wmed >= math.log(cfg.open_ratio))
+        holding = (z >= cfg.close_z) & (wmed >= math.log(cfg.close_ratio))
+        bad = np.where(self.hyst.is_open[ids], holding, opening) & enough
+        opened, closed = self.hyst.update(ids[enough], bad[enough])
+        if not opened.size and not closed.size:
+            return []
+        now = batch.column("time")[0].as_py()
+        row_of = {int(e): r for r, e in enumerate(ids.tolist())}
+        out = []
+        for status, ents in (("firing", opened), ("cleared", closed)):
+            for e in ents.tolist():
+                r = row_of[e]
+                out.append(self._finding(status, e, r, now, batch, dur, med[g_inv[r]], scale[g_inv[r]],
+                                         wmed[r], z[r], int(peers[g_inv[r]])))  # fmt: skip
+        return out
+
+    def _finding(
+        self,
+        status: str,
+        ent: int,
+        row: int,
+        now: datetime,
+        batch: pa.RecordBatch,
+        dur: np.ndarray,
+        peer_med: float,
+        scale: float,
+        wmed: float,
+        z: float,
+        peers: int,
+    ) -> Finding:
+        rec = batch.slice(row, 1).to_pylist()[0]
+        host, device = rec.get("host"), rec.get("device")
+        port = None
+        if host is not None and device is not None:
+            candidate = f"{host}/mlx5_{device}"
+            if self.fabric is None or self.fabric.lookup(pa.array([candidate]))[0] >= 0:
+                port = candidate
+        slower = math.exp(wmed) - 1
+        where = f"rank {rec['rank']} channel {rec['channel']} of {rec['communicator']}"
+        if status == "firing":
+            summary = (
+                f"{where} ({host} GPU {device}) runs {slower:.0%} slower than its {peers - 1} peers "
+                f"in {rec['collective']} of {rec['message_bytes']} bytes"
+            )
+        else:
+            summary = f"{where} ({host}) back in line with its peers"
+        return Finding(
+            kind="nccl_channel_slow",
+            entity=self.entities.keys[ent],
+            status=status,  # type: ignore[arg-type]
+            time=now,
+            severity="warning",
+            summary=summary,
+            detector=f"{self.name}/{self.version}",
+            node=host,
+            port=port,
+            score=float(z),
+            confidence=float(min(1.0, z / (2 * self.cfg.open_z))) if status == "firing" else 1.0,
+            evidence={
+                "job": rec["job"],
+                "communicator": rec["communicator"],
+                "collective": rec["collective"],
+                "message_bytes": rec["message_bytes"],
+                "rank": rec["rank"],
+                "channel": rec["channel"],
+                "host": host,
+                "device": device,
+                "duration_seconds": float(dur[row]),
+                "peer_median_seconds": float(math.exp(peer_med)),
+                "peer_spread_log": float(scale),
+                "peers": peers,
+                "windowed_slowdown": float(slower),
+                "robust_z": float(z),
+                "window_polls": self.cfg.window,
+            },
+        )

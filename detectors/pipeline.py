@@ -1,0 +1,75 @@
+"""The streaming pipeline: counters -> rates -> detectors -> findings, one batch at a time.
+
+I/O free on purpose: the service feeds it live batches, ``graywire replay`` feeds it an
+archive or a simulation, and both get the same findings from the same data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from collectors.model import Fabric
+from collectors.schemas import record_kind
+from detectors.base import Detector
+from detectors.findings import Finding
+from detectors.link_state import LinkDowngradeDetector
+from detectors.nccl_channel import NcclChannelOutlier
+from detectors.rates import CounterRates
+
+
+def default_detectors(fabric: Fabric) -> list[Detector]:
+    return [LinkDowngradeDetector(fabric), NcclChannelOutlier(fabric)]
+
+
+@dataclass
+class StageStats:
+    batches: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    findings: int = 0
+
+
+@dataclass
+class Pipeline:
+    fabric: Fabric
+    detectors: Sequence[Detector] = ()
+    rates: CounterRates = field(default_factory=CounterRates)
+    stats: dict[str, StageStats] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.detectors:
+            self.detectors = default_detectors(self.fabric)
+
+    def _timed(self, name: str, rows: int, t0: float, found: int = 0) -> None:
+        s = self.stats.setdefault(name, StageStats())
+        s.batches += 1
+        s.rows += rows
+        s.seconds += time.perf_counter() - t0
+        s.findings += found
+
+    def process(self, batch: pa.RecordBatch) -> list[Finding]:
+        """Feed one poll of one record; returns the findings it opened or closed."""
+        kind = record_kind(batch.schema)
+        if kind == "port_sample":
+            t0 = time.perf_counter()
+            inputs = self.rates.observe(batch)
+            self._timed("rates", batch.num_rows, t0)
+            consumes = "port_rates"
+        elif kind == "nccl_timing":
+            inputs = batch
+            consumes = "nccl_timing"
+        else:
+            raise ValueError(f"the pipeline takes port_sample or nccl_timing batches, not {kind}")
+        out: list[Finding] = []
+        for det in self.detectors:
+            if det.consumes != consumes:
+                continue
+            t0 = time.perf_counter()
+            found = det.observe(inputs)
+            self._timed(det.name, inputs.num_rows, t0, len(found))
+            out.extend(found)
+        return out

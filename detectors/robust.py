@@ -1,0 +1,29 @@
+"""Robust statistics over groups, vectorized: medians and MADs for many groups at once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
+
+
+def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """Median of ``values`` within each group id in ``0..n_groups-1`` (NaN for empty groups)."""
+    order = np.lexsort((values, groups))
+    g_sorted = groups[order]
+    v_sorted = values[order]
+    counts = np.bincount(g_sorted, minlength=n_groups)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    out = np.full(n_groups, np.nan)
+    has = counts > 0
+    lo = starts[has] + (counts[has] - 1) // 2
+    hi = starts[has] + counts[has] // 2
+    out[has] = (v_sorted[lo] + v_sorted[hi]) / 2
+    return out
+
+
+def group_median_mad(values: np.ndarray, groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group median and median absolute deviation (unscaled)."""
+    med = group_median(values, groups, n_groups)
+    mad = group_median(np.abs(values - med[groups]), groups, n_groups)
+    return med, mad

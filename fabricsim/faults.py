@@ -1,0 +1,252 @@
+"""Faults the simulator injects, their ground truth, and the ``--faults`` spec language.
+
+Spec: a comma-separated list of ``KIND[@START][+DURATION][=MAGNITUDE][:TARGET]``, for example
+``speed_downgrade@10m+20m:gpu-0003/mlx5_2,slow_channel@5m+30m=0.3``. Times take s/m/h suffixes.
+A missing target is drawn from the fabric with the run's seed. ``default`` expands to one of
+every fault and benign event spread over the run; ``none`` is no faults.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.model import Fabric
+
+#: Faults that are real gray failures, and the detector finding kinds that count as catching them.
+FAULT_KINDS: dict[str, tuple[str, ...]] = {
+    "speed_downgrade": ("speed_downgrade",),
+    "width_downgrade": ("width_downgrade",),
+    "ber_ramp": ("ber_degradation",),
+    "pfc_storm": ("pfc_storm",),
+    "ecn_hotspot": ("ecn_hotspot",),
+    "link_flap": ("link_flap",),
+    "slow_channel": ("nccl_channel_slow",),
+    "slow_rank": ("nccl_channel_slow",),
+}
+#: Events that happen on healthy fabrics and must not raise a finding.
+BENIGN_KINDS = ("counter_reset", "counter_wrap", "short_retrain", "collector_outage", "checkpoint_burst")
+
+DEFAULT_MAGNITUDE = {
+    "speed_downgrade": 0.5,  # negotiated speed as a fraction of expected (800G -> 400G)
+    "width_downgrade": 0.5,  # lanes as a fraction of expected (4x -> 2x)
+    "ber_ramp": 10.0,  # final pre-FEC BER as a multiple of the field "Error" threshold
+    "pfc_storm": 1.0,  # share of the interval the NIC holds its rail paused
+    "ecn_hotspot": 200.0,  # ECN mark rate as a multiple of the healthy rate
+    "link_flap": 4.0,  # number of flaps in the window
+    "slow_channel": 0.3,  # extra duration on one (rank, channel): 30% slower
+    "slow_rank": 0.2,  # extra duration on every channel of one rank
+    "counter_reset": 0.0,
+    "counter_wrap": 0.0,
+    "short_retrain": 20.0,  # seconds the link is down
+    "collector_outage": 0.0,
+    "checkpoint_burst": 1.0,
+}
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_ITEM = re.compile(
+    r"^(?P<kind>[a-z_]+)(?:@(?P<start>[\d.]+[smhd]?))?(?:\+(?P<dur>[\d.]+[smhd]?))?"
+    r"(?:=(?P<mag>[\d.eE+-]+))?(?::(?P<target>\S+))?$"
+)
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds from ``10s``, ``5m``, ``1h``, ``2d`` or a plain number of seconds."""
+    if isinstance(text, int | float):
+        return float(text)
+    m = _DUR.match(text)
+    if not m:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 10s, 5m, 1h)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One injected event with its ground truth location.
+
+    ``port`` is a port key (for link faults, the host-side end; ``peer`` is the other end);
+    ``node`` is the node to blame; NCCL faults also name ``job``, ``rank`` and ``channel``.
+    """
+
+    id: str
+    kind: str
+    start_s: float
+    end_s: float
+    magnitude: float
+    port: str | None = None
+    peer: str | None = None
+    node: str | None = None
+    job: str | None = None
+    rank: int | None = None
+    channel: int | None = None
+    benign: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def active(self, t: float) -> bool:
+        return self.start_s <= t < self.end_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None and v != {}}
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRequest:
+    """A parsed spec item before a target has been drawn."""
+
+    kind: str
+    start_s: float | None
+    duration_s: float | None
+    magnitude: float | None
+    target: str | None
+
+
+def parse_spec(spec: str) -> list[FaultRequest]:
+    spec = spec.strip()
+    if spec in ("", "none"):
+        return []
+    out = []
+    for item in spec.split(","):
+        item = item.strip()
+        if item == "default":
+            out.append(FaultRequest("default", None, None, None, None))
+            continue
+        m = _ITEM.match(item)
+        if not m:
+            raise ValueError(f"bad fault spec item {item!r}: use KIND[@START][+DURATION][=MAG][:TARGET]")
+        kind = m.group("kind")
+        if kind not in FAULT_KINDS and kind not in BENIGN_KINDS:
+            known = ", ".join([*FAULT_KINDS, *BENIGN_KINDS])
+            raise ValueError(f"unknown fault kind {kind!r}; known: {known}")
+        out.append(
+            FaultRequest(
+                kind,
+                parse_duration(m.group("start")) if m.group("start") else None,
+                parse_duration(m.group("dur")) if m.group("dur") else None,
+                float(m.group("mag")) if m.group("mag") else None,
+                m.group("target"),
+            )
+        )
+    return out
+
+
+def default_requests(duration_s: float) -> list[FaultRequest]:
+    """One of every fault and benign event, spread over the run without overlapping in time."""
+    kinds = [
+        "speed_downgrade", "counter_reset", "slow_channel", "width_downgrade", "short_retrain",
+        "ber_ramp", "counter_wrap", "pfc_storm", "checkpoint_burst", "slow_rank", "collector_outage",
+        "ecn_hotspot", "link_flap",
+    ]  # fmt: skip
+    slot = duration_s / len(kinds)
+    reqs = []
+    for i, k in enumerate(kinds):
+        start = i * slot + 0.1 * slot
+        dur = {
+            "short_retrain": 20.0,
+            "counter_reset": slot * 0.5,
+            "counter_wrap": slot * 0.8,
+            "collector_outage": min(120.0, slot * 0.5),
+            "checkpoint_burst": min(120.0, slot * 0.5),
+        }.get(k, slot * 0.7)
+        reqs.append(FaultRequest(k, start, dur, None, None))
+    return reqs
+
+
+def resolve_faults(
+    requests: list[FaultRequest],
+    fabric: Fabric,
+    duration_s: float,
+    interval_s: float,
+    jobs: dict[str, list[int]],
+    gpus: int,
+    channels: int,
+    rng: np.random.Generator,
+) -> list[Fault]:
+    """Draw targets and times for the requests; targets of real faults do not overlap."""
+    expanded: list[FaultRequest] = []
+    for r in requests:
+        expanded.extend(default_requests(duration_s) if r.kind == "default" else [r])
+    host_nics = np.flatnonzero(fabric.host_port)
+    used: set[int] = set()
+    faults: list[Fault] = []
+    for i, r in enumerate(expanded):
+        start = r.start_s if r.start_s is not None else float(rng.uniform(0.1, 0.5) * duration_s)
+        dur = r.duration_s if r.duration_s is not None else max(10 * interval_s, 0.3 * duration_s)
+        if r.kind == "short_retrain" and r.magnitude is None:
+            mag = DEFAULT_MAGNITUDE[r.kind]
+            dur = mag
+        else:
+            mag = r.magnitude if r.magnitude is not None else DEFAULT_MAGNITUDE[r.kind]
+        f = Fault(id=f"f{i:03d}", kind=r.kind, start_s=start, end_s=start + dur, magnitude=mag,
+                  benign=r.kind in BENIGN_KINDS)  # fmt: skip
+        faults.append(_place(f, r.target, fabric, host_nics, used, jobs, gpus, channels, rng))
+    return faults
+
+
+def _pick_nic(host_nics: np.ndarray, used: set[int], rng: np.random.Generator, fabric: Fabric) -> int:
+    free = [int(i) for i in rng.permutation(host_nics)[:64] if int(i) not in used]
+    if not free:
+        raise ValueError("fabric too small for that many faults")
+    idx = free[0]
+    used.add(idx)
+    used.add(int(fabric.peer[idx]))
+    return idx
+
+
+def _place(
+    f: Fault,
+    target: str | None,
+    fabric: Fabric,
+    host_nics: np.ndarray,
+    used: set[int],
+    jobs: dict[str, list[int]],
+    gpus: int,
+    channels: int,
+    rng: np.random.Generator,
+) -> Fault:
+    if f.kind == "checkpoint_burst":
+        return replace(f, node="*")
+    if f.kind in ("counter_reset", "collector_outage"):
+        if target:
+            if target not in fabric.node_names:
+                raise ValueError(f"{f.kind}: unknown node {target!r}")
+            node = target
+        else:
+            roles = np.array(fabric.node_roles)
+            pool = np.flatnonzero(roles == ("leaf" if f.kind == "collector_outage" else "host"))
+            node = fabric.node_names[int(rng.choice(pool))]
+        return replace(f, node=node)
+    if f.kind in ("slow_channel", "slow_rank"):
+        if target:
+            host, _, rest = target.partition("/")
+            gpu_s, _, ch_s = rest.partition(":")
+            gpu = int(gpu_s.removeprefix("mlx5_")) if gpu_s else 0
+            ch = int(ch_s) if ch_s else int(rng.integers(channels))
+        else:
+            nic = _pick_nic(host_nics, used, rng, fabric)
+            host = fabric.node_of(nic)
+            gpu = int(fabric.rail[nic])
+            ch = int(rng.integers(channels))
+        for job, hosts in jobs.items():
+            names = [fabric.node_names[h] for h in hosts]
+            if host in names:
+                rank = names.index(host) * gpus + gpu
+                return replace(f, node=host, port=f"{host}/mlx5_{gpu}", job=job, rank=rank,
+                               channel=ch if f.kind == "slow_channel" else None)  # fmt: skip
+        raise ValueError(f"{f.kind}: host {host!r} runs no job")
+    # Link / port faults: target a host NIC port (the link to its leaf).
+    if target:
+        idx_arr = fabric.lookup(pa.array([target]))
+        idx = int(idx_arr[0])
+        if idx < 0:
+            raise ValueError(f"{f.kind}: unknown port {target!r}")
+        used.add(idx)
+    else:
+        idx = _pick_nic(host_nics, used, rng, fabric)
+    peer = int(fabric.peer[idx])
+    return replace(f, port=fabric.keys[idx], peer=fabric.keys[peer] if peer >= 0 else None,
+                   node=fabric.node_of(idx))  # fmt: skip

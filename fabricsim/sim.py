@@ -1,0 +1,427 @@
+"""Step-by-step simulation of a training cluster's fabric counters and NCCL timings.
+
+Every array is indexed by link or by port and advanced for the whole fabric at once, so a
+1,024-host fabric (32,768 ports) costs a few milliseconds a step. Counters are cumulative
+``uint64`` as devices report them, start from non-zero values, and are presented through the
+benign events (resets, 32-bit wrap, collector outages) exactly as a collector would see them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.model import Fabric
+from collectors.schemas import (
+    LOGICAL_ACTIVE,
+    LOGICAL_DOWN,
+    NCCL_TIMING,
+    PHYS_LINK_UP,
+    PHYS_POLLING,
+    PORT_SAMPLE,
+    TS,
+    make_batch,
+)
+from fabricsim.faults import Fault, FaultRequest, parse_spec, resolve_faults
+from fabricsim.topology import TopologySpec, build_fabric
+
+ROCE_PRIORITY = 3
+FEC_MODE_PLR = 14  # ETH_Consortium_LL_50G_RS_FEC_PLR (UFM fec_mode_active code)
+#: The counters the simulator models, in the row order of its state matrix.
+SIM_COUNTERS = (
+    "rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "symbol_errors", "link_downed",
+    "link_recovery", "rcv_errors", "xmit_discards", "xmit_wait_ticks", "fec_corrected_blocks",
+    "fec_uncorrectable_blocks", "fec_corrected_bits", "phy_received_bits", "ecn_marked_packets",
+    "cnp_sent", "cnp_handled", f"pfc{ROCE_PRIORITY}_rx_pause_frames", f"pfc{ROCE_PRIORITY}_tx_pause_frames",
+)  # fmt: skip
+C = {name: i for i, name in enumerate(SIM_COUNTERS)}
+PAUSE_SECONDS = (f"pfc{ROCE_PRIORITY}_rx_pause_seconds", f"pfc{ROCE_PRIORITY}_tx_pause_seconds")
+HOST_ONLY = ("ecn_marked_packets", "cnp_sent", "cnp_handled")  # RoCE NP/RP counters live on NICs
+WRAP_COUNTERS = ("rx_packets", "tx_packets")
+EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    interval_s: float = 10.0
+    duration_s: float = 3600.0
+    seed: int = 0
+    start: datetime = EPOCH
+    job_hosts: int = 32
+    channels: int = 4
+    faults: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class SimStep:
+    index: int
+    time: datetime
+    port_sample: pa.RecordBatch
+    nccl_timing: pa.RecordBatch | None
+
+
+class FabricSim:
+    """A simulated fabric; :meth:`step` yields one poll of every source."""
+
+    def __init__(self, cfg: SimConfig, fault_requests: list[FaultRequest] | None = None) -> None:
+        self.cfg = cfg
+        self.fabric: Fabric = build_fabric(cfg.topology)
+        self.rng = np.random.default_rng(cfg.seed)
+        f = self.fabric
+        n_hosts = cfg.topology.hosts
+        self.jobs: dict[str, list[int]] = {
+            f"job-{j:03d}": list(range(s, min(s + cfg.job_hosts, n_hosts)))
+            for j, s in enumerate(range(0, n_hosts, cfg.job_hosts))
+        }
+        reqs = parse_spec(cfg.faults) if fault_requests is None else fault_requests
+        self.faults: list[Fault] = resolve_faults(
+            reqs, f, cfg.duration_s, cfg.interval_s, self.jobs, cfg.topology.gpus, cfg.channels, self.rng
+        )
+        self.k = 0
+        L, P = len(f.link_a), f.n_ports
+        rng = self.rng
+        self.port_dict = f.key_array
+        self.ends = np.concatenate([f.link_a, f.link_b])  # port index of (link, side) pairs
+        self.link_of_port = np.full(P, -1, dtype=np.int64)
+        self.link_of_port[self.ends] = np.tile(np.arange(L), 2)
+        self._port_cache: dict[str, int] = {}
+        self.is_host = f.host_port
+        # Per-link health and load.
+        self.base_util = rng.uniform(0.35, 0.55, L)
+        self.ber = 10 ** rng.uniform(-10.0, -8.3, L)  # healthy PAM4 pre-FEC BER, below field "Normal"
+        self.temp = (52 + rng.normal(0, 3, P)).astype(np.float32)
+        # Cumulative counters (rows: SIM_COUNTERS) and pause time, starting mid-life.
+        self.cum = np.zeros((len(SIM_COUNTERS), P), dtype=np.uint64)
+        self.cum[C["rx_bytes"]] = rng.integers(10**11, 10**13, P, dtype=np.uint64)
+        self.cum[C["tx_bytes"]] = rng.integers(10**11, 10**13, P, dtype=np.uint64)
+        self.cum[C["rx_packets"]] = self.cum[C["rx_bytes"]] // np.uint64(4096)
+        self.cum[C["tx_packets"]] = self.cum[C["tx_bytes"]] // np.uint64(4096)
+        self.cum[C["phy_received_bits"]] = rng.integers(10**15, 10**16, P, dtype=np.uint64)
+        self.pause = np.zeros((2, P), dtype=np.float64)
+        self.base = np.zeros_like(self.cum)  # subtracted after a counter reset
+        self.pause_base = np.zeros_like(self.pause)
+        self.wrap_off: dict[tuple[int, int], np.uint64] = {}
+        self.last_down = np.zeros(L, dtype=bool)
+        # NCCL layout: one communicator per job; rank = host position * gpus + gpu.
+        g, ch = cfg.topology.gpus, cfg.channels
+        ranks_host, ranks_gpu, ranks_job, ranks_rank = [], [], [], []
+        for j, hosts in enumerate(self.jobs.values()):
+            hh = np.repeat(np.asarray(hosts), g)
+            ranks_host.append(hh)
+            ranks_gpu.append(np.tile(np.arange(g), len(hosts)))
+            ranks_job.append(np.full(hh.size, j))
+            ranks_rank.append(np.arange(hh.size))
+        self.r_host = np.concatenate(ranks_host)
+        self.r_gpu = np.concatenate(ranks_gpu)
+        self.r_job = np.concatenate(ranks_job)
+        self.r_rank = np.concatenate(ranks_rank)
+        self.r_nranks = np.bincount(self.r_job)[self.r_job]
+        self.r_nic = self.r_host * g + self.r_gpu  # host NIC port index (hosts come first)
+        self.job_names = list(self.jobs)
+        self.msg_bytes = np.int64(512 * 2**20)
+        self.job_base = rng.uniform(0.012, 0.016, len(self.jobs))
+        self.nccl_channels = ch
+        self.seq = 0
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def time_of(self, k: int) -> datetime:
+        return self.cfg.start + timedelta(seconds=k * self.cfg.interval_s)
+
+    def active(self, t: float, kind: str) -> list[Fault]:
+        return [f for f in self.faults if f.kind == kind and f.active(t)]
+
+    def _port_index(self, key: str) -> int:
+        idx = self._port_cache.get(key)
+        if idx is None:
+            idx = self._port_cache[key] = int(self.fabric.lookup(pa.array([key]))[0])
+        return idx
+
+    def _link_of_port(self, key: str) -> int:
+        return int(self.link_of_port[self._port_index(key)])
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.cfg.duration_s // self.cfg.interval_s) + 1
+
+    def run(self):
+        """Yield every step of the configured duration."""
+        for _ in range(self.n_steps):
+            yield self.step()
+
+    # -- one step ---------------------------------------------------------------------------------
+    def step(self) -> SimStep:
+        k = self.k
+        self.k += 1
+        t = k * self.cfg.interval_s
+        now = self.time_of(k)
+        if k > 0:
+            self._advance(t, self.cfg.interval_s)
+        port = self._port_batch(t, now)
+        nccl = self._nccl_batch(t, now) if k > 0 else None
+        return SimStep(k, now, port, nccl)
+
+    def _link_state(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per link: up now, up share of the last interval, speed, width."""
+        f = self.fabric
+        L = len(f.link_a)
+        speed = f.expected_speed_bps[f.link_a].astype(np.float64)
+        width = f.expected_width[f.link_a].astype(np.int64)
+        up = np.ones(L, dtype=bool)
+        up_share = np.ones(L)
+        dt = self.cfg.interval_s
+        for fl in self.active(t, "speed_downgrade"):
+            speed[self._link_of_port(fl.port)] *= fl.magnitude
+        for fl in self.active(t, "width_downgrade"):
+            li = self._link_of_port(fl.port)
+            new_w = max(1, round(width[li] * fl.magnitude))
+            speed[li] *= new_w / width[li]
+            width[li] = new_w
+        for kind in ("short_retrain", "link_flap"):
+            for fl in self.faults:
+                if fl.kind != kind:
+                    continue
+                li = self._link_of_port(fl.port)
+                for s, e in _outages(fl):
+                    if s <= t < e:
+                        up[li] = False
+                    overlap = max(0.0, min(e, t) - max(s, t - dt))
+                    up_share[li] -= overlap / dt
+        return up, np.clip(up_share, 0, 1), speed, width
+
+    def _advance(self, t: float, dt: float) -> None:
+        f, rng = self.fabric, self.rng
+        L = len(f.link_a)
+        _, up_share, speed, _ = self._link_state(t)
+        ckpt = bool(self.active(t, "checkpoint_burst"))
+        # Traffic per direction: a = link_a end sends to b, b sends to a.
+        util = np.clip(self.base_util[None, :] * (1 + rng.normal(0, 0.03, (2, L))), 0.01, 0.97)
+        if ckpt:
+            util = np.maximum(util, rng.uniform(0.88, 0.96, (2, L)))
+        storms = self.active(t, "pfc_storm")
+        storm_links = [self._link_of_port(fl.port) for fl in storms]
+        for li in storm_links:
+            util[:, li] = 0.01  # a NIC pausing its rail moves almost nothing
+        sent = util * (speed * dt / 8)[None, :] * up_share[None, :]
+        # Each end's counters: tx of its own direction, rx of the other.
+        tx = np.concatenate([sent[0], sent[1]])
+        rx = np.concatenate([sent[1], sent[0]])
+        ends = self.ends
+        inc = np.zeros((len(SIM_COUNTERS), f.n_ports))
+        inc[C["tx_bytes"], ends] = tx
+        inc[C["rx_bytes"], ends] = rx
+        inc[C["tx_packets"], ends] = tx / 4096
+        inc[C["rx_packets"], ends] = rx / 4096
+        # PHY: bits flow whenever the link is up; FEC corrects at the link's pre-FEC BER.
+        ber = self.ber.copy()
+        for fl in self.faults:
+            if fl.kind == "ber_ramp" and t >= fl.start_s:
+                li = self._link_of_port(fl.port)
+                if fl.active(t):
+                    progress = (t - fl.start_s) / (fl.end_s - fl.start_s)
+                    target = fl.magnitude * 1e-6  # field "Error" pre-FEC threshold for ACC links
+                    ber[li] = self.ber[li] * (target / self.ber[li]) ** progress
+        bits = np.tile(speed * dt * up_share, 2)
+        pre = np.tile(ber, 2)
+        corr_bits = rng.poisson(bits * pre)
+        post = 1e-15 * (pre / 1e-6) ** 4  # post-FEC errors rise steeply once pre-FEC passes ~1e-6
+        uncorr = rng.poisson(bits * post / 10)
+        inc[C["phy_received_bits"], ends] = bits
+        inc[C["fec_corrected_bits"], ends] = corr_bits
+        inc[C["fec_corrected_blocks"], ends] = np.ceil(corr_bits * 0.4)
+        inc[C["fec_uncorrectable_blocks"], ends] = uncorr
+        inc[C["symbol_errors"], ends] = rng.poisson(bits * post)
+        inc[C["rcv_errors"], ends] = uncorr
+        # Congestion: ECN marks and PFC pauses grow steeply with load.
+        load = np.concatenate([util[1], util[0]])  # load on what each end receives
+        p_mark = 2e-7 * (load / 0.5) ** 8
+        marks = rng.poisson(rx / 4096 * p_mark)
+        for fl in self.active(t, "ecn_hotspot"):
+            i = self._port_index(fl.port)
+            pos = np.flatnonzero(ends == i)
+            marks[pos] = rng.poisson(rx[pos] / 4096 * 2e-7 * fl.magnitude)
+        inc[C["ecn_marked_packets"], ends] = marks
+        inc[C["cnp_sent"], ends] = np.floor(marks * 0.8)
+        inc[C["cnp_handled"], ends] = rng.poisson(np.floor(marks * 0.8) + 0.0)
+        pauses = rng.poisson(dt * 30 * load**10)
+        pause_s = pauses * rng.uniform(5e-6, 3e-5, pauses.size)
+        inc[C["xmit_wait_ticks"], ends] = rng.poisson(dt * 5e3 * load**8)
+        inc[C["pfc3_rx_pause_frames"], ends] = pauses
+        pause_inc = np.zeros((2, f.n_ports))
+        pause_inc[0, ends] = pause_s
+        # The sender of a pause counts it as tx at its own end.
+        pause_inc[1, np.concatenate([f.link_b, f.link_a])] = pause_s
+        inc[C["pfc3_tx_pause_frames"], np.concatenate([f.link_b, f.link_a])] = pauses
+        for fl in storms:
+            nic = self._port_index(fl.port)
+            leaf = int(f.peer[nic])
+            frames = dt / 3.3e-6 * fl.magnitude  # pause refreshed every quanta expiry
+            inc[C["pfc3_tx_pause_frames"], nic] = frames
+            inc[C["pfc3_rx_pause_frames"], leaf] = frames
+            pause_inc[1, nic] = dt * 0.995 * fl.magnitude
+            pause_inc[0, leaf] = dt * 0.995 * fl.magnitude
+            inc[C["xmit_wait_ticks"], leaf] = dt * 2.5e8
+        # Link down events: count once per outage start, on both ends.
+        downs = np.zeros(L)
+        for kind in ("short_retrain", "link_flap"):
+            for fl in self.faults:
+                if fl.kind == kind:
+                    li = self._link_of_port(fl.port)
+                    downs[li] += sum(1 for s, _ in _outages(fl) if t - dt <= s < t)
+        inc[C["link_downed"], ends] = np.tile(downs, 2)
+        inc[C["link_recovery"], ends] = np.tile(downs, 2)
+        host_only = [C[c] for c in HOST_ONLY]
+        inc[np.ix_(host_only, np.flatnonzero(~self.is_host))] = 0
+        self.cum += np.rint(inc).astype(np.uint64)
+        self.pause += pause_inc
+        self.temp += rng.normal(0, 0.05, f.n_ports).astype(np.float32)
+
+    def _port_batch(self, t: float, now: datetime) -> pa.RecordBatch:
+        f = self.fabric
+        up, _, speed, width = self._link_state(t)
+        P = f.n_ports
+        port_up = np.zeros(P, dtype=bool)
+        port_up[self.ends] = np.tile(up, 2)
+        port_speed = np.zeros(P, dtype=np.int64)
+        port_speed[self.ends] = np.tile(speed, 2).astype(np.int64)
+        port_width = np.zeros(P, dtype=np.uint8)
+        port_width[self.ends] = np.tile(width, 2).astype(np.uint8)
+        # Benign presentation effects: counter resets and 32-bit devices.
+        for fl in self.faults:
+            if fl.kind == "counter_reset" and fl.start_s <= t < fl.start_s + self.cfg.interval_s:
+                node = f.node_names.index(fl.node)
+                ports = np.flatnonzero(f.node_of_port == node)
+                self.base[:, ports] = self.cum[:, ports]
+                self.pause_base[:, ports] = self.pause[:, ports]
+        reported = self.cum - self.base
+        for fl in self.faults:
+            if fl.kind == "counter_wrap" and t >= fl.start_s:
+                i = self._port_index(fl.port)
+                for name in WRAP_COUNTERS:
+                    row = C[name]
+                    if (i, row) not in self.wrap_off:
+                        step = float(self.base_util.mean()) * f.expected_speed_bps[i] / 8 / 4096
+                        start_at = 2**32 - int(2.5 * step * self.cfg.interval_s)
+                        self.wrap_off[(i, row)] = np.uint64((start_at - int(reported[row, i])) % 2**64)
+                    wrapped = (int(reported[row, i]) + int(self.wrap_off[(i, row)])) % 2**32
+                    reported[row, i] = np.uint64(wrapped)
+        keep = np.ones(P, dtype=bool)
+        for fl in self.active(t, "collector_outage"):
+            keep &= f.node_of_port != f.node_names.index(fl.node)
+        rows = np.flatnonzero(keep)
+        n = rows.size
+        cols: dict[str, pa.Array] = {
+            "time": pa.array(np.full(n, np.datetime64(now.replace(tzinfo=None), "us")), type=TS),
+            "port": pa.DictionaryArray.from_arrays(pa.array(rows.astype(np.int32)), self.port_dict),
+            "source": pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(n, dtype=np.int8)), pa.array(["fabricsim"])
+            ),
+            "phys_state": pa.array(np.where(port_up, PHYS_LINK_UP, PHYS_POLLING)[rows].astype(np.uint8)),
+            "logical_state": pa.array(np.where(port_up, LOGICAL_ACTIVE, LOGICAL_DOWN)[rows].astype(np.uint8)),
+            "speed_bps": pa.array(port_speed[rows], mask=~port_up[rows]),
+            "width": pa.array(port_width[rows], mask=~port_up[rows]),
+            "fec_mode": pa.array(np.full(n, FEC_MODE_PLR, dtype=np.uint8)),
+            "temperature_celsius": pa.array(self.temp[rows]),
+        }
+        host_rows = self.is_host[rows]
+        for name, row in C.items():
+            vals = reported[row, rows]
+            cols[name] = pa.array(vals, mask=~host_rows) if name in HOST_ONLY else pa.array(vals)
+        pause = self.pause - self.pause_base
+        for j, name in enumerate(PAUSE_SECONDS):
+            cols[name] = pa.array(pause[j, rows])
+        return make_batch(PORT_SAMPLE, n, cols)
+
+    def _nccl_batch(self, t: float, now: datetime) -> pa.RecordBatch:
+        rng = self.rng
+        R, ch = self.r_host.size, self.nccl_channels
+        dt = self.cfg.interval_s
+        self.seq += max(1, int(dt / 1.2))  # ~one training step every 1.2 s
+        common = np.exp(rng.normal(0, 0.03, len(self.jobs)))[self.r_job]
+        if self.active(t, "checkpoint_burst"):
+            common = common * 1.3
+        dur = (self.job_base[self.r_job] * common)[:, None] * np.exp(rng.normal(0, 0.015, (R, ch)))
+        spikes = rng.random((R, ch)) < 2e-3
+        dur[spikes] *= rng.uniform(1.2, 1.8, int(spikes.sum()))
+        # A NIC negotiated below its expected speed slows every channel of its rank.
+        _, _, speed, _ = self._link_state(t)
+        f = self.fabric
+        nic_speed = np.zeros(f.n_ports)
+        nic_speed[self.ends] = np.tile(speed, 2)
+        ratio = f.expected_speed_bps[self.r_nic] / np.maximum(nic_speed[self.r_nic], 1.0)
+        dur *= (1 + 0.8 * (ratio - 1))[:, None]
+        for fl in self.faults:
+            if fl.kind not in ("slow_channel", "slow_rank") or not fl.active(t):
+                continue
+            j = self.job_names.index(fl.job)
+            in_job = np.flatnonzero(self.r_job == j)
+            r = in_job[fl.rank]
+            cols = slice(None) if fl.channel is None else fl.channel
+            dur[in_job, cols] *= 1 + 0.15 * fl.magnitude  # peers partly wait for the slow hop
+            dur[r, cols] *= (1 + fl.magnitude) / (1 + 0.15 * fl.magnitude)
+        n = R * ch
+        busbw = (
+            (self.msg_bytes * 2 * (self.r_nranks - 1) / self.r_nranks)[:, None] / dur * 8
+        )  # bits per second
+        rank_rows = np.repeat(np.arange(R), ch)
+        host_names = pa.array(f.node_names)
+        return make_batch(
+            NCCL_TIMING,
+            n,
+            {
+                "time": pa.array(np.full(n, np.datetime64(now.replace(tzinfo=None), "us")), type=TS),
+                "job": pa.DictionaryArray.from_arrays(
+                    pa.array(self.r_job[rank_rows].astype(np.int32)), pa.array(self.job_names)
+                ),
+                "communicator": pa.DictionaryArray.from_arrays(
+                    pa.array(self.r_job[rank_rows].astype(np.int32)),
+                    pa.array([f"{j}:world" for j in self.job_names]),
+                ),
+                "rank": pa.array(self.r_rank[rank_rows].astype(np.int32)),
+                "nranks": pa.array(self.r_nranks[rank_rows].astype(np.int32)),
+                "host": pa.DictionaryArray.from_arrays(
+                    pa.array(self.r_host[rank_rows].astype(np.int32)), host_names
+                ),
+                "device": pa.array(self.r_gpu[rank_rows].astype(np.int16)),
+                "collective": pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(n, dtype=np.int8)), pa.array(["AllReduce"])
+                ),
+                "seq": pa.array(np.full(n, self.seq, dtype=np.int64)),
+                "message_bytes": pa.array(np.full(n, self.msg_bytes, dtype=np.int64)),
+                "channel": pa.array(np.tile(np.arange(ch, dtype=np.int16), R)),
+                "duration_seconds": pa.array(dur.ravel()),
+                "bus_bandwidth_bps": pa.array(busbw.ravel()),
+                "transport": pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(n, dtype=np.int8)), pa.array(["NET/IB"])
+                ),
+            },
+        )
+
+
+def _outages(fl: Fault) -> list[tuple[float, float]]:
+    """Down windows of a retrain (one) or a flap (several, spread over the fault window)."""
+    if fl.kind == "short_retrain":
+        return [(fl.start_s, fl.start_s + min(fl.magnitude, 29.0))]
+    n = max(1, int(fl.magnitude))
+    span = (fl.end_s - fl.start_s) / n
+    return [(fl.start_s + i * span, fl.start_s + i * span + min(15.0, span / 2)) for i in range(n)]
+
+
+def truth_document(sim: FabricSim) -> dict:
+    """Ground truth as written to ``truth.json``."""
+    cfg = sim.cfg
+    return {
+        "version": 1,
+        "seed": cfg.seed,
+        "hosts": cfg.topology.hosts,
+        "ports": sim.fabric.n_ports,
+        "interval_s": cfg.interval_s,
+        "duration_s": cfg.duration_s,
+        "start": cfg.start.isoformat(),
+        "faults": [f.to_json() for f in sim.faults],
+        "poll_seconds_per_port": math.floor(cfg.duration_s / cfg.interval_s) + 1,
+    }

@@ -1,0 +1,115 @@
+"""A rail-optimized two-tier fat tree, as GPU clusters are cabled.
+
+Each host has ``gpus`` GPUs with one NIC each; NIC ``g`` of every host goes to a leaf of rail
+``g``. A leaf serves ``hosts_per_leaf`` hosts on one rail and has as many uplinks (non-blocking),
+spread over the spines. 1,024 hosts give 256 leaves, 128 spines and 32,768 ports.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from collectors.model import Fabric
+
+GBPS = 10**9
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpec:
+    hosts: int = 128
+    gpus: int = 8
+    hosts_per_leaf: int = 32
+    spine_radix: int = 64
+    nic_speed_bps: int = 800 * GBPS
+    width: int = 4
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.hosts <= 65_536:
+            raise ValueError(f"hosts must be 1..65536, not {self.hosts}")
+        if not 1 <= self.gpus <= 16:
+            raise ValueError(f"gpus per host must be 1..16, not {self.gpus}")
+
+
+def host_name(i: int, hosts: int) -> str:
+    return f"gpu-{i:0{max(4, len(str(hosts - 1)))}d}"
+
+
+def build_fabric(spec: TopologySpec) -> Fabric:
+    """Build the fabric model; port and node order is deterministic."""
+    n, g = spec.hosts, spec.gpus
+    hpl = min(spec.hosts_per_leaf, n)
+    groups = math.ceil(n / hpl)
+    n_leaves = groups * g
+    uplinks = hpl
+    n_spines = max(1, math.ceil(n_leaves * uplinks / spec.spine_radix))
+
+    hosts = [host_name(i, n) for i in range(n)]
+    leaves = [f"leaf-r{r}-{grp:03d}" for grp in range(groups) for r in range(g)]
+    spines = [f"spine-{s:04d}" for s in range(n_spines)]
+    node_names = hosts + leaves + spines
+    node_roles = ["host"] * n + ["leaf"] * n_leaves + ["spine"] * n_spines
+
+    # Host NIC ports: host-major, rail-minor.
+    h_idx = np.repeat(np.arange(n), g)
+    rail_of_nic = np.tile(np.arange(g), n)
+    keys = [f"{hosts[h]}/mlx5_{r}" for h, r in zip(h_idx.tolist(), rail_of_nic.tolist(), strict=True)]
+    node_of = [h_idx]
+    rails = [rail_of_nic]
+
+    # Leaf ports: p1..p{hpl} down to hosts, p{hpl+1}..p{2*hpl} up to spines.
+    leaf_base = len(keys)
+    leaf_of_port = np.repeat(np.arange(n_leaves), 2 * hpl)
+    leaf_label = np.tile(np.arange(1, 2 * hpl + 1), n_leaves)
+    keys += [f"{leaves[lf]}/p{p}" for lf, p in zip(leaf_of_port.tolist(), leaf_label.tolist(), strict=True)]
+    node_of.append(n + leaf_of_port)
+    rails.append(np.repeat(np.arange(n_leaves) % g, 2 * hpl))
+
+    # Host NIC (h, r) -> leaf (group h // hpl, rail r), down port (h % hpl) + 1.
+    nic = np.arange(n * g)
+    leaf_of_nic = (h_idx // hpl) * g + rail_of_nic
+    down_port = leaf_base + leaf_of_nic * 2 * hpl + (h_idx % hpl)
+    link_a = [nic]
+    link_b = [down_port]
+
+    # Leaf uplinks -> spines, round-robin so each leaf spreads over as many spines as it can.
+    up_leaf = np.repeat(np.arange(n_leaves), uplinks)
+    up_u = np.tile(np.arange(uplinks), n_leaves)
+    up_port = leaf_base + up_leaf * 2 * hpl + hpl + up_u
+    spine_of_up = (up_leaf * uplinks + up_u) % n_spines
+    order = np.lexsort((up_port, spine_of_up))
+    spine_slot = np.empty_like(order)
+    counts = np.bincount(spine_of_up, minlength=n_spines)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    spine_slot[order] = np.arange(order.size) - np.repeat(starts, counts)
+    spine_base = len(keys)
+    # Spine ports are laid out spine-major in slot order.
+    spine_port_index = spine_base + np.concatenate(([0], np.cumsum(counts)[:-1]))[spine_of_up] + spine_slot
+    spine_keys = [None] * int(counts.sum())
+    for s_i, slot, pos in zip(
+        spine_of_up.tolist(), spine_slot.tolist(), (spine_port_index - spine_base).tolist(), strict=True
+    ):
+        spine_keys[pos] = f"{spines[s_i]}/p{slot + 1}"
+    keys += spine_keys  # type: ignore[arg-type]
+    node_of.append(n + n_leaves + np.repeat(np.arange(n_spines), counts))
+    rails.append(np.full(int(counts.sum()), -1))
+    link_a.append(up_port)
+    link_b.append(spine_port_index)
+
+    n_ports = len(keys)
+    guid_base = 0x1070FD0300000000
+    return Fabric(
+        keys=keys,
+        node_of_port=np.concatenate(node_of).astype(np.int32),
+        node_names=node_names,
+        node_roles=node_roles,
+        expected_speed_bps=np.full(n_ports, spec.nic_speed_bps, dtype=np.int64),
+        expected_width=np.full(n_ports, spec.width, dtype=np.int16),
+        rail=np.concatenate(rails).astype(np.int16),
+        link_a=np.concatenate(link_a).astype(np.int32),
+        link_b=np.concatenate(link_b).astype(np.int32),
+        guids=[f"0x{guid_base + i:016x}" for i in range(n_ports)],
+        media=["ACC"] * n_ports,
+    )
