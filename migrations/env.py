@@ -1,0 +1,77 @@
+"""Alembic environment for graywire.
+
+The URL comes from the Alembic config (``service.db.upgrade`` sets it) or else from
+``GRAYWIRE_DATABASE_URL``, so the same scripts serve the service, the CLI and tests. A caller may
+also hand over an open connection in ``config.attributes["connection"]`` to migrate inside its
+own transaction.
+"""
+
+from __future__ import annotations
+
+import os
+from logging.config import fileConfig
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from service.db import Base, make_engine
+
+DEFAULT_URL = "sqlite:///graywire-data/graywire.db"
+
+config = context.config
+if config.config_file_name is not None:
+    # Only when run from the CLI with an ini; never reconfigure logging of a host process.
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+target_metadata = Base.metadata
+
+
+def database_url() -> str:
+    return config.get_main_option("sqlalchemy.url") or os.environ.get("GRAYWIRE_DATABASE_URL") or DEFAULT_URL
+
+
+def _configure(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        # SQLite cannot ALTER most things; batch mode rebuilds the table instead.
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+
+
+def run_migrations_offline() -> None:
+    """Emit SQL to stdout (``alembic upgrade head --sql``) instead of running it."""
+    url = database_url()
+    context.configure(
+        url=url,
+        target_metadata=target_metadata,
+        literal_binds=True,
+        dialect_opts={"paramstyle": "named"},
+        render_as_batch=url.startswith("sqlite"),
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    engine = make_engine(database_url())
+    try:
+        with engine.connect() as connection:
+            _configure(connection)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,110 @@
+"""Read-only HTTP API for incidents (``/api/v1``), used by the scheduler helpers and the UI.
+
+Handlers are plain ``def``: the store does blocking SQL, and FastAPI runs sync handlers in its
+thread pool instead of stalling the event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query
+from pydantic import AwareDatetime, BaseModel, Field
+
+from service.store import IncidentStore
+
+IncidentStatusParam = Literal["open", "acknowledged", "resolved"]
+SeverityOut = Literal["info", "warning", "critical"]
+MAX_ID = 2**63 - 1  # larger ids cannot exist, and SQLite cannot even bind them
+
+
+class IncidentOut(BaseModel):
+    """An incident: one gray failure on one entity, deduplicated across polls."""
+
+    id: int
+    kind: str = Field(description="What failed, e.g. link_speed_degraded; with entity, the dedup key.")
+    entity: str = Field(description="Which port, link or node; with kind, the dedup key.")
+    status: IncidentStatusParam
+    severity: SeverityOut
+    node: str | None = Field(description="Host to look at or drain, when known.")
+    port: str | None
+    link: str | None
+    summary: str
+    detector: str = Field(description="Detector (and version) that produced the latest finding.")
+    score: float
+    confidence: float
+    opened_at: AwareDatetime = Field(description="First time it opened; kept when it reopens.")
+    last_seen_at: AwareDatetime
+    resolved_at: AwareDatetime | None
+    finding_count: int = Field(description="Firing findings rolled into this incident.")
+    reopen_count: int
+    evidence: dict[str, Any] = Field(description="Numbers behind the latest finding.")
+
+
+class FindingOut(BaseModel):
+    """One stored detector finding."""
+
+    id: int
+    incident_id: int | None
+    kind: str
+    entity: str
+    status: Literal["firing", "cleared"]
+    time: AwareDatetime
+    severity: SeverityOut
+    summary: str
+    detector: str
+    node: str | None
+    port: str | None
+    link: str | None
+    score: float
+    confidence: float
+    evidence: dict[str, Any]
+
+
+class IncidentDetailOut(IncidentOut):
+    """An incident with its latest findings, newest first."""
+
+    findings: list[FindingOut] = Field(description="Up to the 50 most recent findings.")
+
+
+class IncidentPage(BaseModel):
+    """One page of incidents, newest first."""
+
+    items: list[IncidentOut]
+    count: int = Field(description="Number of items in this page.")
+    limit: int
+    offset: int
+
+
+class ErrorOut(BaseModel):
+    detail: str
+
+
+def make_router(store: IncidentStore) -> APIRouter:
+    """Routes over ``store``; the caller mounts them (``app.include_router``) next to its own."""
+    router = APIRouter(prefix="/api/v1", tags=["incidents"])
+
+    @router.get("/incidents", response_model=IncidentPage, summary="List incidents")
+    def list_incidents(
+        status: Annotated[IncidentStatusParam | None, Query(description="Only this status.")] = None,
+        kind: Annotated[str | None, Query(description="Only this kind.")] = None,
+        node: Annotated[str | None, Query(description="Only incidents on this node.")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> dict[str, Any]:
+        items = store.list_incidents(status=status, kind=kind, node=node, limit=limit, offset=offset)
+        return {"items": items, "count": len(items), "limit": limit, "offset": offset}
+
+    @router.get(
+        "/incidents/{incident_id}",
+        response_model=IncidentDetailOut,
+        responses={404: {"model": ErrorOut, "description": "No incident with this id"}},
+        summary="One incident with its recent findings",
+    )
+    def get_incident(incident_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> dict[str, Any]:
+        incident = store.get_incident(incident_id)
+        if incident is None:
+            raise HTTPException(status_code=404, detail=f"incident {incident_id} not found")
+        return incident
+
+    return router

@@ -1,0 +1,88 @@
+"""The FastAPI application: health, Prometheus metrics and the incidents API over one runner."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from service.api import make_router
+from service.config import Settings
+from service.db import make_engine, upgrade
+from service.metrics import MetricsState, make_registry
+from service.runner import Runner
+from service.sources import LiveFabricSim
+from service.store import IncidentStore
+
+log = logging.getLogger("graywire.app")
+
+
+def create_app(settings: Settings, source: LiveFabricSim | None = None, run_loop: bool = True) -> FastAPI:
+    """Build the app; the poll loop starts with the server and stops with it."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.db_url)
+    engine = make_engine(settings.db_url)
+    store = IncidentStore(engine)
+    source = source or LiveFabricSim(settings.source, settings.poll_seconds)
+    metrics = MetricsState(source.fabric, per_port=settings.metrics.per_port)
+    registry = make_registry(metrics)
+    runner = Runner(settings, source, store, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(runner.run()) if run_loop else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            runner.close()
+            engine.dispose()
+
+    app = FastAPI(
+        title="graywire",
+        version="0.1.0",
+        summary="Fabric telemetry and gray-failure detection for GPU training clusters",
+        lifespan=lifespan,
+    )
+    app.state.runner = runner
+    app.state.store = store
+    app.state.metrics = metrics
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> JSONResponse:
+        """Liveness plus the facts on-call asks first: is data flowing, is the database up."""
+        db_ok = True
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except Exception as e:  # the reason goes into the response, not a 500
+            log.warning("health check: database unreachable: %s", e)
+            db_ok = False
+        with metrics.lock:
+            last = metrics.last_poll_timestamp
+            body = {
+                "status": "ok" if db_ok else "degraded",
+                "database": "ok" if db_ok else "unreachable",
+                "polls": metrics.polls,
+                "poll_errors": metrics.poll_errors,
+                "last_poll": datetime.fromtimestamp(last, UTC).isoformat() if last else None,
+                "ports": source.fabric.n_ports,
+            }
+        return JSONResponse(body, status_code=200 if db_ok else 503)
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    def prometheus_metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(make_router(store))
+    return app

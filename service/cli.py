@@ -1,0 +1,264 @@
+"""``graywire`` command line: serve, demo, sim, replay, db."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+DEMO_FAULTS = "speed_downgrade@10s+1h,slow_channel@15s+1h=0.3"
+
+
+def _serve(settings: Any, banner: str | None = None) -> int:
+    import uvicorn
+
+    from service.app import create_app
+
+    app = create_app(settings)
+    if banner:
+        print(banner, flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from service.config import load_settings
+
+    settings = load_settings(args.config, host=args.host, port=args.port)
+    return _serve(settings)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from service.config import load_settings
+
+    settings = load_settings(
+        None,
+        port=args.port,
+        data_dir=args.data_dir,
+        poll_interval="2s",
+        source={"type": "fabricsim", "hosts": args.hosts, "seed": args.seed, "faults": DEMO_FAULTS},
+    )
+    from service.sources import LiveFabricSim
+
+    preview = LiveFabricSim(settings.source, settings.poll_seconds)
+    base = f"http://{settings.host}:{settings.port}"
+    lines = [
+        f"graywire demo: {args.hosts} hosts, {preview.fabric.n_ports} ports, polled every 2 s",
+        f"  database {settings.db_url}, archive {settings.archive_dir}",
+        "  injected (silent, nothing goes down):",
+    ]
+    for f in preview.faults:
+        where = (
+            f.port if f.kind != "slow_channel" else f"{f.node} rank {f.rank} channel {f.channel} ({f.port})"
+        )
+        lines.append(f"    t+{f.start_s:.0f}s  {f.kind:<16} {where}")
+    lines += [
+        "  within a minute, look at:",
+        f"    curl -s {base}/api/v1/incidents | python3 -m json.tool",
+        f"    curl -s {base}/metrics | grep ^graywire_",
+        f"    {base}/docs  (the API)",
+    ]
+    return _serve(settings, "\n".join(lines))
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from fabricsim.faults import parse_duration
+    from fabricsim.output import write_simulation
+    from fabricsim.sim import FabricSim, SimConfig
+    from fabricsim.topology import TopologySpec
+
+    cfg = SimConfig(
+        topology=TopologySpec(hosts=args.hosts, gpus=args.gpus),
+        interval_s=parse_duration(args.interval),
+        duration_s=parse_duration(args.duration),
+        seed=args.seed,
+        faults=args.faults,
+        channels=args.channels,
+        job_hosts=args.job_hosts,
+    )
+    t0 = time.perf_counter()
+    sim = FabricSim(cfg)
+    bar = tqdm(total=sim.n_steps, unit="poll", desc="simulating", disable=args.quiet or None, file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        bar.update(done - bar.n)
+
+    rows = write_simulation(sim, args.out, progress)
+    bar.close()
+    dt = time.perf_counter() - t0
+    print(
+        f"wrote {args.out}: {sim.fabric.n_ports} ports, {sim.n_steps} polls, "
+        f"{rows['port_sample']:,} port samples, {rows['nccl_timing']:,} NCCL rows, "
+        f"{len(sim.faults)} faults in truth.json ({dt:.1f} s)"
+    )
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from collectors.dataset import iter_replay
+    from collectors.model import load_inventory
+    from detectors.pipeline import Pipeline
+    from fabricsim.output import INVENTORY, TRUTH
+    from fabricsim.scoring import score
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise ValueError(f"{root} is not a directory")
+    inv = Path(args.inventory) if args.inventory else root / INVENTORY
+    if not inv.exists():
+        raise ValueError(f"no inventory: {inv} is missing (pass --inventory FILE)")
+    fabric = load_inventory(inv)
+    pipe = Pipeline(fabric)
+    findings = []
+    polls = 0
+    t0 = time.perf_counter()
+    for batch in tqdm(
+        iter_replay(root), unit="batch", desc="replaying", disable=args.quiet or None, file=sys.stderr
+    ):
+        polls += 1
+        for f in pipe.process(batch):
+            findings.append(f)
+            if not args.json and not args.quiet:
+                tqdm.write(
+                    f"{f.time:%Y-%m-%d %H:%M:%S} {f.status:<8} {f.kind:<18} {f.node or '-':<14} {f.summary}"
+                )
+    elapsed = time.perf_counter() - t0
+    report: dict[str, Any] = {
+        "batches": polls,
+        "findings": len([f for f in findings if f.status == "firing"]),
+        "seconds": round(elapsed, 2),
+        "stages": {k: vars(v) for k, v in pipe.stats.items()},
+    }
+    truth_path = root / TRUTH
+    if truth_path.exists():
+        truth = json.loads(truth_path.read_text())
+        kinds = ["speed_downgrade", "width_downgrade", "nccl_channel_slow"]
+        report["score"] = score(findings, truth, kinds).as_dict()
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+    else:
+        _print_report(report)
+    return 0
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1%}" if pct else f"{v:.1f}"
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    print(f"\n{report['batches']} batches, {report['findings']} findings opened, {report['seconds']} s")
+    sc = report.get("score")
+    if not sc:
+        print("no truth.json: nothing to score against")
+        return
+    print(f"\n{'fault':<18}{'n':>4}{'recall':>9}{'loc@1':>8}{'delay p50':>11}{'delay p95':>11}")
+    for kind, s in sc["by_fault"].items():
+        if not s["faults"]:
+            continue
+        if not s["covered"]:
+            print(f"{kind:<18}{s['faults']:>4}   (no detector for this fault yet)")
+            continue
+        print(
+            f"{kind:<18}{s['faults']:>4}{_fmt(s['recall'], True):>9}{_fmt(s['localization_top1'], True):>8}"
+            f"{_fmt(s.get('delay_median_s')):>10}s{_fmt(s.get('delay_p95_s')):>10}s"
+        )
+    o, fd = sc["overall"], sc["findings"]
+    print(
+        f"\noverall precision {_fmt(o['precision'], True)}  recall {_fmt(o['recall'], True)}  "
+        f"F1 {_fmt(o['f1'], True)}"
+    )
+    print(
+        f"findings: {fd['true']} true, {fd['false']} false, {fd['benign_alarms']} on benign events "
+        f"({_fmt(sc['false_per_1000_port_hours'])} false per 1,000 port-hours)"
+    )
+    for ex in sc["false_examples"]:
+        print(f"  {ex['why']}: {ex['time']} {ex['kind']} {ex['entity']}")
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from service.config import load_settings
+    from service.db import upgrade
+
+    settings = load_settings(args.config, database_url=args.database_url)
+    if settings.database_url is None:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.db_url)
+    print(f"database at head: {settings.db_url}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="graywire", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the service from a config file")
+    s.add_argument("--config", help="YAML config file (default: embedded defaults)")
+    s.add_argument("--host", help="listen address (overrides the config)")
+    s.add_argument("--port", type=int, help="listen port (overrides the config)")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("demo", help="the service on a synthetic fabric with two injected gray failures")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--hosts", type=int, default=256)
+    s.add_argument("--seed", type=int, default=7)
+    s.add_argument("--data-dir", default="graywire-data")
+    s.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("sim", help="simulate a fabric and write Parquet telemetry plus truth.json")
+    s.add_argument("--hosts", type=int, default=128)
+    s.add_argument("--gpus", type=int, default=8)
+    s.add_argument("--duration", default="1h")
+    s.add_argument("--interval", default="10s")
+    s.add_argument(
+        "--faults", default="default", help="fault spec (see docs/fabricsim.md), 'default' or 'none'"
+    )
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--channels", type=int, default=4, help="NCCL channels per rank")
+    s.add_argument("--job-hosts", type=int, default=32, help="hosts per training job")
+    s.add_argument("--out", required=True)
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=cmd_sim)
+
+    s = sub.add_parser("replay", help="run the detectors over a simulation or an archive and score them")
+    s.add_argument("dir")
+    s.add_argument("--inventory", help="inventory file (default: DIR/inventory.json)")
+    s.add_argument("--json", action="store_true", help="print one JSON report")
+    s.add_argument("-q", "--quiet", action="store_true", help="no per-finding lines or progress")
+    s.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("db", help="database maintenance")
+    dsub = s.add_subparsers(dest="db_command", required=True)
+    u = dsub.add_parser("upgrade", help="apply migrations up to head (keeps data)")
+    u.add_argument("--config")
+    u.add_argument("--database-url")
+    u.set_defaults(func=cmd_db_upgrade)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as e:
+        print(f"graywire: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Service configuration: a YAML file, overridden by ``GRAYWIRE_*`` environment variables.
+
+Every setting has an embedded default, so ``graywire serve`` with no file runs SQLite and the
+built-in synthetic fabric under ``./graywire-data``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from fabricsim.faults import parse_duration, parse_spec
+
+
+class FabricSimSource(BaseModel):
+    """The synthetic fabric as a live telemetry source (sim time runs at wall-clock pace)."""
+
+    type: Literal["fabricsim"] = "fabricsim"
+    hosts: int = Field(64, ge=1, le=65_536)
+    gpus: int = Field(8, ge=1, le=16)
+    seed: int = 0
+    faults: str = "none"
+    job_hosts: int = Field(32, ge=1)
+    channels: int = Field(4, ge=1, le=64)
+
+    @field_validator("faults")
+    @classmethod
+    def _faults_parse(cls, v: str) -> str:
+        parse_spec(v)  # raises ValueError with a readable message
+        return v
+
+
+class ArchiveSettings(BaseModel):
+    enabled: bool = True
+    retention: str = "72h"
+    roll: str = "5m"
+
+    @field_validator("retention", "roll")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+
+class MetricsSettings(BaseModel):
+    #: Per-port series (speed, expected speed). Turn off on very large fabrics.
+    per_port: bool = True
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GRAYWIRE_", env_nested_delimiter="__", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65_535)
+    data_dir: Path = Path("graywire-data")
+    database_url: str | None = None
+    poll_interval: str = "10s"
+    inventory: Path | None = None
+    source: FabricSimSource = Field(default_factory=FabricSimSource)
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+
+    @field_validator("poll_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        if parse_duration(v) <= 0:
+            raise ValueError("poll_interval must be positive")
+        return v
+
+    @property
+    def poll_seconds(self) -> float:
+        return parse_duration(self.poll_interval)
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'graywire.db'}"
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.data_dir / "archive"
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from an optional YAML file plus overrides; errors name the bad key."""
+    doc: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            doc = yaml.safe_load(p.read_text()) or {}
+        except OSError as e:
+            raise ValueError(f"cannot read config {p}: {e.strerror}") from e
+        except yaml.YAMLError as e:
+            raise ValueError(f"config {p} is not valid YAML: {e}") from e
+        if not isinstance(doc, dict):
+            raise ValueError(f"config {p} must be a mapping of settings")
+    doc.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**doc)
+    except ValidationError as e:
+        lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
+        raise ValueError("invalid configuration:\n" + "\n".join(lines)) from None

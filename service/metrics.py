@@ -1,0 +1,134 @@
+"""Prometheus exposition built from a snapshot, so a scrape never waits on the pipeline.
+
+The runner updates :class:`MetricsState` after every poll; the collector turns the snapshot
+into metric families at scrape time. Names are ``graywire_`` prefixed, in base units.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from collectors.model import Fabric
+from detectors.pipeline import StageStats
+
+
+@dataclass
+class MetricsState:
+    fabric: Fabric
+    per_port: bool = True
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    rows_ingested: Counter[str] = field(default_factory=Counter)
+    findings: Counter[tuple[str, str]] = field(default_factory=Counter)
+    polls: int = 0
+    poll_errors: int = 0
+    last_poll_seconds: float = 0.0
+    last_poll_timestamp: float = 0.0
+    last_data_timestamp: float = 0.0
+    stages: dict[str, StageStats] = field(default_factory=dict)
+    open_incidents: list[tuple[str, str, int]] = field(default_factory=list)
+    port_speed_bps: np.ndarray | None = None  # by fabric port index, NaN where unknown
+    port_stale: np.ndarray | None = None
+
+    def record_ports(self, idx: np.ndarray, speed_bps: np.ndarray) -> None:
+        with self.lock:
+            if self.port_speed_bps is None:
+                self.port_speed_bps = np.full(self.fabric.n_ports, np.nan)
+            ok = idx >= 0
+            self.port_speed_bps[idx[ok]] = speed_bps[ok]
+
+
+class GraywireCollector(Collector):
+    def __init__(self, state: MetricsState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.state
+        with s.lock:
+            yield from self._service(s)
+            if s.per_port and s.port_speed_bps is not None:
+                yield from self._ports(s)
+
+    def _service(self, s: MetricsState) -> Iterator[Metric]:
+        g = GaugeMetricFamily("graywire_ports", "Ports in the fabric model")
+        g.add_metric([], s.fabric.n_ports)
+        yield g
+        c = CounterMetricFamily("graywire_ingested_rows", "Rows ingested, by record", labels=["record"])
+        for rec, n in sorted(s.rows_ingested.items()):
+            c.add_metric([rec], n)
+        yield c
+        c = CounterMetricFamily("graywire_polls", "Polls completed")
+        c.add_metric([], s.polls)
+        yield c
+        c = CounterMetricFamily("graywire_poll_errors", "Polls that failed")
+        c.add_metric([], s.poll_errors)
+        yield c
+        g = GaugeMetricFamily("graywire_poll_duration_seconds", "Wall time of the last poll (fetch to store)")
+        g.add_metric([], s.last_poll_seconds)
+        yield g
+        g = GaugeMetricFamily("graywire_last_poll_timestamp_seconds", "Unix time the last poll finished")
+        g.add_metric([], s.last_poll_timestamp)
+        yield g
+        g = GaugeMetricFamily(
+            "graywire_pipeline_lag_seconds", "Seconds between the newest data's timestamp and its processing"
+        )
+        g.add_metric([], max(0.0, s.last_poll_timestamp - s.last_data_timestamp) if s.polls else 0.0)
+        yield g
+        c = CounterMetricFamily(
+            "graywire_findings", "Findings emitted by detectors", labels=["kind", "status"]
+        )
+        for (kind, status), n in sorted(s.findings.items()):
+            c.add_metric([kind, status], n)
+        yield c
+        t = CounterMetricFamily(
+            "graywire_pipeline_stage_seconds", "CPU time spent per pipeline stage", labels=["stage"]
+        )
+        r = CounterMetricFamily(
+            "graywire_pipeline_stage_rows", "Rows processed per pipeline stage", labels=["stage"]
+        )
+        for name, st in sorted(s.stages.items()):
+            t.add_metric([name], st.seconds)
+            r.add_metric([name], st.rows)
+        yield t
+        yield r
+        g = GaugeMetricFamily(
+            "graywire_incidents_open", "Open or acknowledged incidents", labels=["kind", "severity"]
+        )
+        counts: dict[tuple[str, str], int] = defaultdict(int)
+        for kind, sev, n in s.open_incidents:
+            counts[(kind, sev)] += n
+        for (kind, sev), n in sorted(counts.items()):
+            g.add_metric([kind, sev], n)
+        yield g
+
+    def _ports(self, s: MetricsState) -> Iterator[Metric]:
+        f = s.fabric
+        assert s.port_speed_bps is not None
+        speed = GaugeMetricFamily(
+            "graywire_port_speed_bytes_per_second", "Negotiated port speed", labels=["port", "node"]
+        )
+        exp = GaugeMetricFamily(
+            "graywire_port_expected_speed_bytes_per_second", "Port speed the inventory expects",
+            labels=["port", "node"],
+        )  # fmt: skip
+        names = f.node_names
+        for i in np.flatnonzero(~np.isnan(s.port_speed_bps)).tolist():
+            labels = [f.keys[i], names[f.node_of_port[i]]]
+            speed.add_metric(labels, s.port_speed_bps[i] / 8)
+            if f.expected_speed_bps[i]:
+                exp.add_metric(labels, f.expected_speed_bps[i] / 8)
+        yield speed
+        yield exp
+
+
+def make_registry(state: MetricsState) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GraywireCollector(state))
+    return registry

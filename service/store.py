@@ -1,0 +1,340 @@
+"""Incident store: rolls detector findings up into incidents and reads them back for the API.
+
+Findings arrive in batches, one batch per poll. A batch is applied in one transaction with a
+fixed number of queries (load the affected incidents, write them, append the findings), so a
+poll of a large fabric costs the same handful of round trips whether it carries 5 findings or 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from detectors.findings import Finding
+from service.db import (
+    ACTIVE_STATUSES,
+    FINDING_STATUSES,
+    INCIDENT_STATUSES,
+    SEVERITIES,
+    SQLITE_BEGIN_IMMEDIATE,
+    FindingRecord,
+    Incident,
+    to_jsonable,
+)
+
+SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+INCIDENT_FINDINGS_LIMIT = 50
+# Pairs per lookup query; keeps bound parameters (two per pair) under SQLite's historic limit of 999.
+_KEY_CHUNK = 400
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What one ``apply`` did, one count per finding that changed an incident.
+
+    ``updated`` counts firing findings merged into an open or acknowledged incident, so two
+    findings for one incident in a batch count twice. Findings are always appended as well.
+    """
+
+    opened: int = 0
+    updated: int = 0
+    resolved: int = 0
+    reopened: int = 0
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def incident_to_dict(incident: Incident) -> dict[str, Any]:
+    """An incident as JSON-ready values (ISO 8601 times with their UTC offset)."""
+    return {
+        "id": incident.id,
+        "kind": incident.kind,
+        "entity": incident.entity,
+        "status": incident.status,
+        "severity": incident.severity,
+        "node": incident.node,
+        "port": incident.port,
+        "link": incident.link,
+        "summary": incident.summary,
+        "detector": incident.detector,
+        "score": incident.score,
+        "confidence": incident.confidence,
+        "opened_at": _iso(incident.opened_at),
+        "last_seen_at": _iso(incident.last_seen_at),
+        "resolved_at": _iso(incident.resolved_at),
+        "finding_count": incident.finding_count,
+        "reopen_count": incident.reopen_count,
+        "evidence": incident.evidence,
+    }
+
+
+def finding_record_to_dict(record: FindingRecord) -> dict[str, Any]:
+    """A stored finding as JSON-ready values."""
+    return {
+        "id": record.id,
+        "incident_id": record.incident_id,
+        "kind": record.kind,
+        "entity": record.entity,
+        "status": record.status,
+        "time": _iso(record.time),
+        "severity": record.severity,
+        "summary": record.summary,
+        "detector": record.detector,
+        "node": record.node,
+        "port": record.port,
+        "link": record.link,
+        "score": record.score,
+        "confidence": record.confidence,
+        "evidence": record.evidence,
+    }
+
+
+def _validate(finding: Finding) -> None:
+    """Reject a bad finding before anything is written, naming it (a CHECK failure would not)."""
+    if finding.status not in FINDING_STATUSES:
+        raise ValueError(f"finding {finding.kind}/{finding.entity}: unknown status {finding.status!r}")
+    if finding.severity not in SEVERITY_RANK:
+        raise ValueError(f"finding {finding.kind}/{finding.entity}: unknown severity {finding.severity!r}")
+    if finding.time.tzinfo is None or finding.time.utcoffset() is None:
+        raise ValueError(f"finding {finding.kind}/{finding.entity}: time {finding.time} has no time zone")
+
+
+class IncidentStore:
+    """Incidents and findings in one SQL database (SQLite or PostgreSQL).
+
+    The schema must already exist (``service.db.upgrade``); the store never creates tables, so
+    a service started against an unmigrated database fails at once instead of drifting.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def apply(self, findings: Sequence[Finding]) -> ApplyResult:
+        """Roll a batch of findings into incidents, in one transaction.
+
+        Findings are taken in time order (stable, so equal times keep batch order). For each
+        ``(kind, entity)`` the latest incident decides: a ``firing`` finding updates an open or
+        acknowledged one, reopens a resolved one, or opens a new one if there is none; a
+        ``cleared`` finding resolves an open or acknowledged one. ``finding_count`` counts the
+        ``firing`` findings rolled in (how often the failure was seen). A finding older than the
+        incident's current state (a ``cleared`` before its last ``firing``, a ``firing`` before
+        its resolution) arrived late and is recorded without changing the incident, so replays
+        and out-of-order batches cannot flap incidents. Every finding is appended to
+        ``findings``.
+        """
+        if not findings:
+            return ApplyResult()
+        for finding in findings:
+            _validate(finding)
+        ordered = sorted(findings, key=lambda f: f.time)
+        counts = {"opened": 0, "updated": 0, "resolved": 0, "reopened": 0}
+
+        with self._sessions.begin() as session:
+            # Read-then-write: take SQLite's write lock before reading (PostgreSQL locks rows).
+            session.connection(execution_options={SQLITE_BEGIN_IMMEDIATE: True})
+            latest = self._load_latest(session, {(f.kind, f.entity) for f in ordered})
+            targets: list[Incident | None] = []
+            for finding in ordered:
+                key = (finding.kind, finding.entity)
+                incident = latest.get(key)
+                if finding.status == "firing":
+                    if incident is None:
+                        incident = self._open(finding)
+                        session.add(incident)
+                        latest[key] = incident
+                        counts["opened"] += 1
+                    elif incident.status in ACTIVE_STATUSES:
+                        if finding.time >= incident.last_seen_at:
+                            self._refresh(incident, finding, keep_max_severity=True)
+                        incident.finding_count += 1
+                        counts["updated"] += 1
+                    elif incident.resolved_at is not None and finding.time < incident.resolved_at:
+                        incident.finding_count += 1  # late firing from before the resolution
+                    else:
+                        self._reopen(incident, finding)
+                        counts["reopened"] += 1
+                elif (
+                    incident is not None
+                    and incident.status in ACTIVE_STATUSES
+                    and finding.time >= incident.last_seen_at
+                ):
+                    incident.status = "resolved"
+                    incident.resolved_at = finding.time
+                    counts["resolved"] += 1
+                # Any other cleared finding changes nothing: with no incident at all it is stored
+                # as an orphan (incident_id null); a repeated or late clear stays with its incident.
+                targets.append(incident)
+
+            session.flush()  # assigns ids to new incidents, for the findings' foreign key
+            rows = [
+                self._record_row(f, inc.id if inc is not None else None)
+                for f, inc in zip(ordered, targets, strict=True)
+            ]
+            session.execute(sa.insert(FindingRecord), rows)
+        return ApplyResult(**counts)
+
+    @staticmethod
+    def _load_latest(session: Session, keys: Iterable[Key]) -> dict[Key, Incident]:
+        """The newest incident per ``(kind, entity)`` among ``keys``, locked for this transaction.
+
+        One query per chunk of keys. ``FOR UPDATE`` (PostgreSQL) makes concurrent writers of the
+        same incident queue up instead of losing each other's counts; on SQLite the transaction
+        already holds the database's write lock (``BEGIN IMMEDIATE``).
+        """
+        latest: dict[Key, Incident] = {}
+        key_list = sorted(keys)
+        for start in range(0, len(key_list), _KEY_CHUNK):
+            chunk = key_list[start : start + _KEY_CHUNK]
+            newest = (
+                sa.select(sa.func.max(Incident.id))
+                .where(sa.tuple_(Incident.kind, Incident.entity).in_(chunk))
+                .group_by(Incident.kind, Incident.entity)
+            )
+            rows = session.scalars(
+                sa.select(Incident)
+                .where(Incident.id.in_(newest.scalar_subquery()))
+                .order_by(Incident.id)  # lock rows in one order everywhere: no deadlocks between writers
+                .with_for_update()
+            )
+            latest.update(((inc.kind, inc.entity), inc) for inc in rows)
+        return latest
+
+    @staticmethod
+    def _open(finding: Finding) -> Incident:
+        return Incident(
+            kind=finding.kind,
+            entity=finding.entity,
+            status="open",
+            severity=finding.severity,
+            node=finding.node,
+            port=finding.port,
+            link=finding.link,
+            summary=finding.summary,
+            detector=finding.detector,
+            score=float(finding.score),
+            confidence=float(finding.confidence),
+            evidence=to_jsonable(finding.evidence),
+            opened_at=finding.time,
+            last_seen_at=finding.time,
+            resolved_at=None,
+            finding_count=1,
+            reopen_count=0,
+        )
+
+    @staticmethod
+    def _refresh(incident: Incident, finding: Finding, *, keep_max_severity: bool) -> None:
+        """Carry the latest finding's view onto the incident.
+
+        Within one episode severity only rises: a critical link that now scores merely
+        ``warning`` has not been fixed. Where a finding omits node/port/link, the incident keeps
+        what an earlier finding said.
+        """
+        if not keep_max_severity or SEVERITY_RANK[finding.severity] > SEVERITY_RANK[incident.severity]:
+            incident.severity = finding.severity
+        incident.last_seen_at = finding.time
+        incident.summary = finding.summary
+        incident.detector = finding.detector
+        incident.score = float(finding.score)
+        incident.confidence = float(finding.confidence)
+        incident.evidence = to_jsonable(finding.evidence)
+        incident.node = finding.node or incident.node
+        incident.port = finding.port or incident.port
+        incident.link = finding.link or incident.link
+
+    def _reopen(self, incident: Incident, finding: Finding) -> None:
+        """Bring a resolved incident back: same id and history, a new episode.
+
+        Severity restarts from the new finding rather than the old episode's maximum, so a link
+        that was once down and now only flaps is not paged as critical again. ``opened_at``
+        keeps the first opening; ``reopen_count`` says it came back.
+        """
+        incident.status = "open"
+        incident.resolved_at = None
+        incident.reopen_count += 1
+        incident.finding_count += 1
+        self._refresh(incident, finding, keep_max_severity=False)
+
+    @staticmethod
+    def _record_row(finding: Finding, incident_id: int | None) -> dict[str, Any]:
+        return {
+            "incident_id": incident_id,
+            "kind": finding.kind,
+            "entity": finding.entity,
+            "status": finding.status,
+            "time": finding.time,
+            "severity": finding.severity,
+            "summary": finding.summary,
+            "detector": finding.detector,
+            "node": finding.node,
+            "port": finding.port,
+            "link": finding.link,
+            "score": float(finding.score),
+            "confidence": float(finding.confidence),
+            "evidence": to_jsonable(finding.evidence),
+        }
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def list_incidents(
+        self,
+        status: str | None = None,
+        kind: str | None = None,
+        node: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Incidents newest first (``opened_at`` desc, then ``id`` desc for a stable page order)."""
+        if status is not None and status not in INCIDENT_STATUSES:
+            raise ValueError(f"unknown incident status {status!r}; expected one of {INCIDENT_STATUSES}")
+        if limit < 1 or offset < 0:
+            raise ValueError(f"need limit >= 1 and offset >= 0, got limit={limit} offset={offset}")
+        query = sa.select(Incident)
+        if status is not None:
+            query = query.where(Incident.status == status)
+        if kind is not None:
+            query = query.where(Incident.kind == kind)
+        if node is not None:
+            query = query.where(Incident.node == node)
+        query = query.order_by(Incident.opened_at.desc(), Incident.id.desc()).limit(limit).offset(offset)
+        with self._sessions() as session:
+            return [incident_to_dict(inc) for inc in session.scalars(query)]
+
+    def get_incident(self, incident_id: int) -> dict[str, Any] | None:
+        """One incident with its latest findings (newest first), or None if there is no such id."""
+        with self._sessions() as session:
+            incident = session.get(Incident, incident_id)
+            if incident is None:
+                return None
+            records = session.scalars(
+                sa.select(FindingRecord)
+                .where(FindingRecord.incident_id == incident_id)
+                .order_by(FindingRecord.time.desc(), FindingRecord.id.desc())
+                .limit(INCIDENT_FINDINGS_LIMIT)
+            )
+            out = incident_to_dict(incident)
+            out["findings"] = [finding_record_to_dict(r) for r in records]
+            return out
+
+    def open_counts(self) -> list[tuple[str, str, int]]:
+        """``(kind, severity, count)`` of open and acknowledged incidents, for Prometheus gauges."""
+        query = (
+            sa.select(Incident.kind, Incident.severity, sa.func.count())
+            .where(Incident.status.in_(ACTIVE_STATUSES))
+            .group_by(Incident.kind, Incident.severity)
+            .order_by(Incident.kind, Incident.severity)
+        )
+        with self._sessions() as session:
+            return [(kind, severity, int(count)) for kind, severity, count in session.execute(query)]

@@ -1,0 +1,78 @@
+"""Shared fixtures: a database URL per backend, migrated engines and stores.
+
+``db_url`` runs each test on SQLite and on PostgreSQL. PostgreSQL is real, named by
+GRAYWIRE_TEST_PG_URL; without it the PostgreSQL half is skipped locally but fails under CI, so a
+misconfigured pipeline cannot pass by testing nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from service.db import make_engine, upgrade
+from service.store import IncidentStore
+
+PG_URL_ENV = "GRAYWIRE_TEST_PG_URL"
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def postgres_url() -> str:
+    """The test server's URL, or skip (locally) / fail (in CI) when it is not configured."""
+    url = os.environ.get(PG_URL_ENV, "").strip()
+    if url:
+        return url
+    reason = f"{PG_URL_ENV} is not set; set it to a PostgreSQL URL to run the PostgreSQL tests"
+    if _in_ci():
+        pytest.fail(f"CI is set but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def reset_postgres(url: str) -> None:
+    """Drop every table in the default schema (alembic_version too): each test starts empty."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            quote = conn.dialect.identifier_preparer.quote
+            for table in sa.inspect(conn).get_table_names():
+                conn.execute(sa.text(f"DROP TABLE IF EXISTS {quote(table)} CASCADE"))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: a fresh SQLite file, or the PostgreSQL test database wiped clean."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'graywire.db'}"
+        return
+    url = postgres_url()
+    reset_postgres(url)
+    try:
+        yield url
+    finally:
+        reset_postgres(url)
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    """An engine on a database migrated to head."""
+    upgrade(db_url)
+    engine = make_engine(db_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def store(engine: Engine) -> IncidentStore:
+    return IncidentStore(engine)
