@@ -125,28 +125,40 @@ def _files(root: Path, kind: str) -> list[Path]:
     return sorted(p for d in sorted(base.glob("hour=*")) for p in d.glob("*.parquet"))
 
 
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    if table.column(0).num_chunks != 1:
+        table = table.combine_chunks()
+    return table.to_batches()[0]
+
+
 def iter_polls(root: str | Path, kind: str) -> Iterator[pa.RecordBatch]:
-    """Yield one batch per poll time, in time order, streaming (never the whole dataset)."""
+    """Yield one batch per poll time, in time order, streaming (never the whole dataset).
+
+    Reads a row group at a time and slices it (zero-copy); the writer never splits a poll
+    across row groups, but a poll that does span two is still joined.
+    """
     carry: pa.Table | None = None
     for path in _files(Path(root), kind):
         try:
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as e:
             raise ValueError(f"{path}: unreadable Parquet file: {e}") from e
-        for chunk in pf.iter_batches(batch_size=262_144):
-            table = pa.Table.from_batches([chunk])
+        for rg in range(pf.num_row_groups):
+            table = pf.read_row_group(rg)
+            if table.num_rows == 0:
+                continue
             if carry is not None:
                 table = pa.concat_tables([carry, table])
                 carry = None
-            times = table.column("time").combine_chunks().cast(pa.int64()).to_numpy()
+            times = table.column("time").cast(pa.int64()).to_numpy()
             cuts = np.flatnonzero(np.diff(times)) + 1
             starts = np.concatenate(([0], cuts))
             ends = np.concatenate((cuts, [len(times)]))
             for s, e in zip(starts[:-1], ends[:-1], strict=True):
-                yield table.slice(s, e - s).combine_chunks().to_batches()[0]
+                yield _one_batch(table.slice(s, e - s))
             carry = table.slice(starts[-1], ends[-1] - starts[-1])
     if carry is not None and carry.num_rows:
-        yield carry.combine_chunks().to_batches()[0]
+        yield _one_batch(carry)
 
 
 def iter_replay(

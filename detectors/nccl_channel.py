@@ -49,10 +49,62 @@ class NcclChannelOutlier:
     def __init__(self, fabric: Fabric | None = None, cfg: NcclChannelConfig | None = None) -> None:
         self.fabric = fabric
         self.cfg = cfg or NcclChannelConfig()
-        self.entities = EntityIndex()
+        self.groups = EntityIndex()  # communicator|collective|size bucket -> stable id
+        self._known_keys = np.zeros(0, dtype=np.int64)
+        self._known_ids = np.zeros(0, dtype=np.int64)
+        self._entity_label: dict[int, tuple[int, int, int]] = {}
+        self._n_entities = 0
         self.hist = np.full((0, self.cfg.window), np.nan)
         self.count = np.zeros(0, dtype=np.int64)
         self.hyst = Hysteresis(self.cfg.hysteresis)
+
+    def _group_keys(self, batch: pa.RecordBatch) -> pa.Array:
+        """``communicator|collective|log2 size`` per row, built on the dictionaries (few strings)."""
+        size = batch.column("message_bytes").fill_null(0).to_numpy(zero_copy_only=False)
+        bucket = np.floor(np.log2(np.maximum(size, 1))).astype(np.int64)
+        comm = batch.column("communicator")
+        coll = batch.column("collective")
+        if pa.types.is_dictionary(comm.type) and pa.types.is_dictionary(coll.type):
+            cc = comm.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            kc = coll.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            combo = (cc * len(coll.dictionary) + kc) * 64 + bucket
+            uniq, inv = np.unique(combo, return_inverse=True)
+            b = uniq % 64
+            k = (uniq // 64) % len(coll.dictionary)
+            c = uniq // 64 // len(coll.dictionary)
+            names = [
+                f"{comm.dictionary[int(ci)]}|{coll.dictionary[int(ki)]}|{int(bi)}"
+                for ci, ki, bi in zip(c, k, b, strict=True)
+            ]
+            return pa.array(names, type=pa.string()).take(pa.array(inv))
+        return pc.binary_join_element_wise(
+            comm.cast(pa.string()), coll.cast(pa.string()), pa.array(bucket).cast(pa.string()), "|"
+        )
+
+    def _entity_ids(self, group: np.ndarray, rank: np.ndarray, chan: np.ndarray) -> np.ndarray:
+        """Stable ids for (group, rank, channel), found by binary search over packed int keys."""
+        packed = (group << 40) | ((rank & 0xFFFFFF) << 16) | (chan & 0xFFFF)
+        if self._known_keys.size:
+            pos = np.searchsorted(self._known_keys, packed)
+            hit = self._known_keys[np.minimum(pos, self._known_keys.size - 1)] == packed
+        else:
+            hit = np.zeros(packed.size, dtype=bool)
+        if not hit.all():
+            new = np.unique(packed[~hit])
+            new_ids = np.arange(self._n_entities, self._n_entities + new.size)
+            self._n_entities += new.size
+            keys = np.concatenate([self._known_keys, new])
+            vals = np.concatenate([self._known_ids, new_ids])
+            order = np.argsort(keys, kind="stable")
+            self._known_keys, self._known_ids = keys[order], vals[order]
+            for key, i in zip(new.tolist(), new_ids.tolist(), strict=True):
+                self._entity_label[i] = (key >> 40, (key >> 16) & 0xFFFFFF, key & 0xFFFF)
+            pos = np.searchsorted(self._known_keys, packed)
+        return self._known_ids[pos]
+
+    def entity_name(self, ent: int) -> str:
+        g, r, c = self._entity_label[ent]
+        return f"{self.groups.keys[g]}|rank {r}|channel {c}"
 
     def _grow(self, n: int) -> None:
         if n > self.count.size:
@@ -73,24 +125,21 @@ class NcclChannelOutlier:
             dur = dur[ok]
         if batch.num_rows == 0:
             return []
-        comm = batch.column("communicator").cast(pa.string())
-        coll = batch.column("collective").cast(pa.string())
-        size = batch.column("message_bytes").fill_null(0).to_numpy(zero_copy_only=False)
-        bucket = pa.array(np.floor(np.log2(np.maximum(size, 1))).astype(np.int64)).cast(pa.string())
-        group_key = pc.binary_join_element_wise(comm, coll, bucket, "|")
-        groups, g_inv = np.unique(group_key.to_numpy(zero_copy_only=False), return_inverse=True)
-        n_groups = groups.size
+        group_key = self._group_keys(batch)
+        g_inv = self.groups.ids(group_key)
+        # Dense per-batch group numbers for the statistics.
+        used, g_inv = np.unique(g_inv, return_inverse=True)
+        n_groups = used.size
         x = np.log(dur)
         med, mad = group_median_mad(x, g_inv, n_groups)
         scale = np.maximum(MAD_TO_SIGMA * mad, cfg.min_scale)
         peers = np.bincount(g_inv, minlength=n_groups)
         resid = x - med[g_inv]
 
-        rank = batch.column("rank").cast(pa.string())
-        chan = batch.column("channel").cast(pa.string())
-        ent_key = pc.binary_join_element_wise(group_key, rank, chan, "|")
-        ids = self.entities.ids(ent_key)
-        self._grow(len(self.entities.keys))
+        rank = batch.column("rank").to_numpy(zero_copy_only=False).astype(np.int64)
+        chan = batch.column("channel").to_numpy(zero_copy_only=False).astype(np.int64)
+        ids = self._entity_ids(used[g_inv], rank, chan)
+        self._grow(self._n_entities)
         slot = self.count[ids] % cfg.window
         self.hist[ids, slot] = resid
         self.count[ids] += 1
@@ -146,7 +195,7 @@ class NcclChannelOutlier:
             summary = f"{where} ({host}) back in line with its peers"
         return Finding(
             kind="nccl_channel_slow",
-            entity=self.entities.keys[ent],
+            entity=self.entity_name(ent),
             status=status,  # type: ignore[arg-type]
             time=now,
             severity="warning",

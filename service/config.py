@@ -59,7 +59,6 @@ class Settings(BaseSettings):
     data_dir: Path = Path("graywire-data")
     database_url: str | None = None
     poll_interval: str = "10s"
-    inventory: Path | None = None
     source: FabricSimSource = Field(default_factory=FabricSimSource)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)

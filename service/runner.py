@@ -19,6 +19,7 @@ from collectors.schemas import record_kind
 from detectors.findings import Finding
 from detectors.pipeline import Pipeline
 from fabricsim.faults import parse_duration
+from fabricsim.output import INVENTORY
 from service.config import Settings
 from service.metrics import MetricsState
 from service.sources import LiveFabricSim
@@ -48,6 +49,9 @@ class Runner:
                 row_group_rows=250_000,
                 roll_seconds=parse_duration(settings.archive.roll),
             )
+            # The fabric model beside the data, so `graywire replay <archive>` needs nothing else.
+            settings.archive_dir.mkdir(parents=True, exist_ok=True)
+            source.fabric.write_inventory(settings.archive_dir / INVENTORY)
         self._last_prune = 0.0
 
     def tick(self) -> list[Finding]:

@@ -1,0 +1,96 @@
+"""The assembled service: a poll loop over fabricsim into the store, API, metrics and archive."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from collectors.dataset import iter_polls, iter_replay
+from detectors.pipeline import Pipeline
+from service.app import create_app
+from service.config import load_settings
+
+
+@pytest.fixture
+def app_client(tmp_path: Path, db_url: str) -> Iterator[TestClient]:
+    settings = load_settings(
+        None,
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        poll_interval="10s",
+        source={"hosts": 8, "seed": 3, "faults": "speed_downgrade@15s+100s:gpu-0002/mlx5_5"},
+    )
+    app = create_app(settings, run_loop=False)
+    with TestClient(app) as client:
+        yield client
+
+
+def ticks(client: TestClient, n: int) -> list:
+    runner = client.app.state.runner  # type: ignore[attr-defined]
+    return [f for _ in range(n) for f in runner.tick()]
+
+
+def test_downgrade_becomes_an_incident_naming_port_and_node(app_client: TestClient) -> None:
+    found = ticks(app_client, 5)  # polls at 0..40 s; the fault starts at 15 s
+    assert [(f.kind, f.status) for f in found] == [("speed_downgrade", "firing")]
+    body = app_client.get("/api/v1/incidents", params={"status": "open"}).json()
+    assert body["count"] == 1
+    inc = body["items"][0]
+    assert inc["kind"] == "speed_downgrade"
+    assert inc["node"] == "gpu-0002"
+    assert inc["port"] == "gpu-0002/mlx5_5"
+    assert inc["evidence"]["expected"]["speed_bps"] == 800 * 10**9
+    assert inc["evidence"]["actual"]["gpu-0002/mlx5_5"]["speed_bps"] == 400 * 10**9
+    detail = app_client.get(f"/api/v1/incidents/{inc['id']}").json()
+    assert detail["findings"][0]["status"] == "firing"
+
+
+def test_incident_resolves_when_speed_is_restored(app_client: TestClient) -> None:
+    found = ticks(app_client, 15)  # the fault ends at 115 s
+    link = [(f.kind, f.status) for f in found if f.kind == "speed_downgrade"]
+    assert link == [("speed_downgrade", "firing"), ("speed_downgrade", "cleared")]
+    # The halved NIC also slows its rank's NCCL channels: same host, found as a consequence.
+    assert {f.node for f in found} == {"gpu-0002"}
+    items = app_client.get("/api/v1/incidents", params={"kind": "speed_downgrade"}).json()["items"]
+    assert [i["status"] for i in items] == ["resolved"]
+
+
+def test_metrics_expose_graywire_series_in_base_units(app_client: TestClient) -> None:
+    ticks(app_client, 4)
+    text = app_client.get("/metrics").text
+    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line[:1] != "#"}
+    assert samples["graywire_polls_total"] == 4
+    assert samples["graywire_ports"] == 256
+    assert samples['graywire_incidents_open{kind="speed_downgrade",severity="critical"}'] == 1
+    key = 'graywire_port_speed_bytes_per_second{node="gpu-0002",port="gpu-0002/mlx5_5"}'
+    assert samples[key] == 400e9 / 8
+    exp = 'graywire_port_expected_speed_bytes_per_second{node="gpu-0002",port="gpu-0002/mlx5_5"}'
+    assert samples[exp] == 800e9 / 8
+    assert samples['graywire_ingested_rows_total{record="port_sample"}'] == 4 * 256
+
+
+def test_healthz_reports_polls_and_database(app_client: TestClient) -> None:
+    ticks(app_client, 2)
+    r = app_client.get("/healthz")
+    assert r.status_code == 200
+    assert r.json()["status"] == "ok"
+    assert r.json()["polls"] == 2
+    assert r.json()["database"] == "ok"
+
+
+def test_archive_replays_to_the_same_findings(tmp_path: Path, app_client: TestClient) -> None:
+    live = ticks(app_client, 6)  # a downgrade at 15 s, and its rank's slow NCCL channels
+    runner = app_client.app.state.runner  # type: ignore[attr-defined]
+    runner.close()  # closes the open Parquet files so they can be read
+    root = tmp_path / "data" / "archive"
+    assert sorted(p.name for p in (root / "port_sample").iterdir())[0].startswith("hour=")
+    assert (root / "inventory.json").exists()
+    assert len(list(iter_polls(root, "port_sample"))) == 6
+    assert len(list(iter_polls(root, "nccl_timing"))) == 5  # the first poll has no timings yet
+    pipe = Pipeline(runner.source.fabric)
+    replayed = [f for b in iter_replay(root) for f in pipe.process(b)]
+    assert live
+    assert [(f.kind, f.entity, f.time) for f in replayed] == [(f.kind, f.entity, f.time) for f in live]

@@ -1,0 +1,95 @@
+"""The command line as a new user runs it: sim, replay, db upgrade, and the demo server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from service.cli import DEMO_FAULTS, main
+from service.config import FabricSimSource
+from service.sources import LiveFabricSim
+
+
+def test_sim_then_replay_scores_against_truth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sim"
+    assert main(["sim", "--hosts", "16", "--duration", "40m", "--seed", "2", "--out", str(out), "-q"]) == 0
+    assert (out / "truth.json").exists() and (out / "inventory.json").exists()
+    assert list((out / "port_sample").glob("hour=*/*.parquet"))
+    capsys.readouterr()
+    assert main(["replay", str(out), "--json", "-q"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["batches"] == 2 * 241 - 1
+    score = report["score"]
+    for kind in ("speed_downgrade", "width_downgrade", "slow_channel", "slow_rank"):
+        assert score["by_fault"][kind]["recall"] == 1.0, kind
+    assert score["by_fault"]["pfc_storm"] == {"faults": 1, "covered": False}
+    assert score["findings"]["false"] == 0
+    assert score["findings"]["benign_alarms"] == 0
+
+
+def test_replay_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(tmp_path / "missing")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert main(["replay", str(tmp_path)]) == 2
+    assert "no inventory" in capsys.readouterr().err
+
+
+def test_sim_rejects_a_bad_fault_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--hosts", "8", "--faults", "melt@5m", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown fault kind 'melt'" in capsys.readouterr().err
+
+
+def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    assert main(["db", "upgrade", "--database-url", url]) == 0
+    tables = set(sa.inspect(sa.create_engine(url)).get_table_names())
+    assert {"incidents", "findings", "alembic_version"} <= tables
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_demo_shows_both_injected_faults_within_a_minute(tmp_path: Path) -> None:
+    hosts, seed = 32, 7
+    expected = LiveFabricSim(FabricSimSource(hosts=hosts, seed=seed, faults=DEMO_FAULTS), 2.0).faults
+    downgrade = next(f for f in expected if f.kind == "speed_downgrade")
+    slow = next(f for f in expected if f.kind == "slow_channel")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "service.cli", "demo", "--port", str(port), "--hosts", str(hosts),
+           "--seed", str(seed), "--data-dir", str(tmp_path / "data")]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        found: dict[str, dict] = {}
+        while time.monotonic() < deadline and len(found) < 2:
+            time.sleep(2)
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            try:
+                items = httpx.get(f"http://127.0.0.1:{port}/api/v1/incidents", timeout=5).json()["items"]
+            except httpx.TransportError:
+                continue
+            for i in items:
+                if i["kind"] == "speed_downgrade" and i["port"] == downgrade.port:
+                    found["downgrade"] = i
+                if i["kind"] == "nccl_channel_slow" and i["node"] == slow.node:
+                    found["slow"] = i
+        assert set(found) == {"downgrade", "slow"}, f"after 60 s only {sorted(found)}"
+        assert found["slow"]["evidence"]["channel"] == slow.channel
+        assert found["slow"]["port"] == slow.port
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "graywire_polls_total" in metrics
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -1,0 +1,56 @@
+"""Configuration: embedded defaults, YAML files and clear errors for bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.config import load_settings
+
+
+def test_defaults_are_sqlite_under_the_data_dir() -> None:
+    s = load_settings()
+    assert s.db_url == "sqlite:///graywire-data/graywire.db"
+    assert s.poll_seconds == 10.0
+    assert s.source.type == "fabricsim"
+
+
+def test_yaml_file_and_overrides(tmp_path: Path) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text("port: 9000\npoll_interval: 30s\nsource:\n  hosts: 16\n  faults: speed_downgrade@1m\n")
+    s = load_settings(cfg, port=9100)
+    assert s.port == 9100
+    assert s.poll_seconds == 30.0
+    assert s.source.hosts == 16
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("port: [1\n", "not valid YAML"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("colour: blue\n", "colour"),
+        ("poll_interval: soon\n", "poll_interval"),
+        ("source:\n  faults: meteor_strike\n", "unknown fault kind 'meteor_strike'"),
+        ("source:\n  hosts: 0\n", "source.hosts"),
+    ],
+)
+def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_settings(cfg)
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot read config"):
+        load_settings(tmp_path / "nope.yaml")
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAYWIRE_PORT", "8123")
+    monkeypatch.setenv("GRAYWIRE_SOURCE__HOSTS", "12")
+    s = load_settings()
+    assert s.port == 8123
+    assert s.source.hosts == 12
