@@ -206,15 +206,24 @@ def load_inventory(path: str | Path) -> Fabric:
         raise ValueError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: {e}") from e
     try:
         return fabric_from_inventory(doc)
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+    except (ValueError, KeyError, TypeError) as e:
+        msg = f"missing key {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+        raise ValueError(f"{path}: {msg}") from e
+
+
+def _speed_as_bps(level: Mapping[str, Any]) -> dict[str, Any]:
+    """Fold ``speed`` into ``speed_bps`` at one level, so a port's own speed beats any default."""
+    out = dict(level)
+    if "speed" in out:
+        out["speed_bps"] = out.pop("speed")
+    return out
 
 
 def fabric_from_inventory(doc: Mapping[str, Any]) -> Fabric:
     """Build a :class:`Fabric` from a parsed inventory document."""
     if not isinstance(doc, Mapping) or "nodes" not in doc:
         raise ValueError("inventory must be a mapping with a 'nodes' list")
-    defaults = doc.get("defaults") or {}
+    defaults = _speed_as_bps(doc.get("defaults") or {})
     nodes: dict[str, str] = {}
     ports: list[PortSpec] = []
     for n in doc["nodes"]:
@@ -222,10 +231,13 @@ def fabric_from_inventory(doc: Mapping[str, Any]) -> Fabric:
         if name in nodes:
             raise ValueError(f"node {name} declared twice")
         nodes[name] = str(n.get("role", "host"))
-        node_defaults = {**defaults, **(n.get("port_defaults") or {})}
+        node_defaults = {**defaults, **_speed_as_bps(n.get("port_defaults") or {})}
         for p in n.get("ports", []):
-            p = {**node_defaults, **p} if isinstance(p, Mapping) else {**node_defaults, "label": p}
-            speed = p.get("speed_bps", p.get("speed"))
+            own = _speed_as_bps(p) if isinstance(p, Mapping) else {"label": p}
+            if "label" not in own:
+                raise ValueError(f"node {name}: a port has no 'label'")
+            p = {**node_defaults, **own}
+            speed = p.get("speed_bps")
             ports.append(
                 PortSpec(
                     node=name,
@@ -237,5 +249,9 @@ def fabric_from_inventory(doc: Mapping[str, Any]) -> Fabric:
                     media=p.get("media"),
                 )
             )
-    links = [(str(a), str(b)) for a, b in doc.get("links", [])]
+    links = []
+    for pair in doc.get("links", []):
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ValueError(f"a link must be a pair of port keys, not {pair!r}")
+        links.append((str(pair[0]), str(pair[1])))
     return Fabric.from_specs(nodes, ports, links)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 _SPEED = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(?:b(?:ps|/s|it/s)?)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -19,7 +20,7 @@ def parse_speed(value: str | int | float) -> int:
     m = _SPEED.match(value)
     if not m:
         raise ValueError(f"not a speed: {value!r} (use e.g. 800G, 400Gb/s, 100000Mbps)")
-    return int(float(m.group(1)) * _SCALE[m.group(2).lower()])
+    return int(Decimal(m.group(1)) * _SCALE[m.group(2).lower()])
 
 
 def format_speed(bps: int | float) -> str:

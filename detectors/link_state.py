@@ -35,6 +35,13 @@ def _col(batch: pa.RecordBatch, name: str, fill: float) -> np.ndarray:
     return arr.fill_null(fill).to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy()
 
 
+def _same_buffers(a: pa.Array, b: pa.Array) -> bool:
+    """Same length, offset and buffers: the same dictionary object reused by a collector."""
+    if len(a) != len(b) or a.offset != b.offset:
+        return False
+    return [x.address if x else 0 for x in a.buffers()] == [x.address if x else 0 for x in b.buffers()]
+
+
 class LinkDowngradeDetector:
     """Flags links whose negotiated speed or width is below what the fabric model expects."""
 
@@ -52,14 +59,15 @@ class LinkDowngradeDetector:
         self.kinds = ("width_downgrade", "speed_downgrade")
         self.hyst = {k: Hysteresis(self.cfg.hysteresis, fabric.n_ports) for k in self.kinds}
         self.since = {k: np.zeros(fabric.n_ports, dtype="datetime64[us]") for k in self.kinds}
-        self._lookup_cache: tuple[tuple[int, int, int], np.ndarray] | None = None
+        # (dictionary kept alive so its buffers cannot be reused, port index per entry)
+        self._lookup_cache: tuple[pa.Array, np.ndarray] | None = None
 
     def _port_index(self, ports: pa.Array) -> np.ndarray:
         if pa.types.is_dictionary(ports.type):
             d = ports.dictionary
-            key = (len(d), d.buffers()[1].address, d.buffers()[2].address)
-            if self._lookup_cache is None or self._lookup_cache[0] != key:
-                self._lookup_cache = (key, self.fabric.lookup(d))
+            cached = self._lookup_cache
+            if cached is None or not (cached[0] is d or _same_buffers(cached[0], d)):
+                self._lookup_cache = (d, self.fabric.lookup(d))
             return self._lookup_cache[1][ports.indices.to_numpy(zero_copy_only=False)]
         return self.fabric.lookup(ports)
 
@@ -87,7 +95,7 @@ class LinkDowngradeDetector:
         for kind, bad_rows in (("width_downgrade", width_bad), ("speed_downgrade", speed_bad)):
             bad_ent = np.bincount(ent[bad_rows], minlength=n) > 0
             h = self.hyst[kind]
-            fresh = bad_ent[ids] & (h.bad_run[ids] == 0)
+            fresh = bad_ent[ids] & (h.bad_run[ids] == 0) & ~h.is_open[ids]
             self.since[kind][ids[fresh]] = np.datetime64(now.replace(tzinfo=None), "us")
             opened, closed = h.update(ids, bad_ent[ids])
             for e in opened:

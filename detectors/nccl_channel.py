@@ -1,10 +1,11 @@
 """NCCL channel tail-latency outliers: one (rank, channel) far slower than its peers.
 
-Peers are the other (rank, channel) rows of the same communicator, collective and message-size
-bucket at the same poll, so a whole-job slowdown (checkpoint, data loader, global congestion)
-moves everyone and blames no one. Each row's log-duration residual from the peer median is
-kept for the last ``window`` polls; the score is the median residual over that window divided
-by the peers' robust spread, so a single slow sample never opens anything.
+Peers are the other ranks on the same channel of the same communicator, collective and
+message-size bucket at the same poll, so a whole-job slowdown (checkpoint, data loader, global
+congestion) moves everyone and blames no one, and the small wait a slow hop imposes on its
+whole ring is shared by all peers. Each (rank, channel)'s log-duration residual from the peer
+median is kept for the last ``window`` polls; the score is that windowed median against the
+peers' windowed medians (robust z), so a single slow sample never opens anything.
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ import pyarrow.compute as pc
 from collectors.model import Fabric
 from detectors.base import EntityIndex, Hysteresis, HysteresisConfig
 from detectors.findings import Finding
-from detectors.robust import MAD_TO_SIGMA, group_median_mad
+from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 
 @dataclass(frozen=True, slots=True)
 class NcclChannelConfig:
     window: int = 5  # polls in the median that is scored (3 of 5 must be slow)
     open_z: float = 5.0  # robust z of the windowed residual to open
-    open_ratio: float = 1.07  # and at least this much slower than the peer median
+    open_ratio: float = 1.05  # and at least this much slower than the peer median
     close_z: float = 2.5  # stays open while above both close thresholds
-    close_ratio: float = 1.04
+    close_ratio: float = 1.03
     min_scale: float = (
         0.005  # floor on the peers' spread (log units): identical peers are not infinitely sure
     )
@@ -126,27 +127,36 @@ class NcclChannelOutlier:
         if batch.num_rows == 0:
             return []
         group_key = self._group_keys(batch)
-        g_inv = self.groups.ids(group_key)
-        # Dense per-batch group numbers for the statistics.
-        used, g_inv = np.unique(g_inv, return_inverse=True)
-        n_groups = used.size
-        x = np.log(dur)
-        med, mad = group_median_mad(x, g_inv, n_groups)
-        scale = np.maximum(MAD_TO_SIGMA * mad, cfg.min_scale)
-        peers = np.bincount(g_inv, minlength=n_groups)
-        resid = x - med[g_inv]
-
+        g_row = self.groups.ids(group_key)
         rank = batch.column("rank").to_numpy(zero_copy_only=False).astype(np.int64)
         chan = batch.column("channel").to_numpy(zero_copy_only=False).astype(np.int64)
-        ids = self._entity_ids(used[g_inv], rank, chan)
+        ent_row = self._entity_ids(g_row, rank, chan)
         self._grow(self._n_entities)
+        # One value per (rank, channel) per poll: several calls of one collective in a poll
+        # are summarized by their median, and peers are counted in entities, not rows.
+        ids, first_row, e_inv = np.unique(ent_row, return_index=True, return_inverse=True)
+        x = group_median(np.log(dur), e_inv, ids.size)
+        # Peers share the channel too: a slow hop makes every rank of its ring wait a little,
+        # which must not read as each of them being slow; a slow rank still stands out.
+        used, g_ent = np.unique((g_row[first_row] << 16) | (chan[first_row] & 0xFFFF), return_inverse=True)
+        n_groups = used.size
+        med = group_median(x, g_ent, n_groups)
+        peers = np.bincount(g_ent, minlength=n_groups)
+        resid = x - med[g_ent]
+
         slot = self.count[ids] % cfg.window
         self.hist[ids, slot] = resid
         self.count[ids] += 1
         full = self.count[ids] >= cfg.window
         wmed = np.median(self.hist[ids], axis=1)
-        z = wmed / scale[g_inv]
-        enough = full & (peers[g_inv] >= cfg.min_peers)
+        # Score against the spread of the peers' *windowed* medians: like against like.
+        center = np.full(n_groups, np.nan)
+        spread = np.full(n_groups, np.nan)
+        if full.any():
+            center, spread = group_median_mad(wmed[full], g_ent[full], n_groups)
+        scale = np.maximum(MAD_TO_SIGMA * np.nan_to_num(spread, nan=0.0), cfg.min_scale)
+        z = (wmed - np.nan_to_num(center[g_ent], nan=0.0)) / scale[g_ent]
+        enough = full & (peers[g_ent] >= cfg.min_peers)
         opening = (z >= cfg.open_z) & (wmed >= math.log(cfg.open_ratio))
         holding = (z >= cfg.close_z) & (wmed >= math.log(cfg.close_ratio))
         bad = np.where(self.hyst.is_open[ids], holding, opening) & enough
@@ -154,13 +164,14 @@ class NcclChannelOutlier:
         if not opened.size and not closed.size:
             return []
         now = batch.column("time")[0].as_py()
-        row_of = {int(e): r for r, e in enumerate(ids.tolist())}
+        pos_of = {int(e): j for j, e in enumerate(ids.tolist())}
         out = []
         for status, ents in (("firing", opened), ("cleared", closed)):
             for e in ents.tolist():
-                r = row_of[e]
-                out.append(self._finding(status, e, r, now, batch, dur, med[g_inv[r]], scale[g_inv[r]],
-                                         wmed[r], z[r], int(peers[g_inv[r]])))  # fmt: skip
+                j = pos_of[e]
+                g = g_ent[j]
+                stats = (float(np.exp(x[j])), med[g], scale[g], wmed[j], resid[j], z[j], int(peers[g]))
+                out.append(self._finding(status, e, int(first_row[j]), now, batch, *stats))
         return out
 
     def _finding(
@@ -170,10 +181,11 @@ class NcclChannelOutlier:
         row: int,
         now: datetime,
         batch: pa.RecordBatch,
-        dur: np.ndarray,
+        duration: float,
         peer_med: float,
         scale: float,
         wmed: float,
+        latest: float,
         z: float,
         peers: int,
     ) -> Finding:
@@ -184,7 +196,7 @@ class NcclChannelOutlier:
             candidate = f"{host}/mlx5_{device}"
             if self.fabric is None or self.fabric.lookup(pa.array([candidate]))[0] >= 0:
                 port = candidate
-        slower = math.exp(wmed) - 1
+        slower = math.exp(latest) - 1  # this poll, vs peers
         where = f"rank {rec['rank']} channel {rec['channel']} of {rec['communicator']}"
         if status == "firing":
             summary = (
@@ -214,11 +226,12 @@ class NcclChannelOutlier:
                 "channel": rec["channel"],
                 "host": host,
                 "device": device,
-                "duration_seconds": float(dur[row]),
+                "duration_seconds": duration,
                 "peer_median_seconds": float(math.exp(peer_med)),
                 "peer_spread_log": float(scale),
                 "peers": peers,
-                "windowed_slowdown": float(slower),
+                "slowdown_vs_peers": float(slower),
+                "windowed_slowdown": float(math.exp(wmed) - 1),
                 "robust_z": float(z),
                 "window_polls": self.cfg.window,
             },

@@ -176,8 +176,11 @@ def resolve_faults(
     for i, r in enumerate(expanded):
         start = r.start_s if r.start_s is not None else float(rng.uniform(0.1, 0.5) * duration_s)
         dur = r.duration_s if r.duration_s is not None else max(10 * interval_s, 0.3 * duration_s)
-        if r.kind == "short_retrain" and r.magnitude is None:
-            mag = DEFAULT_MAGNITUDE[r.kind]
+        if r.kind == "short_retrain":
+            # The magnitude is the outage length; `+D` alone says the same thing.
+            mag = r.magnitude if r.magnitude is not None else (r.duration_s or DEFAULT_MAGNITUDE[r.kind])
+            if not 0 < mag < 30:
+                raise ValueError(f"short_retrain lasts under 30 s, not {mag:g} s (use link_flap for longer)")
             dur = mag
         else:
             mag = r.magnitude if r.magnitude is not None else DEFAULT_MAGNITUDE[r.kind]
@@ -226,6 +229,10 @@ def _place(
             gpu_s, _, ch_s = rest.partition(":")
             gpu = int(gpu_s.removeprefix("mlx5_")) if gpu_s else 0
             ch = int(ch_s) if ch_s else int(rng.integers(channels))
+            if not 0 <= gpu < gpus:
+                raise ValueError(f"{f.kind}: {target!r} names GPU {gpu}, hosts have {gpus} (0..{gpus - 1})")
+            if not 0 <= ch < channels:
+                raise ValueError(f"{f.kind}: {target!r} names channel {ch}, ranks have {channels} channels")
         else:
             nic = _pick_nic(host_nics, used, rng, fabric)
             host = fabric.node_of(nic)
@@ -244,7 +251,7 @@ def _place(
         idx = int(idx_arr[0])
         if idx < 0:
             raise ValueError(f"{f.kind}: unknown port {target!r}")
-        used.add(idx)
+        used.update((idx, int(fabric.peer[idx])))
     else:
         idx = _pick_nic(host_nics, used, rng, fabric)
     peer = int(fabric.peer[idx])

@@ -271,7 +271,7 @@ class FabricSim:
             for fl in self.faults:
                 if fl.kind == kind:
                     li = self._link_of_port(fl.port)
-                    downs[li] += sum(1 for s, _ in _outages(fl) if t - dt <= s < t)
+                    downs[li] += sum(1 for s, _ in _outages(fl) if t - dt < s <= t)
         inc[C["link_downed"], ends] = np.tile(downs, 2)
         inc[C["link_recovery"], ends] = np.tile(downs, 2)
         host_only = [C[c] for c in HOST_ONLY]
@@ -423,5 +423,5 @@ def truth_document(sim: FabricSim) -> dict:
         "duration_s": cfg.duration_s,
         "start": cfg.start.isoformat(),
         "faults": [f.to_json() for f in sim.faults],
-        "poll_seconds_per_port": math.floor(cfg.duration_s / cfg.interval_s) + 1,
+        "polls": math.floor(cfg.duration_s / cfg.interval_s) + 1,
     }
