@@ -1,0 +1,220 @@
+"""Throughput of the streaming pipeline at fabric scale: port samples and NCCL timings.
+
+Run: ``python bench/bench_pipeline.py [--ports 10000,100000,500000] [--polls N]``.
+
+For each size a rail-optimized fat tree with about that many ports is built (32 ports per
+8-GPU host: 16,384 hosts give 524,288 ports), and ``port_sample`` batches in the canonical
+schema are synthesized the way a collector sends them: one dictionary of port keys reused every
+poll, every counter cumulative, speed/width/state gauges. After warm-up polls (the first builds
+the key maps), ``--polls`` polls are timed through ``Pipeline.process`` (CounterRates then
+LinkDowngradeDetector); a few links drop to half speed mid-run so findings are built too.
+Batch construction is not timed. The NCCL line times ``NcclChannelOutlier`` on ranks x channels
+rows per poll, in communicators of 256 ranks, with one slow channel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import time
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.model import Fabric
+from collectors.schemas import (
+    LOGICAL_ACTIVE,
+    NCCL_TIMING,
+    PHYS_LINK_UP,
+    PORT_COUNTERS,
+    PORT_SAMPLE,
+    TS,
+    make_batch,
+)
+from detectors.link_state import LinkDowngradeDetector
+from detectors.nccl_channel import NcclChannelOutlier
+from detectors.pipeline import Pipeline
+from fabricsim.topology import TopologySpec, build_fabric
+
+T0 = datetime(2026, 1, 5, tzinfo=UTC)
+POLL_S = 10.0
+G = 10**9
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+class PortCollector:
+    """Cumulative port samples for every port of a fabric, one dictionary for every poll."""
+
+    def __init__(self, fabric: Fabric, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        n = fabric.n_ports
+        self.n = n
+        self.port = pa.DictionaryArray.from_arrays(pa.array(np.arange(n, dtype=np.int32)), fabric.key_array)
+        self.source = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array(["ufm"]))
+        self.phys = pa.array(np.full(n, PHYS_LINK_UP, np.uint8))
+        self.logical = pa.array(np.full(n, LOGICAL_ACTIVE, np.uint8))
+        self.fec = pa.array(np.full(n, 14, np.uint8))
+        self.temp = pa.array(rng.normal(52, 3, n).astype(np.float32))
+        self.speed = fabric.expected_speed_bps.copy()
+        self.width = fabric.expected_width.astype(np.uint8)
+        self.int_cols = [c for c in PORT_COUNTERS if not c.endswith("_seconds")]
+        self.float_cols = [c for c in PORT_COUNTERS if c.endswith("_seconds")]
+        # Per-poll increments: byte counters at 30-60% of 800G for 10 s, the rest small.
+        inc = rng.integers(0, 1_000, (len(self.int_cols), n), dtype=np.uint64)
+        for j, c in enumerate(self.int_cols):
+            if c.endswith("_bytes"):
+                inc[j] = rng.integers(3 * 10**11, 6 * 10**11, n, dtype=np.uint64)
+            elif c == "phy_received_bits":
+                inc[j] = np.uint64(8 * 10**12)
+        self.inc = inc
+        self.cum = rng.integers(10**9, 10**13, (len(self.int_cols), n), dtype=np.uint64)
+        self.pause = np.zeros((len(self.float_cols), n))
+        self.pause_inc = rng.uniform(0, 1e-3, (len(self.float_cols), n))
+        self.k = 0
+
+    def batch(self) -> pa.RecordBatch:
+        n = self.n
+        t = np.datetime64((T0 + timedelta(seconds=POLL_S * self.k)).replace(tzinfo=None), "us")
+        self.k += 1
+        cols: dict[str, pa.Array] = {
+            "time": pa.array(np.full(n, t), type=TS),
+            "port": self.port,
+            "source": self.source,
+            "phys_state": self.phys,
+            "logical_state": self.logical,
+            "speed_bps": pa.array(self.speed),
+            "width": pa.array(self.width),
+            "fec_mode": self.fec,
+            "temperature_celsius": self.temp,
+        }
+        for j, c in enumerate(self.int_cols):
+            cols[c] = pa.array(self.cum[j])
+        for j, c in enumerate(self.float_cols):
+            cols[c] = pa.array(self.pause[j])
+        # New arrays, not in place: the batch just built shares memory with the old ones.
+        self.cum = self.cum + self.inc
+        self.pause = self.pause + self.pause_inc
+        return make_batch(PORT_SAMPLE, n, cols)
+
+    def downgrade(self, fabric: Fabric, links: int) -> None:
+        """Drop the first ``links`` host links to half speed, both ends."""
+        hosts = np.flatnonzero(fabric.host_port)[: max(0, links)]
+        ends = np.concatenate([hosts, fabric.peer[hosts]])
+        self.speed[ends] //= 2
+
+
+def bench_ports(target: int, polls: int, warmup: int, downgrades: int) -> None:
+    t = time.perf_counter()
+    fabric = build_fabric(TopologySpec(hosts=max(1, math.ceil(target / 32))))
+    collector = PortCollector(fabric)
+    pipe = Pipeline(fabric, detectors=[LinkDowngradeDetector(fabric)])
+    setup = time.perf_counter() - t
+
+    first = 0.0
+    for k in range(warmup):
+        batch = collector.batch()
+        t = time.perf_counter()
+        pipe.process(batch)
+        if k == 0:
+            first = time.perf_counter() - t
+    pipe.stats.clear()
+
+    times, findings = [], 0
+    for k in range(polls):
+        if k == polls // 2:
+            collector.downgrade(fabric, downgrades)
+        batch = collector.batch()
+        t = time.perf_counter()
+        findings += len(pipe.process(batch))
+        times.append(time.perf_counter() - t)
+        del batch
+
+    n = fabric.n_ports
+    mean = float(np.mean(times))
+    st = pipe.stats
+    per = ", ".join(f"{name} {1e3 * s.seconds / s.batches:.1f}" for name, s in st.items())
+    print(
+        f"ports {n:>9,}  {n / mean:>13,.0f} port-samples/s  {1e3 * mean:8.1f} ms/poll "
+        f"(median {1e3 * float(np.median(times)):.1f}, max {1e3 * max(times):.1f}; {per})  "
+        f"first poll {1e3 * first:.0f} ms  findings {findings}  setup {setup:.1f} s  "
+        f"peak RSS {peak_rss_mb():,.0f} MB"
+    )
+
+
+def bench_nccl(ranks: int, channels: int, polls: int, warmup: int) -> None:
+    rng = np.random.default_rng(1)
+    hosts = math.ceil(ranks / 8)
+    fabric = build_fabric(TopologySpec(hosts=hosts))
+    per_comm = 256
+    n = ranks * channels
+    rank_of_row = np.repeat(np.arange(ranks), channels)
+    comm_of_row = (rank_of_row // per_comm).astype(np.int32)
+    n_comm = int(comm_of_row.max()) + 1
+    names = [f"job-{j:03d}" for j in range(n_comm)]
+    static = {
+        "job": pa.DictionaryArray.from_arrays(pa.array(comm_of_row), pa.array(names)),
+        "communicator": pa.DictionaryArray.from_arrays(
+            pa.array(comm_of_row), pa.array([f"{j}:world" for j in names])
+        ),
+        "rank": pa.array((rank_of_row % per_comm).astype(np.int32)),
+        "nranks": pa.array(np.full(n, per_comm, np.int32)),
+        "host": pa.DictionaryArray.from_arrays(
+            pa.array((rank_of_row // 8).astype(np.int32)), pa.array(fabric.node_names[:hosts])
+        ),
+        "device": pa.array((rank_of_row % 8).astype(np.int16)),
+        "collective": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array(["AllReduce"])),
+        "message_bytes": pa.array(np.full(n, 512 * 2**20, np.int64)),
+        "channel": pa.array(np.tile(np.arange(channels, dtype=np.int16), ranks)),
+        "transport": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array(["NET/IB"])),
+    }
+    slow_row = (ranks // 7) * channels + min(1, channels - 1)  # one channel of one rank
+
+    def batch(k: int) -> pa.RecordBatch:
+        dur = 0.014 * np.exp(rng.normal(0, 0.015, n))
+        if k >= warmup:
+            dur[slow_row] *= 1.3
+        t = np.datetime64((T0 + timedelta(seconds=POLL_S * (k + 1))).replace(tzinfo=None), "us")
+        cols = dict(static, time=pa.array(np.full(n, t), type=TS), duration_seconds=pa.array(dur))
+        return make_batch(NCCL_TIMING, n, cols)
+
+    pipe = Pipeline(fabric, detectors=[NcclChannelOutlier(fabric)])
+    for k in range(warmup):
+        pipe.process(batch(k))
+    times, findings = [], 0
+    for k in range(warmup, warmup + polls):
+        b = batch(k)
+        t = time.perf_counter()
+        findings += len(pipe.process(b))
+        times.append(time.perf_counter() - t)
+    mean, median = float(np.mean(times)), float(np.median(times))
+    print(
+        f"nccl {ranks:,} ranks x {channels} channels = {n:,} rows  {n / mean:>11,.0f} rows/s  "
+        f"{1e3 * mean:8.1f} ms/poll (median {1e3 * median:.1f}, max {1e3 * max(times):.1f})  "
+        f"findings {findings}  peak RSS {peak_rss_mb():,.0f} MB"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ports", default="10000,100000,500000", help="comma-separated port counts")
+    ap.add_argument("--polls", type=int, default=10, help="timed polls per size")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed polls first (at least 1)")
+    ap.add_argument("--downgrades", type=int, default=4, help="links dropped to half speed mid-run")
+    ap.add_argument("--nccl-ranks", type=int, default=8192)
+    ap.add_argument("--nccl-channels", type=int, default=4)
+    args = ap.parse_args()
+    if args.polls < 1 or args.warmup < 1:
+        ap.error("--polls and --warmup must be at least 1")
+    for size in (int(s) for s in args.ports.split(",") if s.strip()):
+        bench_ports(size, args.polls, args.warmup, args.downgrades)
+    if args.nccl_ranks > 0:
+        bench_nccl(args.nccl_ranks, args.nccl_channels, args.polls, max(args.warmup, 5))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The streaming pipeline: routing by record, stage statistics, and scoring against fabricsim."""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+import pyarrow as pa
+import pytest
+
+from collectors.schemas import LINK, PORT_SAMPLE, make_batch
+from detectors.findings import Finding
+from detectors.link_state import LinkDowngradeDetector
+from detectors.nccl_channel import NcclChannelOutlier
+from detectors.pipeline import Pipeline, default_detectors
+from detectors.rates import CounterRates, rates_schema
+from fabricsim.faults import BENIGN_KINDS
+from fabricsim.scoring import score
+from fabricsim.sim import FabricSim, SimConfig, truth_document
+from fabricsim.topology import TopologySpec
+
+
+class Recorder:
+    """A detector that keeps what it was given and reports one finding per batch."""
+
+    name: ClassVar[str] = "recorder"
+    version: ClassVar[str] = "0"
+    consumes: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self.seen: list[pa.RecordBatch] = []
+
+    def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        self.seen.append(batch)
+        t = batch.column("time")[0].as_py()
+        return [Finding("probe", self.consumes, "firing", t, "info", "seen", self.name)]
+
+
+class PortRecorder(Recorder):
+    name = "port-recorder"
+    consumes = "port_rates"
+
+
+class NcclRecorder(Recorder):
+    name = "nccl-recorder"
+    consumes = "nccl_timing"
+
+
+def small_sim(faults: str = "none", duration_s: float = 30.0) -> FabricSim:
+    return FabricSim(SimConfig(topology=TopologySpec(hosts=8), duration_s=duration_s, faults=faults))
+
+
+def test_routes_records_to_the_detectors_that_consume_them() -> None:
+    sim = small_sim()
+    ports, nccl = PortRecorder(), NcclRecorder()
+    pipe = Pipeline(sim.fabric, detectors=[ports, nccl])
+    steps = list(sim.run())  # 4 polls; the first has no NCCL batch
+    assert [s.nccl_timing is None for s in steps] == [True, False, False, False]
+
+    out = pipe.process(steps[0].port_sample)
+    assert [(f.kind, f.entity) for f in out] == [("probe", "port_rates")]
+    assert len(ports.seen) == 1 and nccl.seen == []
+    # Port detectors get rates, not the raw samples.
+    assert ports.seen[0].schema == rates_schema()
+    assert ports.seen[0].num_rows == sim.fabric.n_ports
+    assert ports.seen[0].column("rx_bytes_per_second").null_count == sim.fabric.n_ports  # first poll
+
+    for s in steps[1:]:
+        pipe.process(s.port_sample)
+        out = pipe.process(s.nccl_timing)
+        assert [(f.kind, f.entity) for f in out] == [("probe", "nccl_timing")]
+    assert len(ports.seen) == 4 and len(nccl.seen) == 3
+    assert nccl.seen[0] is steps[1].nccl_timing  # NCCL timings go through untouched
+    assert ports.seen[1].column("rx_bytes_per_second").null_count == 0
+
+
+def test_rejects_other_records() -> None:
+    pipe = Pipeline(small_sim().fabric)
+    link = make_batch(
+        LINK, 1, {"a_port": pa.array(["a/1"]), "b_port": pa.array(["b/1"]), "source": pa.array(["x"])}
+    )
+    with pytest.raises(ValueError, match="port_sample or nccl_timing"):
+        pipe.process(link)
+    bare = pa.RecordBatch.from_pydict({"time": [1]})
+    with pytest.raises(ValueError, match="metadata"):
+        pipe.process(bare)
+    assert pipe.stats == {}
+
+
+def test_default_detectors() -> None:
+    sim = small_sim()
+    pipe = Pipeline(sim.fabric)
+    kinds = [type(d) for d in pipe.detectors]
+    assert kinds == [LinkDowngradeDetector, NcclChannelOutlier]
+    assert [type(d) for d in default_detectors(sim.fabric)] == kinds
+    assert isinstance(pipe.rates, CounterRates)
+    # Each pipeline has its own rates state.
+    assert Pipeline(sim.fabric).rates is not pipe.rates
+
+
+def test_stage_statistics() -> None:
+    sim = small_sim("speed_downgrade@10s+100s:gpu-0003/mlx5_2", duration_s=60.0)
+    pipe = Pipeline(sim.fabric)
+    found: list[Finding] = []
+    nccl_rows = 0
+    for s in sim.run():
+        found += pipe.process(s.port_sample)
+        if s.nccl_timing is not None:
+            found += pipe.process(s.nccl_timing)
+            nccl_rows += s.nccl_timing.num_rows
+    n = sim.fabric.n_ports
+    st = pipe.stats
+    assert set(st) == {"rates", "link_downgrade", "nccl_channel_outlier"}  # named by detector.name
+    assert (st["rates"].batches, st["rates"].rows, st["rates"].findings) == (7, 7 * n, 0)
+    assert (st["link_downgrade"].batches, st["link_downgrade"].rows) == (7, 7 * n)
+    assert (st["nccl_channel_outlier"].batches, st["nccl_channel_outlier"].rows) == (6, nccl_rows)
+    assert nccl_rows == 6 * 64 * 4
+    link_found = [f for f in found if f.detector.startswith("link_downgrade")]
+    assert [(f.kind, f.status) for f in link_found] == [("speed_downgrade", "firing")]
+    assert st["link_downgrade"].findings == 1
+    assert st["nccl_channel_outlier"].findings == len(found) - 1
+    assert all(s.seconds > 0 for s in st.values())
+
+
+def test_empty_port_poll() -> None:
+    sim = small_sim()
+    pipe = Pipeline(sim.fabric)
+    first = sim.step().port_sample
+    assert pipe.process(first.slice(0, 0)) == []
+    assert pipe.stats["rates"].batches == 1 and pipe.stats["rates"].rows == 0
+    assert pipe.process(make_batch(PORT_SAMPLE, 0, _empty_required())) == []
+
+
+def _empty_required() -> dict[str, pa.Array]:
+    return {
+        "time": pa.array([], PORT_SAMPLE.field("time").type),
+        "port": pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string())),
+        "source": pa.DictionaryArray.from_arrays(pa.array([], pa.int8()), pa.array([], pa.string())),
+    }
+
+
+DETECTABLE = ["speed_downgrade", "width_downgrade", "nccl_channel_slow"]
+
+
+def test_default_scenario_scores_perfectly() -> None:
+    """64 hosts, one hour, one of every fault and benign event: every covered fault, nothing else."""
+    start = time.perf_counter()
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=64), duration_s=3600.0, seed=1, faults="default"))
+    pipe = Pipeline(sim.fabric)
+    findings: list[Finding] = []
+    for s in sim.run():
+        findings += pipe.process(s.port_sample)
+        if s.nccl_timing is not None:
+            findings += pipe.process(s.nccl_timing)
+    truth = truth_document(sim)
+    report = score(findings, truth, DETECTABLE)
+
+    assert len(truth["faults"]) == 13
+    assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
+    covered = {k for k, s in report.by_fault.items() if s.covered}
+    assert covered == {"speed_downgrade", "width_downgrade", "slow_channel", "slow_rank"}
+    for kind in covered:
+        s = report.by_fault[kind]
+        assert (s.total, s.detected) == (1, 1), kind
+        assert s.localized == s.with_candidates == 1, kind
+    assert report.recall == 1.0
+    assert report.false_findings == 0
+    assert report.benign_alarms == 0
+    assert report.precision == 1.0
+    assert report.true_findings > 0
+    # The link detector is deterministic: it fires within two polls of the fault.
+    for kind in ("speed_downgrade", "width_downgrade"):
+        assert report.by_fault[kind].delays_s[0] <= 2 * sim.cfg.interval_s
+    firing_kinds = {f.kind for f in findings if f.status == "firing"}
+    assert firing_kinds == set(DETECTABLE)
+    assert time.perf_counter() - start < 60
