@@ -36,6 +36,7 @@ class PortSpec:
     guid: str | None = None
     rail: int | None = None
     media: str | None = None
+    num: int | None = None  # port number on its node (IB port number, ifIndex-like)
 
     @property
     def key(self) -> str:
@@ -55,8 +56,9 @@ class Fabric:
     rail: np.ndarray  # int16, -1 = none
     link_a: np.ndarray  # int32 port index
     link_b: np.ndarray  # int32 port index
-    guids: list[str | None] = field(default_factory=list)
+    guids: list[str | None] = field(default_factory=list)  # port GUID (HCA) or node GUID (switch)
     media: list[str | None] = field(default_factory=list)
+    port_num: np.ndarray | None = None  # int16 port number on its node, 0 = unknown
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -105,6 +107,7 @@ class Fabric:
             link_b=np.array(lb, dtype=np.int32),
             guids=[p.guid for p in ports],
             media=[p.media for p in ports],
+            port_num=np.array([p.num or 0 for p in ports], dtype=np.int16),
         )
 
     # -- derived views --------------------------------------------------------------------------
@@ -184,6 +187,8 @@ class Fabric:
                 entry["guid"] = self.guids[i]
             if self.media and self.media[i]:
                 entry["media"] = self.media[i]
+            if self.port_num is not None and self.port_num[i]:
+                entry["num"] = int(self.port_num[i])
             by_node.setdefault(int(self.node_of_port[i]), []).append(entry)
         nodes = [
             {"name": n, "role": r, "ports": by_node.get(j, [])}
@@ -247,6 +252,7 @@ def fabric_from_inventory(doc: Mapping[str, Any]) -> Fabric:
                     guid=normalize_guid(p["guid"]) if p.get("guid") else None,
                     rail=int(p["rail"]) if p.get("rail") is not None else None,
                     media=p.get("media"),
+                    num=int(p["num"]) if p.get("num") is not None else None,
                 )
             )
     links = []

@@ -99,10 +99,19 @@ def build_fabric(spec: TopologySpec) -> Fabric:
     link_b.append(spine_port_index)
 
     n_ports = len(keys)
-    guid_base = 0x1070FD0300000000
+    node_of_port = np.concatenate(node_of).astype(np.int32)
+    # IB addressing: an HCA port has its own GUID; a switch's ports share the node GUID and are
+    # told apart by port number.
+    port_num = np.concatenate([np.ones(n * g), leaf_label, 1 + np.concatenate(([], spine_slot[order]))])
+    guid_of_node = [0x1070FD0300000000 + i for i in range(len(node_names))]
+    is_host_port = np.arange(n_ports) < n * g
+    guids = [
+        f"0x{0xB8CEF60300000000 + i:016x}" if is_host_port[i] else f"0x{guid_of_node[node_of_port[i]]:016x}"
+        for i in range(n_ports)
+    ]
     return Fabric(
         keys=keys,
-        node_of_port=np.concatenate(node_of).astype(np.int32),
+        node_of_port=node_of_port,
         node_names=node_names,
         node_roles=node_roles,
         expected_speed_bps=np.full(n_ports, spec.nic_speed_bps, dtype=np.int64),
@@ -110,6 +119,7 @@ def build_fabric(spec: TopologySpec) -> Fabric:
         rail=np.concatenate(rails).astype(np.int16),
         link_a=np.concatenate(link_a).astype(np.int32),
         link_b=np.concatenate(link_b).astype(np.int32),
-        guids=[f"0x{guid_base + i:016x}" for i in range(n_ports)],
+        guids=guids,
         media=["ACC"] * n_ports,
+        port_num=port_num.astype(np.int16),
     )

@@ -51,8 +51,13 @@ def test_eight_hosts() -> None:
     assert f.link_label(f.keys.index("gpu-0003/mlx5_5")) == "gpu-0003/mlx5_5<->leaf-r5-000/p4"
     assert f.expected_speed_bps.tolist() == [800 * G] * f.n_ports
     assert f.expected_width.tolist() == [4] * f.n_ports
-    assert f.guids[0] == "0x1070fd0300000000"
-    assert len(set(f.guids)) == f.n_ports
+    # HCA ports have their own GUIDs; a switch's ports share its node GUID, told apart by number.
+    assert f.guids[0] == "0xb8cef60300000000"
+    assert f.port_num is not None and f.port_num[0] == 1
+    assert len(set(zip(f.guids, f.port_num.tolist(), strict=True))) == f.n_ports
+    leaf = [i for i, k in enumerate(f.keys) if k.startswith("leaf-r0-000/")]
+    assert len({f.guids[i] for i in leaf}) == 1
+    assert sorted(int(f.port_num[i]) for i in leaf) == list(range(1, 17))
     check_cabling(f)
 
 

@@ -1,0 +1,99 @@
+"""What every collector promises: one scrape of one target gives canonical batches or an error.
+
+A collector never raises out of :meth:`Collector.scrape`: a target that times out, refuses,
+returns garbage or half a payload gives ``ok=False`` with a message a person can act on, and
+whatever it did parse is *not* used (half a payload must not look like ports that vanished or
+links that slowed down). Retries, backoff, concurrency bounds and staleness are the caller's
+policy (the service runner), so every collector behaves the same way under failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.keys import normalize_guid, port_key
+from collectors.model import Fabric
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeResult:
+    """The outcome of one scrape of one target."""
+
+    source: str  # collector kind: "ufm", "snmp", "agent", "nccl", "fabricsim"
+    target: str  # what was scraped: a URL, host:port, or a path
+    ok: bool
+    batches: tuple[pa.RecordBatch, ...] = ()
+    error: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def samples(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+
+class Collector(Protocol):
+    """One target of one source. ``scrape`` is async because it waits on the network."""
+
+    source: str
+    target: str
+
+    async def scrape(self) -> ScrapeResult: ...
+
+
+def failed(source: str, target: str, error: str | BaseException, duration_s: float = 0.0) -> ScrapeResult:
+    """A failed scrape with a readable reason (exception type and message)."""
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    else:
+        text = error
+    return ScrapeResult(source, target, ok=False, error=text, duration_s=duration_s)
+
+
+@dataclass(slots=True)
+class KeyResolver:
+    """Turns what a source calls a port into the canonical port key.
+
+    GUID-addressed sources (UFM, perfquery) name ports by (GUID, port number); the inventory
+    maps those to ``node/label``. A GUID the inventory does not know keeps a stable key of its
+    own, ``0x<guid>/<port number>``, so its data is still collected and can be joined later.
+    """
+
+    by_guid_port: dict[tuple[str, int], str] = field(default_factory=dict)
+    by_guid: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_fabric(cls, fabric: Fabric | None) -> KeyResolver:
+        """Index the fabric's GUIDs: (GUID, port number) where numbers are known, else GUID."""
+        r = cls()
+        if fabric is None:
+            return r
+        nums = fabric.port_num if fabric.port_num is not None else np.zeros(fabric.n_ports, np.int16)
+        shared: set[str] = set()
+        for i, g in enumerate(fabric.guids):
+            if not g:
+                continue
+            key = fabric.keys[i]
+            guid = normalize_guid(g)
+            if nums[i]:
+                r.by_guid_port[(guid, int(nums[i]))] = key
+            if guid in r.by_guid:
+                shared.add(guid)  # a switch: its ports share the node GUID
+            r.by_guid[guid] = key
+        for guid in shared:
+            del r.by_guid[guid]
+        return r
+
+    def resolve(self, guid: str | int, port_num: int | None = None) -> str:
+        g = normalize_guid(guid)
+        if port_num is not None:
+            hit = self.by_guid_port.get((g, int(port_num)))
+            if hit:
+                return hit
+        hit = self.by_guid.get(g)
+        if hit:
+            return hit
+        return port_key(g, port_num if port_num is not None else 1)
