@@ -76,3 +76,21 @@ def engine(db_url: str) -> Iterator[Engine]:
 @pytest.fixture
 def store(engine: Engine) -> IncidentStore:
     return IncidentStore(engine)
+
+
+REAL_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+
+
+@pytest.fixture(scope="session")
+def real_fixtures() -> Path:
+    """../shared/fixtures/real beside the repository (real outputs written by others).
+
+    Absent on a bare clone: those tests skip with the reason, except under CI, which always
+    has it beside the clone, where a missing copy fails the run.
+    """
+    if REAL_FIXTURES.is_dir():
+        return REAL_FIXTURES
+    reason = f"real fixtures not found at {REAL_FIXTURES} (../shared/fixtures/real beside the repository)"
+    if _in_ci():
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
