@@ -13,27 +13,34 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
+from collectors.base import Collector
+from collectors.model import Fabric
 from service.api import make_router
 from service.config import Settings
 from service.db import make_engine, upgrade
 from service.metrics import MetricsState, make_registry
 from service.runner import Runner
-from service.sources import LiveFabricSim
+from service.sources import build_sources
+from service.status_api import make_status_router
 from service.store import IncidentStore
 
 log = logging.getLogger("graywire.app")
 
 
-def create_app(settings: Settings, source: LiveFabricSim | None = None, run_loop: bool = True) -> FastAPI:
+def create_app(
+    settings: Settings,
+    sources: tuple[Fabric, list[Collector]] | None = None,
+    run_loop: bool = True,
+) -> FastAPI:
     """Build the app; the poll loop starts with the server and stops with it."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    fabric, collectors = sources or build_sources(settings)
     upgrade(settings.db_url)
     engine = make_engine(settings.db_url)
     store = IncidentStore(engine)
-    source = source or LiveFabricSim(settings.source, settings.poll_seconds)
-    metrics = MetricsState(source.fabric, per_port=settings.metrics.per_port)
+    metrics = MetricsState(fabric, per_port=settings.metrics.per_port)
     registry = make_registry(metrics)
-    runner = Runner(settings, source, store, metrics)
+    runner = Runner(settings, fabric, collectors, store, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,7 +83,9 @@ def create_app(settings: Settings, source: LiveFabricSim | None = None, run_loop
                 "polls": metrics.polls,
                 "poll_errors": metrics.poll_errors,
                 "last_poll": datetime.fromtimestamp(last, UTC).isoformat() if last else None,
-                "ports": source.fabric.n_ports,
+                "ports": fabric.n_ports,
+                "targets": len(metrics.targets),
+                "targets_failing": sum(1 for t in metrics.targets if t.ok is False),
             }
         return JSONResponse(body, status_code=200 if db_ok else 503)
 
@@ -85,4 +94,5 @@ def create_app(settings: Settings, source: LiveFabricSim | None = None, run_loop
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(make_router(store))
+    app.include_router(make_status_router(metrics))
     return app

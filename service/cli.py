@@ -43,11 +43,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         port=args.port,
         data_dir=args.data_dir,
         poll_interval="2s",
-        source={"type": "fabricsim", "hosts": args.hosts, "seed": args.seed, "faults": DEMO_FAULTS},
+        sources=[{"type": "fabricsim", "hosts": args.hosts, "seed": args.seed, "faults": DEMO_FAULTS}],
     )
-    from service.sources import LiveFabricSim
+    from service.sources import FabricSimCollector
 
-    preview = LiveFabricSim(settings.source, settings.poll_seconds)
+    preview = FabricSimCollector(settings.sources[0], settings.poll_seconds)
     base = f"http://{settings.host}:{settings.port}"
     lines = [
         f"graywire demo: {args.hosts} hosts, {preview.fabric.n_ports} ports, polled every 2 s",

@@ -59,16 +59,27 @@ class Settings(BaseSettings):
     data_dir: Path = Path("graywire-data")
     database_url: str | None = None
     poll_interval: str = "10s"
-    source: FabricSimSource = Field(default_factory=FabricSimSource)
+    #: Per-scrape time limit; default: 80% of the poll interval.
+    scrape_timeout: str | None = None
+    #: Longest wait before retrying a failing target (backoff doubles from one interval).
+    max_backoff: str = "5m"
+    #: A target's ports are stale once its last good scrape is older than this many polls.
+    stale_after_polls: int = Field(3, ge=1)
+    inventory: Path | None = None
+    sources: list[FabricSimSource] = Field(default_factory=lambda: [FabricSimSource()], min_length=1)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
-    @field_validator("poll_interval")
+    @field_validator("poll_interval", "scrape_timeout", "max_backoff")
     @classmethod
-    def _interval(cls, v: str) -> str:
-        if parse_duration(v) <= 0:
-            raise ValueError("poll_interval must be positive")
+    def _positive_duration(cls, v: str | None) -> str | None:
+        if v is not None and parse_duration(v) <= 0:
+            raise ValueError("must be a positive duration such as 10s or 5m")
         return v
+
+    @property
+    def scrape_timeout_seconds(self) -> float:
+        return parse_duration(self.scrape_timeout) if self.scrape_timeout else 0.8 * self.poll_seconds
 
     @property
     def poll_seconds(self) -> float:

@@ -21,11 +21,32 @@ from detectors.pipeline import StageStats
 
 
 @dataclass
+class TargetStatus:
+    """Health of one scrape target, as the API and metrics report it."""
+
+    source: str
+    target: str
+    ok: bool | None = None  # None until the first scrape
+    scrapes: int = 0
+    failures: int = 0
+    consecutive_failures: int = 0
+    last_attempt: float | None = None  # unix seconds
+    last_success: float | None = None
+    duration_s: float = 0.0
+    samples: int = 0
+    error: str | None = None
+    stale_port_count: int = 0
+    stale_ports: list[str] = field(default_factory=list)
+
+
+@dataclass
 class MetricsState:
     fabric: Fabric
     per_port: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
     rows_ingested: Counter[str] = field(default_factory=Counter)
+    rows_dropped: Counter[str] = field(default_factory=Counter)
+    targets: list[TargetStatus] = field(default_factory=list)
     findings: Counter[tuple[str, str]] = field(default_factory=Counter)
     polls: int = 0
     poll_errors: int = 0
@@ -35,7 +56,7 @@ class MetricsState:
     stages: dict[str, StageStats] = field(default_factory=dict)
     open_incidents: list[tuple[str, str, int]] = field(default_factory=list)
     port_speed_bps: np.ndarray | None = None  # by fabric port index, NaN where unknown
-    port_stale: np.ndarray | None = None
+    port_stale: np.ndarray | None = None  # by fabric port index
 
     def record_ports(self, idx: np.ndarray, speed_bps: np.ndarray) -> None:
         with self.lock:
@@ -64,6 +85,13 @@ class GraywireCollector(Collector):
         for rec, n in sorted(s.rows_ingested.items()):
             c.add_metric([rec], n)
         yield c
+        c = CounterMetricFamily(
+            "graywire_dropped_rows", "Rows of malformed batches dropped before detection", labels=["record"]
+        )
+        for rec, n in sorted(s.rows_dropped.items()):
+            c.add_metric([rec], n)
+        yield c
+        yield from self._targets(s)
         c = CounterMetricFamily("graywire_polls", "Polls completed")
         c.add_metric([], s.polls)
         yield c
@@ -108,6 +136,38 @@ class GraywireCollector(Collector):
             g.add_metric([kind, sev], n)
         yield g
 
+    def _targets(self, s: MetricsState) -> Iterator[Metric]:
+        labels = ["source", "target"]
+        dur = GaugeMetricFamily(
+            "graywire_scrape_duration_seconds", "Duration of the last scrape", labels=labels
+        )
+        ok = GaugeMetricFamily(
+            "graywire_scrape_success", "1 if the last scrape succeeded, else 0", labels=labels
+        )
+        samples = GaugeMetricFamily(
+            "graywire_scrape_samples", "Rows returned by the last scrape", labels=labels
+        )
+        fails = CounterMetricFamily("graywire_scrape_failures", "Failed scrapes", labels=labels)
+        last = GaugeMetricFamily(
+            "graywire_scrape_last_success_timestamp_seconds",
+            "Unix time of the last good scrape",
+            labels=labels,
+        )
+        stale = GaugeMetricFamily(
+            "graywire_stale_ports", "Ports whose data is missing or too old (target failing)", labels=labels
+        )
+        for t in s.targets:
+            lv = [t.source, t.target]
+            if t.ok is not None:
+                dur.add_metric(lv, t.duration_s)
+                ok.add_metric(lv, 1.0 if t.ok else 0.0)
+                samples.add_metric(lv, t.samples)
+            fails.add_metric(lv, t.failures)
+            if t.last_success is not None:
+                last.add_metric(lv, t.last_success)
+            stale.add_metric(lv, t.stale_port_count)
+        yield from (dur, ok, samples, fails, last, stale)
+
     def _ports(self, s: MetricsState) -> Iterator[Metric]:
         f = s.fabric
         assert s.port_speed_bps is not None
@@ -118,14 +178,22 @@ class GraywireCollector(Collector):
             "graywire_port_expected_speed_bytes_per_second", "Port speed the inventory expects",
             labels=["port", "node"],
         )  # fmt: skip
+        stale = GaugeMetricFamily(
+            "graywire_port_stale",
+            "1 while the port's source is failing or its data too old",
+            labels=["port", "node"],
+        )
         names = f.node_names
+        flags = s.port_stale if s.port_stale is not None else np.zeros(f.n_ports, dtype=bool)
         for i in np.flatnonzero(~np.isnan(s.port_speed_bps)).tolist():
             labels = [f.keys[i], names[f.node_of_port[i]]]
             speed.add_metric(labels, s.port_speed_bps[i] / 8)
             if f.expected_speed_bps[i]:
                 exp.add_metric(labels, f.expected_speed_bps[i] / 8)
+            stale.add_metric(labels, float(flags[i]))
         yield speed
         yield exp
+        yield stale
 
 
 def make_registry(state: MetricsState) -> CollectorRegistry:

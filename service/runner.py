@@ -1,7 +1,10 @@
-"""The service loop: poll the source, run the pipeline, archive, persist, update metrics.
+"""The service loop: scrape every target, run the pipeline, archive, persist, update metrics.
 
-One poll is CPU work (Arrow + numpy) and runs in a worker thread so the API stays
-responsive. A failing poll is logged and counted, never fatal: the next poll runs on time.
+Scrapes are concurrent and each is bounded by a timeout, so one hung switch never stalls the
+rest. A failing target is retried with exponential backoff and its ports are marked *stale*
+(metrics and ``/api/v1/sources`` say so); nothing it half-returned reaches the detectors, so a
+broken source cannot raise a false finding. Processing a poll is CPU work (Arrow + numpy) and
+runs in a worker thread so the API stays responsive.
 """
 
 from __future__ import annotations
@@ -9,39 +12,53 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 import numpy as np
 import pyarrow as pa
 
+from collectors.base import Collector, ScrapeResult, failed
 from collectors.dataset import DatasetWriter, prune
+from collectors.model import Fabric
 from collectors.schemas import record_kind
 from detectors.findings import Finding
 from detectors.pipeline import Pipeline
 from fabricsim.faults import parse_duration
 from fabricsim.output import INVENTORY
 from service.config import Settings
-from service.metrics import MetricsState
-from service.sources import LiveFabricSim
+from service.metrics import MetricsState, TargetStatus
 from service.store import IncidentStore
 
 log = logging.getLogger("graywire.runner")
+
+
+@dataclass
+class _Target:
+    collector: Collector
+    status: TargetStatus
+    next_attempt: float = 0.0  # monotonic seconds
+    ports: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
 
 
 class Runner:
     def __init__(
         self,
         settings: Settings,
-        source: LiveFabricSim,
+        fabric: Fabric,
+        collectors: list[Collector],
         store: IncidentStore,
         metrics: MetricsState,
         pipeline: Pipeline | None = None,
     ) -> None:
         self.settings = settings
-        self.source = source
+        self.fabric = fabric
         self.store = store
         self.metrics = metrics
-        self.pipeline = pipeline or Pipeline(source.fabric)
+        self.pipeline = pipeline or Pipeline(fabric)
+        self.targets = [_Target(c, TargetStatus(c.source, c.target)) for c in collectors]
+        with metrics.lock:
+            metrics.targets = [t.status for t in self.targets]
         self.archive: DatasetWriter | None = None
         if settings.archive.enabled:
             self.archive = DatasetWriter(
@@ -51,18 +68,103 @@ class Runner:
             )
             # The fabric model beside the data, so `graywire replay <archive>` needs nothing else.
             settings.archive_dir.mkdir(parents=True, exist_ok=True)
-            source.fabric.write_inventory(settings.archive_dir / INVENTORY)
+            fabric.write_inventory(settings.archive_dir / INVENTORY)
         self._last_prune = 0.0
 
-    def tick(self) -> list[Finding]:
-        """One poll, start to finish."""
+    # -- scraping -----------------------------------------------------------------------------
+    async def _scrape(self, t: _Target) -> ScrapeResult:
+        c = t.collector
         t0 = time.perf_counter()
-        batches = self.source.poll()
+        try:
+            res = await asyncio.wait_for(c.scrape(), timeout=self.settings.scrape_timeout_seconds)
+        except TimeoutError:
+            limit = self.settings.scrape_timeout_seconds
+            res = failed(c.source, c.target, f"timed out after {limit:g} s", time.perf_counter() - t0)
+        except Exception as e:  # a collector bug must not take the loop down
+            log.exception("collector %s %s raised", c.source, c.target)
+            res = failed(c.source, c.target, e, time.perf_counter() - t0)
+        if not res.duration_s:
+            res = ScrapeResult(
+                res.source, res.target, res.ok, res.batches, res.error, time.perf_counter() - t0
+            )
+        return res
+
+    async def poll_once(self) -> list[Finding]:
+        """Scrape the targets that are due, then process what came back."""
+        now = time.monotonic()
+        due = [t for t in self.targets if t.next_attempt <= now]
+        results = await asyncio.gather(*(self._scrape(t) for t in due))
+        self._account(due, results, now)
+        batches = [b for r in results if r.ok for b in r.batches]
+        return await asyncio.to_thread(self._process, batches)
+
+    def tick(self) -> list[Finding]:
+        """One poll, synchronously (tests and tools; the service uses :meth:`run`)."""
+        return asyncio.run(self.poll_once())
+
+    def _account(self, due: list[_Target], results: list[ScrapeResult], now: float) -> None:
+        interval = self.settings.poll_seconds
+        max_backoff = parse_duration(self.settings.max_backoff)
+        stale_after = self.settings.stale_after_polls * interval
+        wall = time.time()
+        with self.metrics.lock:
+            for t, r in zip(due, results, strict=True):
+                s = t.status
+                s.scrapes += 1
+                s.last_attempt = wall
+                s.duration_s = r.duration_s
+                s.ok = r.ok
+                if r.ok:
+                    s.last_success = wall
+                    s.samples = r.samples
+                    s.error = None
+                    s.consecutive_failures = 0
+                    t.next_attempt = 0.0
+                    t.ports = self._ports_of(r.batches, t.ports)
+                else:
+                    s.failures += 1
+                    s.consecutive_failures += 1
+                    s.error = r.error
+                    s.samples = 0
+                    backoff = min(interval * 2 ** (s.consecutive_failures - 1), max_backoff)
+                    t.next_attempt = now + backoff if s.consecutive_failures > 1 else 0.0
+                    log.warning(
+                        "%s %s failed (%d in a row): %s", r.source, r.target, s.consecutive_failures, r.error
+                    )
+            for t in self.targets:
+                s = t.status
+                fresh = s.last_success is not None and wall - s.last_success <= stale_after and s.ok
+                s.stale_ports = [] if fresh else [self.fabric.keys[i] for i in t.ports[:1000]]
+                s.stale_port_count = 0 if fresh else int(t.ports.size)
+            stale = np.zeros(self.fabric.n_ports, dtype=bool)
+            for t in self.targets:
+                if t.status.stale_port_count:
+                    stale[t.ports] = True
+            self.metrics.port_stale = stale
+
+    def _ports_of(self, batches: tuple[pa.RecordBatch, ...], previous: np.ndarray) -> np.ndarray:
+        found = [
+            self.fabric.lookup(b.column("port")) for b in batches if record_kind(b.schema) == "port_sample"
+        ]
+        if not found:
+            return previous
+        idx = np.concatenate(found)
+        return np.unique(idx[idx >= 0]).astype(np.int32)
+
+    # -- processing ---------------------------------------------------------------------------
+    def _process(self, batches: list[pa.RecordBatch]) -> list[Finding]:
+        t0 = time.perf_counter()
         findings: list[Finding] = []
         newest = 0.0
         for batch in batches:
-            findings.extend(self.pipeline.process(batch))
             kind = record_kind(batch.schema)
+            try:
+                findings.extend(self.pipeline.process(batch))
+            except ValueError as e:  # a malformed batch is dropped with its reason, the rest go on
+                log.error("dropped a %s batch of %d rows: %s", kind, batch.num_rows, e)
+                with self.metrics.lock:
+                    self.metrics.rows_dropped[kind] += batch.num_rows
+                continue
             if kind == "port_sample":
                 self._record_ports(batch)
             if self.archive is not None:
@@ -92,7 +194,7 @@ class Runner:
     def _record_ports(self, batch: pa.RecordBatch) -> None:
         if not self.settings.metrics.per_port:
             return
-        idx = self.source.fabric.lookup(batch.column("port"))
+        idx = self.fabric.lookup(batch.column("port"))
         speed = batch.column("speed_bps").to_numpy(zero_copy_only=False).astype(np.float64)
         self.metrics.record_ports(idx, np.nan_to_num(speed, nan=0.0))
 
@@ -105,19 +207,22 @@ class Runner:
             log.info("archive retention: removed %s", d)
 
     async def run(self) -> None:
-        """Poll on the source's schedule until cancelled."""
+        """Poll every interval until cancelled; a late poll shifts nothing after it."""
+        interval = self.settings.poll_seconds
+        start = time.monotonic()
+        k = 0
         try:
             while True:
-                due = self.source.next_time()
-                delay = (due - datetime.now(UTC)).total_seconds()
+                delay = start + k * interval - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 try:
-                    await asyncio.to_thread(self.tick)
+                    await self.poll_once()
                 except Exception:
                     log.exception("poll failed; continuing with the next one")
                     with self.metrics.lock:
                         self.metrics.poll_errors += 1
+                k = max(k + 1, int((time.monotonic() - start) // interval))
         finally:
             self.close()
 

@@ -1,30 +1,22 @@
-"""Telemetry sources the service polls. Each returns canonical batches for one poll."""
+"""Building the service's collectors from configuration, and fabricsim as a live source."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Protocol
+from pathlib import Path
 
-import pyarrow as pa
-
-from collectors.model import Fabric
+from collectors.base import Collector, ScrapeResult
+from collectors.model import Fabric, load_inventory
 from fabricsim.faults import Fault
 from fabricsim.sim import FabricSim, SimConfig
 from fabricsim.topology import TopologySpec
-from service.config import FabricSimSource
+from service.config import FabricSimSource, Settings
 
 
-class Source(Protocol):
-    name: str
-    fabric: Fabric
+class FabricSimCollector:
+    """fabricsim stepped once per scrape, simulated time starting now (wall-clock pace)."""
 
-    def poll(self) -> list[pa.RecordBatch]: ...
-
-
-class LiveFabricSim:
-    """fabricsim stepped once per poll, with simulated time starting now (wall-clock pace)."""
-
-    name = "fabricsim"
+    source = "fabricsim"
 
     def __init__(self, cfg: FabricSimSource, interval_s: float, start: datetime | None = None) -> None:
         start = (start or datetime.now(UTC)).replace(microsecond=0)
@@ -41,14 +33,33 @@ class LiveFabricSim:
             )
         )
         self.fabric = self.sim.fabric
+        self.target = f"fabricsim:{cfg.hosts}-hosts"
 
     @property
     def faults(self) -> list[Fault]:
         return self.sim.faults
 
-    def next_time(self) -> datetime:
-        return self.sim.time_of(self.sim.k)
-
-    def poll(self) -> list[pa.RecordBatch]:
+    async def scrape(self) -> ScrapeResult:
         step = self.sim.step()
-        return [b for b in (step.port_sample, step.nccl_timing) if b is not None]
+        batches = tuple(b for b in (step.port_sample, step.nccl_timing) if b is not None)
+        return ScrapeResult(self.source, self.target, ok=True, batches=batches)
+
+
+def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
+    """The fabric model and one collector per configured target.
+
+    The model comes from the inventory file when one is set, else from the synthetic fabric;
+    real sources without an inventory have nothing to judge expected speeds against.
+    """
+    collectors: list[Collector] = []
+    fabric: Fabric | None = None
+    if settings.inventory is not None:
+        fabric = load_inventory(Path(settings.inventory))
+    for cfg in settings.sources:
+        if isinstance(cfg, FabricSimSource):
+            sim = FabricSimCollector(cfg, settings.poll_seconds)
+            fabric = fabric or sim.fabric
+            collectors.append(sim)
+    if fabric is None:
+        raise ValueError("no fabric model: set `inventory:` to an inventory file (docs/inventory.md)")
+    return fabric, collectors

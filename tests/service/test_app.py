@@ -21,7 +21,7 @@ def app_client(tmp_path: Path, db_url: str) -> Iterator[TestClient]:
         data_dir=tmp_path / "data",
         database_url=db_url,
         poll_interval="10s",
-        source={"hosts": 8, "seed": 3, "faults": "speed_downgrade@15s+100s:gpu-0002/mlx5_5"},
+        sources=[{"hosts": 8, "seed": 3, "faults": "speed_downgrade@15s+100s:gpu-0002/mlx5_5"}],
     )
     app = create_app(settings, run_loop=False)
     with TestClient(app) as client:
@@ -90,7 +90,25 @@ def test_archive_replays_to_the_same_findings(tmp_path: Path, app_client: TestCl
     assert (root / "inventory.json").exists()
     assert len(list(iter_polls(root, "port_sample"))) == 6
     assert len(list(iter_polls(root, "nccl_timing"))) == 5  # the first poll has no timings yet
-    pipe = Pipeline(runner.source.fabric)
+    pipe = Pipeline(runner.fabric)
     replayed = [f for b in iter_replay(root) for f in pipe.process(b)]
     assert live
     assert [(f.kind, f.entity, f.time) for f in replayed] == [(f.kind, f.entity, f.time) for f in live]
+
+
+def test_sources_api_and_scrape_metrics(app_client: TestClient) -> None:
+    ticks(app_client, 2)
+    body = app_client.get("/api/v1/sources").json()
+    assert body["stale_ports"] == 0
+    (t,) = body["items"]
+    assert (t["source"], t["target"], t["ok"], t["scrapes"], t["failures"]) == (
+        "fabricsim",
+        "fabricsim:8-hosts",
+        True,
+        2,
+        0,
+    )
+    assert t["samples"] == 256 + 64 * 4  # port samples + NCCL rows (8 hosts x 8 GPUs x 4 channels)
+    text = app_client.get("/metrics").text
+    assert 'graywire_scrape_success{source="fabricsim",target="fabricsim:8-hosts"} 1.0' in text
+    assert 'graywire_stale_ports{source="fabricsim",target="fabricsim:8-hosts"} 0.0' in text

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from service.cli import DEMO_FAULTS, main
 from service.config import FabricSimSource
-from service.sources import LiveFabricSim
+from service.sources import FabricSimCollector
 
 
 def test_sim_then_replay_scores_against_truth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,7 +63,7 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_demo_shows_both_injected_faults_within_a_minute(tmp_path: Path) -> None:
     hosts, seed = 32, 7
-    expected = LiveFabricSim(FabricSimSource(hosts=hosts, seed=seed, faults=DEMO_FAULTS), 2.0).faults
+    expected = FabricSimCollector(FabricSimSource(hosts=hosts, seed=seed, faults=DEMO_FAULTS), 2.0).faults
     downgrade = next(f for f in expected if f.kind == "speed_downgrade")
     slow = next(f for f in expected if f.kind == "slow_channel")
     port = _free_port()

@@ -13,16 +13,18 @@ def test_defaults_are_sqlite_under_the_data_dir() -> None:
     s = load_settings()
     assert s.db_url == "sqlite:///graywire-data/graywire.db"
     assert s.poll_seconds == 10.0
-    assert s.source.type == "fabricsim"
+    assert [src.type for src in s.sources] == ["fabricsim"]
 
 
 def test_yaml_file_and_overrides(tmp_path: Path) -> None:
     cfg = tmp_path / "g.yaml"
-    cfg.write_text("port: 9000\npoll_interval: 30s\nsource:\n  hosts: 16\n  faults: speed_downgrade@1m\n")
+    cfg.write_text(
+        "port: 9000\npoll_interval: 30s\nsources:\n  - hosts: 16\n    faults: speed_downgrade@1m\n"
+    )
     s = load_settings(cfg, port=9100)
     assert s.port == 9100
     assert s.poll_seconds == 30.0
-    assert s.source.hosts == 16
+    assert s.sources[0].hosts == 16
 
 
 @pytest.mark.parametrize(
@@ -32,8 +34,8 @@ def test_yaml_file_and_overrides(tmp_path: Path) -> None:
         ("- a\n- b\n", "must be a mapping"),
         ("colour: blue\n", "colour"),
         ("poll_interval: soon\n", "poll_interval"),
-        ("source:\n  faults: meteor_strike\n", "unknown fault kind 'meteor_strike'"),
-        ("source:\n  hosts: 0\n", "source.hosts"),
+        ("sources:\n  - faults: meteor_strike\n", "unknown fault kind 'meteor_strike'"),
+        ("sources:\n  - hosts: 0\n", "sources.0.hosts"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -50,7 +52,14 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRAYWIRE_PORT", "8123")
-    monkeypatch.setenv("GRAYWIRE_SOURCE__HOSTS", "12")
+    monkeypatch.setenv("GRAYWIRE_SOURCES", '[{"type": "fabricsim", "hosts": 12}]')
     s = load_settings()
     assert s.port == 8123
-    assert s.source.hosts == 12
+    assert s.sources[0].hosts == 12
+
+
+def test_the_shipped_example_config_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy" / "graywire.example.yaml"
+    s = load_settings(example)
+    assert s.sources[0].hosts == 128
+    assert s.scrape_timeout_seconds == 8.0

@@ -1,0 +1,91 @@
+"""The runner's policy toward misbehaving sources: timeouts, garbage, crashes, backoff, staleness."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from collectors.base import ScrapeResult, failed
+from service.config import FabricSimSource, Settings, load_settings
+from service.db import make_engine, upgrade
+from service.metrics import MetricsState
+from service.runner import Runner
+from service.sources import FabricSimCollector
+from service.store import IncidentStore
+
+
+class Misbehaving:
+    """Wraps a real source; on the listed scrape numbers it hangs, returns garbage or raises."""
+
+    def __init__(self, inner: FabricSimCollector, bad: dict[int, str]) -> None:
+        self.inner, self.bad, self.n = inner, bad, 0
+        self.source, self.target = "fabricsim", "flaky"
+
+    async def scrape(self) -> ScrapeResult:
+        self.n += 1
+        mode = self.bad.get(self.n)
+        res = await self.inner.scrape()  # the fabric moves on whether or not we can read it
+        if mode == "hang":
+            await asyncio.sleep(3600)
+        if mode == "garbage":
+            return failed(
+                self.source, self.target, "ValueError: line 3: expected 'name value', got '\\x00\\x17'"
+            )
+        if mode == "raise":
+            raise RuntimeError("collector bug")
+        return res
+
+
+def make_runner(tmp_path: Path, faults: str, bad: dict[int, str]) -> tuple[Runner, Misbehaving, MetricsState]:
+    settings: Settings = load_settings(
+        None, data_dir=tmp_path, poll_interval="10s", scrape_timeout="0.3s", archive={"enabled": False}
+    )
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    upgrade(url)
+    sim = FabricSimCollector(FabricSimSource(hosts=8, seed=4, faults=faults), 10.0)
+    flaky = Misbehaving(sim, bad)
+    metrics = MetricsState(sim.fabric)
+    return Runner(settings, sim.fabric, [flaky], IncidentStore(make_engine(url)), metrics), flaky, metrics
+
+
+@pytest.mark.parametrize("mode", ["hang", "garbage", "raise"])
+def test_a_failing_source_marks_its_ports_stale_and_raises_no_finding(tmp_path: Path, mode: str) -> None:
+    runner, flaky, metrics = make_runner(tmp_path, "none", {3: mode})
+    found = [f for _ in range(3) for f in runner.tick()]
+    assert found == []
+    status = metrics.targets[0]
+    assert (status.ok, status.consecutive_failures, status.failures) == (False, 1, 1)
+    assert status.error
+    if mode == "hang":
+        assert status.error == "timed out after 0.3 s"
+    assert status.stale_port_count == 256
+    assert metrics.port_stale is not None and int(metrics.port_stale.sum()) == 256
+    # The next poll works again: nothing is stale and the gap produced no finding.
+    assert runner.tick() == []
+    assert (metrics.targets[0].ok, metrics.targets[0].stale_port_count) == (True, 0)
+    assert int(metrics.port_stale.sum()) == 0
+    assert flaky.n == 4
+
+
+def test_repeated_failures_back_off(tmp_path: Path) -> None:
+    runner, flaky, metrics = make_runner(tmp_path, "none", {i: "garbage" for i in range(1, 50)})
+    for _ in range(6):
+        runner.tick()
+    # First failure retries at once; the second waits 20 s of wall time, so no more tries here.
+    assert flaky.n == 2
+    assert metrics.targets[0].consecutive_failures == 2
+
+
+def test_a_downgrade_during_an_outage_is_found_when_data_returns(tmp_path: Path) -> None:
+    runner, _, _ = make_runner(tmp_path, "speed_downgrade@15s+300s:gpu-0001/mlx5_4", {3: "hang"})
+    found = [f for _ in range(7) for f in runner.tick()]
+    link = [(f.kind, f.status, f.port) for f in found if f.kind == "speed_downgrade"]
+    assert link == [("speed_downgrade", "firing", "gpu-0001/mlx5_4")]
+
+
+def test_a_counter_reset_is_no_finding(tmp_path: Path) -> None:
+    runner, _, metrics = make_runner(tmp_path, "counter_reset@30s:gpu-0002", {})
+    assert [f for _ in range(8) for f in runner.tick()] == []
+    assert metrics.targets[0].failures == 0
