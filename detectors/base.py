@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collectors.model import Fabric
 from detectors.findings import Finding
 
 
@@ -90,3 +91,76 @@ class EntityIndex:
             self._known = pa.array(self.keys, type=pa.string())
             found = pc.index_in(keys, value_set=self._known)
         return found.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _same_buffers(a: pa.Array, b: pa.Array) -> bool:
+    """Same length, offset and buffers: the same dictionary object reused by a collector."""
+    if len(a) != len(b) or a.offset != b.offset:
+        return False
+    return [x.address if x else 0 for x in a.buffers()] == [x.address if x else 0 for x in b.buffers()]
+
+
+class PortIndexer:
+    """Maps a batch's port column to fabric port indices, caching per dictionary.
+
+    Collectors reuse one dictionary every poll, so the hash lookup runs once and each later
+    poll costs a ``take``. The cached dictionary is kept alive so its buffers cannot be
+    reused by a different one at the same address.
+    """
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self._cache: tuple[pa.Array, np.ndarray] | None = None
+
+    def __call__(self, ports: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        if isinstance(ports, pa.ChunkedArray):
+            ports = ports.combine_chunks()
+        if pa.types.is_dictionary(ports.type):
+            d = ports.dictionary
+            cached = self._cache
+            if cached is None or not (cached[0] is d or _same_buffers(cached[0], d)):
+                self._cache = (d, self.fabric.lookup(d))
+            return self._cache[1][ports.indices.to_numpy(zero_copy_only=False)]
+        return self.fabric.lookup(ports)
+
+
+class LinkEntities:
+    """Both ends of a link share one entity id (the lower port index): a bad cable is one finding.
+
+    ``place(entity)`` says where a person acts: the host end when there is one (the node to
+    drain, the NIC to reseat), else the lower tier, plus the link's label and the other end.
+    """
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        peer = fabric.peer
+        idx = np.arange(fabric.n_ports)
+        self.of_port = np.where(peer >= 0, np.minimum(idx, peer), idx)
+
+    def ends(self, entity: int) -> list[int]:
+        f = self.fabric
+        ends = [entity] + ([int(f.peer[entity])] if f.peer[entity] >= 0 else [])
+        ends.sort(key=lambda p: (not f.host_port[p], p))
+        return ends
+
+    def place(self, entity: int) -> dict[str, str | None]:
+        f = self.fabric
+        ends = self.ends(entity)
+        main = ends[0]
+        return {
+            "entity": f.link_label(main) or f.keys[main],
+            "node": f.node_of(main),
+            "port": f.keys[main],
+            "link": f.link_label(main),
+            "peer_port": f.keys[ends[1]] if len(ends) > 1 else None,
+        }
+
+
+def column(batch: pa.RecordBatch, name: str, fill: float = np.nan) -> np.ndarray:
+    """A numeric column as float64 numpy, nulls (and absent columns) as ``fill``."""
+    if name not in batch.schema.names:
+        return np.full(batch.num_rows, fill)
+    arr = batch.column(name)
+    if arr.null_count:
+        arr = arr.fill_null(fill) if not np.isnan(fill) else arr
+    return arr.to_numpy(zero_copy_only=False).astype(np.float64)

@@ -17,7 +17,7 @@ import pyarrow as pa
 from collectors.model import Fabric
 from collectors.schemas import PHYS_LINK_UP
 from collectors.units import format_speed
-from detectors.base import Hysteresis, HysteresisConfig
+from detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
 from detectors.findings import Finding
 
 
@@ -30,18 +30,6 @@ class LinkDowngradeConfig:
     )
 
 
-def _col(batch: pa.RecordBatch, name: str, fill: float) -> np.ndarray:
-    arr = batch.column(name)
-    return arr.fill_null(fill).to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy()
-
-
-def _same_buffers(a: pa.Array, b: pa.Array) -> bool:
-    """Same length, offset and buffers: the same dictionary object reused by a collector."""
-    if len(a) != len(b) or a.offset != b.offset:
-        return False
-    return [x.address if x else 0 for x in a.buffers()] == [x.address if x else 0 for x in b.buffers()]
-
-
 class LinkDowngradeDetector:
     """Flags links whose negotiated speed or width is below what the fabric model expects."""
 
@@ -52,41 +40,27 @@ class LinkDowngradeDetector:
     def __init__(self, fabric: Fabric, cfg: LinkDowngradeConfig | None = None) -> None:
         self.fabric = fabric
         self.cfg = cfg or LinkDowngradeConfig()
-        peer = fabric.peer
-        idx = np.arange(fabric.n_ports)
-        # Both ends of a link share one entity (the lower port index), so a link is one finding.
-        self.entity_of_port = np.where(peer >= 0, np.minimum(idx, peer), idx)
+        self.links = LinkEntities(fabric)
+        self.port_index = PortIndexer(fabric)
         self.kinds = ("width_downgrade", "speed_downgrade")
         self.hyst = {k: Hysteresis(self.cfg.hysteresis, fabric.n_ports) for k in self.kinds}
         self.since = {k: np.zeros(fabric.n_ports, dtype="datetime64[us]") for k in self.kinds}
-        # (dictionary kept alive so its buffers cannot be reused, port index per entry)
-        self._lookup_cache: tuple[pa.Array, np.ndarray] | None = None
-
-    def _port_index(self, ports: pa.Array) -> np.ndarray:
-        if pa.types.is_dictionary(ports.type):
-            d = ports.dictionary
-            cached = self._lookup_cache
-            if cached is None or not (cached[0] is d or _same_buffers(cached[0], d)):
-                self._lookup_cache = (d, self.fabric.lookup(d))
-            return self._lookup_cache[1][ports.indices.to_numpy(zero_copy_only=False)]
-        return self.fabric.lookup(ports)
-
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         if batch.num_rows == 0:
             return []
         f = self.fabric
-        idx = self._port_index(batch.column("port"))
+        idx = self.port_index(batch.column("port"))
         known = idx >= 0
-        phys = _col(batch, "phys_state", 0)
-        speed = _col(batch, "speed_bps", -1).astype(np.int64)
-        width = _col(batch, "width", 0).astype(np.int64)
+        phys = column(batch, "phys_state", 0)
+        speed = column(batch, "speed_bps", -1).astype(np.int64)
+        width = column(batch, "width", 0).astype(np.int64)
         exp_speed = np.where(known, f.expected_speed_bps[idx], 0)
         exp_width = np.where(known, f.expected_width[idx], 0)
         # Only a port that is up with a reading can be judged; down or unread says nothing.
         judged = known & (phys == PHYS_LINK_UP) & (speed > 0)
         width_bad = judged & (exp_width > 0) & (width > 0) & (width < exp_width)
         speed_bad = judged & ~width_bad & (exp_speed > 0) & (speed < exp_speed * self.cfg.speed_tolerance)
-        ent = self.entity_of_port[np.where(known, idx, 0)]
+        ent = self.links.of_port[np.where(known, idx, 0)]
         now = batch.column("time")[0].as_py()
         n = f.n_ports
         judged_ent = np.bincount(ent[judged], minlength=n) > 0
@@ -116,9 +90,7 @@ class LinkDowngradeDetector:
         width: np.ndarray,
     ) -> Finding:
         f = self.fabric
-        ends = [ent] + ([int(f.peer[ent])] if f.peer[ent] >= 0 else [])
-        # The host end is where a person acts (drain, reseat); else the lower tier.
-        ends.sort(key=lambda p: (not f.host_port[p], p))
+        ends = self.links.ends(ent)  # host end first: where a person acts
         main = ends[0]
         readings = {}
         for p in ends:
