@@ -25,6 +25,7 @@ class Detector(Protocol):
     name: ClassVar[str]
     version: ClassVar[str]
     consumes: ClassVar[str]
+    kinds: ClassVar[tuple[str, ...]]  # finding kinds it can emit
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]: ...
 

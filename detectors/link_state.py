@@ -36,6 +36,7 @@ class LinkDowngradeDetector:
     name = "link_downgrade"
     version = "1"
     consumes = "port_rates"
+    kinds = ("speed_downgrade", "width_downgrade")
 
     def __init__(self, fabric: Fabric, cfg: LinkDowngradeConfig | None = None) -> None:
         self.fabric = fabric
@@ -45,6 +46,7 @@ class LinkDowngradeDetector:
         self.kinds = ("width_downgrade", "speed_downgrade")
         self.hyst = {k: Hysteresis(self.cfg.hysteresis, fabric.n_ports) for k in self.kinds}
         self.since = {k: np.zeros(fabric.n_ports, dtype="datetime64[us]") for k in self.kinds}
+
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         if batch.num_rows == 0:
             return []

@@ -46,6 +46,7 @@ class NcclChannelOutlier:
     name = "nccl_channel_outlier"
     version = "1"
     consumes = "nccl_timing"
+    kinds = ("nccl_channel_slow",)
 
     def __init__(self, fabric: Fabric | None = None, cfg: NcclChannelConfig | None = None) -> None:
         self.fabric = fabric

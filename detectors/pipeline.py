@@ -15,14 +15,26 @@ import pyarrow as pa
 from collectors.model import Fabric
 from collectors.schemas import record_kind
 from detectors.base import Detector
+from detectors.ber import BerDetector
+from detectors.ber_thresholds import ThresholdTable
+from detectors.congestion import EcnHotspotDetector, PfcStormDetector
 from detectors.findings import Finding
+from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
 from detectors.nccl_channel import NcclChannelOutlier
 from detectors.rates import CounterRates
 
 
-def default_detectors(fabric: Fabric) -> list[Detector]:
-    return [LinkDowngradeDetector(fabric), NcclChannelOutlier(fabric)]
+def default_detectors(fabric: Fabric, ber_table: ThresholdTable | None = None) -> list[Detector]:
+    """Every detector with its documented defaults (docs/detectors.md)."""
+    return [
+        LinkDowngradeDetector(fabric),
+        LinkFlapDetector(fabric),
+        BerDetector(fabric, ber_table),
+        PfcStormDetector(fabric),
+        EcnHotspotDetector(fabric),
+        NcclChannelOutlier(fabric),
+    ]
 
 
 @dataclass
@@ -43,6 +55,11 @@ class Pipeline:
     def __post_init__(self) -> None:
         if not self.detectors:
             self.detectors = default_detectors(self.fabric)
+
+    @property
+    def kinds(self) -> list[str]:
+        """Every finding kind the configured detectors can emit (what scoring may expect)."""
+        return sorted({k for d in self.detectors for k in d.kinds})
 
     def _timed(self, name: str, rows: int, t0: float, found: int = 0) -> None:
         s = self.stats.setdefault(name, StageStats())

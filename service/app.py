@@ -15,6 +15,8 @@ from sqlalchemy import text
 
 from collectors.base import Collector
 from collectors.model import Fabric
+from detectors.ber_thresholds import ThresholdTable
+from detectors.pipeline import Pipeline, default_detectors
 from service.api import make_router
 from service.config import Settings
 from service.db import make_engine, upgrade
@@ -40,7 +42,10 @@ def create_app(
     store = IncidentStore(engine)
     metrics = MetricsState(fabric, per_port=settings.metrics.per_port)
     registry = make_registry(metrics)
-    runner = Runner(settings, fabric, collectors, store, metrics)
+    table = ThresholdTable.load(settings.ber_thresholds) if settings.ber_thresholds else None
+    runner = Runner(
+        settings, fabric, collectors, store, metrics, Pipeline(fabric, default_detectors(fabric, table))
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -104,7 +105,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from collectors.dataset import iter_replay
     from collectors.model import load_inventory
-    from detectors.pipeline import Pipeline
+    from detectors.ber_thresholds import ThresholdTable
+    from detectors.pipeline import Pipeline, default_detectors
     from fabricsim.output import INVENTORY, TRUTH
     from fabricsim.scoring import score
 
@@ -115,7 +117,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not inv.exists():
         raise ValueError(f"no inventory: {inv} is missing (pass --inventory FILE)")
     fabric = load_inventory(inv)
-    pipe = Pipeline(fabric)
+    table = ThresholdTable.load(args.ber_thresholds) if args.ber_thresholds else None
+    pipe = Pipeline(fabric, default_detectors(fabric, table))
     findings = []
     polls = 0
     t0 = time.perf_counter()
@@ -139,8 +142,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     truth_path = root / TRUTH
     if truth_path.exists():
         truth = json.loads(truth_path.read_text())
-        kinds = ["speed_downgrade", "width_downgrade", "nccl_channel_slow"]
-        report["score"] = score(findings, truth, kinds).as_dict()
+        report["score"] = score(findings, truth, pipe.kinds).as_dict()
+    report["ber_thresholds"] = str(args.ber_thresholds) if args.ber_thresholds else "generic PAM4 rule"
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
@@ -156,6 +159,7 @@ def _fmt(v: Any, pct: bool = False) -> str:
 
 def _print_report(report: dict[str, Any]) -> None:
     print(f"\n{report['batches']} batches, {report['findings']} findings opened, {report['seconds']} s")
+    print(f"BER judged against: {report['ber_thresholds']}")
     sc = report.get("score")
     if not sc:
         print("no truth.json: nothing to score against")
@@ -232,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("replay", help="run the detectors over a simulation or an archive and score them")
     s.add_argument("dir")
     s.add_argument("--inventory", help="inventory file (default: DIR/inventory.json)")
+    s.add_argument(
+        "--ber-thresholds",
+        default=os.environ.get("GRAYWIRE_BER_THRESHOLDS"),
+        help="NVIDIA field BER thresholds CSV (UFM PDR plugin's Field_BER_Thresholds.csv); "
+        "default $GRAYWIRE_BER_THRESHOLDS, else a generic PAM4 rule",
+    )
     s.add_argument("--json", action="store_true", help="print one JSON report")
     s.add_argument("-q", "--quiet", action="store_true", help="no per-finding lines or progress")
     s.set_defaults(func=cmd_replay)

@@ -66,6 +66,8 @@ class Settings(BaseSettings):
     #: A target's ports are stale once its last good scrape is older than this many polls.
     stale_after_polls: int = Field(3, ge=1)
     inventory: Path | None = None
+    #: NVIDIA's field BER thresholds CSV (UFM PDR plugin's Field_BER_Thresholds.csv).
+    ber_thresholds: Path | None = None
     sources: list[FabricSimSource] = Field(default_factory=lambda: [FabricSimSource()], min_length=1)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import ClassVar
 
 import pyarrow as pa
 import pytest
 
 from collectors.schemas import LINK, PORT_SAMPLE, make_batch
+from detectors.ber import BerDetector
+from detectors.ber_thresholds import ThresholdTable
+from detectors.congestion import EcnHotspotDetector, PfcStormDetector
 from detectors.findings import Finding
+from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
 from detectors.nccl_channel import NcclChannelOutlier
 from detectors.pipeline import Pipeline, default_detectors
 from detectors.rates import CounterRates, rates_schema
-from fabricsim.faults import BENIGN_KINDS
+from fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
 from fabricsim.scoring import score
 from fabricsim.sim import FabricSim, SimConfig, truth_document
 from fabricsim.topology import TopologySpec
@@ -91,7 +96,25 @@ def test_default_detectors() -> None:
     sim = small_sim()
     pipe = Pipeline(sim.fabric)
     kinds = [type(d) for d in pipe.detectors]
-    assert kinds == [LinkDowngradeDetector, NcclChannelOutlier]
+    assert kinds == [
+        LinkDowngradeDetector,
+        LinkFlapDetector,
+        BerDetector,
+        PfcStormDetector,
+        EcnHotspotDetector,
+        NcclChannelOutlier,
+    ]
+    assert pipe.kinds == sorted(
+        [
+            "speed_downgrade",
+            "width_downgrade",
+            "link_flap",
+            "ber_degradation",
+            "pfc_storm",
+            "ecn_hotspot",
+            "nccl_channel_slow",
+        ]
+    )
     assert [type(d) for d in default_detectors(sim.fabric)] == kinds
     assert isinstance(pipe.rates, CounterRates)
     # Each pipeline has its own rates state.
@@ -110,7 +133,10 @@ def test_stage_statistics() -> None:
             nccl_rows += s.nccl_timing.num_rows
     n = sim.fabric.n_ports
     st = pipe.stats
-    assert set(st) == {"rates", "link_downgrade", "nccl_channel_outlier"}  # named by detector.name
+    assert set(st) == {  # named by detector.name
+        "rates", "link_downgrade", "link_flap", "ber", "pfc_storm", "ecn_hotspot", "nccl_channel_outlier"
+    }  # fmt: skip
+    assert sum(st[k].findings for k in ("link_flap", "ber", "pfc_storm", "ecn_hotspot")) == 0
     assert (st["rates"].batches, st["rates"].rows, st["rates"].findings) == (7, 7 * n, 0)
     assert (st["link_downgrade"].batches, st["link_downgrade"].rows) == (7, 7 * n)
     assert (st["nccl_channel_outlier"].batches, st["nccl_channel_outlier"].rows) == (6, nccl_rows)
@@ -139,26 +165,24 @@ def _empty_required() -> dict[str, pa.Array]:
     }
 
 
-DETECTABLE = ["speed_downgrade", "width_downgrade", "nccl_channel_slow"]
-
-
-def test_default_scenario_scores_perfectly() -> None:
-    """64 hosts, one hour, one of every fault and benign event: every covered fault, nothing else."""
+def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
+    """64 hosts, one hour, one of every fault and benign event: every fault found, nothing else."""
     start = time.perf_counter()
     sim = FabricSim(SimConfig(topology=TopologySpec(hosts=64), duration_s=3600.0, seed=1, faults="default"))
-    pipe = Pipeline(sim.fabric)
+    table = ThresholdTable.load(real_fixtures / "ufm" / "pdr_Field_BER_Thresholds.csv")
+    pipe = Pipeline(sim.fabric, default_detectors(sim.fabric, table))
     findings: list[Finding] = []
     for s in sim.run():
         findings += pipe.process(s.port_sample)
         if s.nccl_timing is not None:
             findings += pipe.process(s.nccl_timing)
     truth = truth_document(sim)
-    report = score(findings, truth, DETECTABLE)
+    report = score(findings, truth, pipe.kinds)
 
     assert len(truth["faults"]) == 13
     assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
     covered = {k for k, s in report.by_fault.items() if s.covered}
-    assert covered == {"speed_downgrade", "width_downgrade", "slow_channel", "slow_rank"}
+    assert covered == set(FAULT_KINDS)
     for kind in covered:
         s = report.by_fault[kind]
         assert (s.total, s.detected) == (1, 1), kind
@@ -172,5 +196,5 @@ def test_default_scenario_scores_perfectly() -> None:
     for kind in ("speed_downgrade", "width_downgrade"):
         assert report.by_fault[kind].delays_s[0] <= 2 * sim.cfg.interval_s
     firing_kinds = {f.kind for f in findings if f.status == "firing"}
-    assert firing_kinds == set(DETECTABLE)
+    assert firing_kinds == set(pipe.kinds)
     assert time.perf_counter() - start < 60

@@ -18,19 +18,21 @@ from service.config import FabricSimSource
 from service.sources import FabricSimCollector
 
 
-def test_sim_then_replay_scores_against_truth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sim_then_replay_scores_against_truth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], real_fixtures: Path
+) -> None:
     out = tmp_path / "sim"
     assert main(["sim", "--hosts", "16", "--duration", "40m", "--seed", "2", "--out", str(out), "-q"]) == 0
     assert (out / "truth.json").exists() and (out / "inventory.json").exists()
     assert list((out / "port_sample").glob("hour=*/*.parquet"))
     capsys.readouterr()
-    assert main(["replay", str(out), "--json", "-q"]) == 0
+    ber = real_fixtures / "ufm" / "pdr_Field_BER_Thresholds.csv"
+    assert main(["replay", str(out), "--json", "-q", "--ber-thresholds", str(ber)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["batches"] == 2 * 241 - 1
     score = report["score"]
-    for kind in ("speed_downgrade", "width_downgrade", "slow_channel", "slow_rank"):
-        assert score["by_fault"][kind]["recall"] == 1.0, kind
-    assert score["by_fault"]["pfc_storm"] == {"faults": 1, "covered": False}
+    for kind, s in score["by_fault"].items():
+        assert (s["covered"], s["recall"], s["localization_top1"]) == (True, 1.0, 1.0), kind
     assert score["findings"]["false"] == 0
     assert score["findings"]["benign_alarms"] == 0
 

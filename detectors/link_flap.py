@@ -1,0 +1,115 @@
+"""Link flaps: a link that keeps going down and coming back.
+
+A single outage shorter than a retrain (~30 s) is normal and pages nobody; it is only counted.
+A link that went down ``flaps_to_open`` times within ``window_s`` is a flapping link (warning),
+and ``flaps_critical`` times is critical; it clears after ``window_s`` without a new outage.
+Outages are counted from ``link_downed`` increments and from up→down transitions of the
+physical state (whichever says more), on both ends of the link as one entity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.model import Fabric
+from collectors.schemas import PHYS_LINK_UP
+from detectors.base import LinkEntities, PortIndexer, column
+from detectors.findings import Finding
+
+HISTORY = 16  # outage times kept per link
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFlapConfig:
+    window_s: float = 600.0
+    flaps_to_open: int = 3
+    flaps_critical: int = 6
+
+
+class LinkFlapDetector:
+    name = "link_flap"
+    version = "1"
+    consumes = "port_rates"
+    kinds = ("link_flap",)
+
+    def __init__(self, fabric: Fabric, cfg: LinkFlapConfig | None = None) -> None:
+        self.fabric = fabric
+        self.cfg = cfg or LinkFlapConfig()
+        n = fabric.n_ports
+        self.port_index = PortIndexer(fabric)
+        self.links = LinkEntities(fabric)
+        self.was_up = np.ones(n, dtype=bool)
+        self.events = np.full((n, HISTORY), -np.inf)  # outage times (unix s) per link entity
+        self.head = np.zeros(n, dtype=np.int64)
+        self.open_sev = np.zeros(n, dtype=np.int8)  # 0 closed, 1 warning, 2 critical
+
+    def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        if batch.num_rows == 0:
+            return []
+        cfg = self.cfg
+        idx = self.port_index(batch.column("port"))
+        known = idx >= 0
+        p = idx[known]
+        phys = column(batch, "phys_state", 0)[known]
+        dt = column(batch, "interval_seconds")[known]
+        downs = np.nan_to_num(column(batch, "link_downed_per_second")[known] * dt, nan=0.0)
+        up = phys == PHYS_LINK_UP
+        went_down = (self.was_up[p] & ~up).astype(np.float64)
+        self.was_up[p] = up
+        n_events = np.rint(np.maximum(downs, went_down)).astype(np.int64)
+        now = batch.column("time")[0].as_py()
+        t = now.timestamp()
+        ent = self.links.of_port[p]
+        # Both ends see the same outage: count it once per link (the larger of the two ends).
+        per_link = np.zeros(self.fabric.n_ports, dtype=np.int64)
+        np.maximum.at(per_link, ent, np.minimum(n_events, HISTORY))
+        for e in np.flatnonzero(per_link).tolist():  # links with an outage this poll: a handful
+            for _ in range(int(per_link[e])):
+                self.events[e, self.head[e] % HISTORY] = t
+                self.head[e] += 1
+        touched = np.unique(np.concatenate([ent, np.flatnonzero(self.open_sev)]))
+        recent = (self.events[touched] >= t - cfg.window_s).sum(axis=1)
+        sev = np.where(recent >= cfg.flaps_critical, 2, np.where(recent >= cfg.flaps_to_open, 1, 0))
+        out = []
+        for e, s_new, cnt in zip(touched.tolist(), sev.tolist(), recent.tolist(), strict=True):
+            s_old = int(self.open_sev[e])
+            if s_new > s_old:
+                out.append(self._finding(e, "firing", now, s_new, cnt))
+                self.open_sev[e] = s_new
+            elif s_old and cnt == 0:
+                out.append(self._finding(e, "cleared", now, s_old, cnt))
+                self.open_sev[e] = 0
+        return out
+
+    def _finding(self, ent: int, status: str, now: datetime, sev: int, count: int) -> Finding:
+        place = self.links.place(ent)
+        mins = self.cfg.window_s / 60
+        times = sorted(float(x) for x in self.events[ent] if np.isfinite(x))
+        summary = (
+            f"{place['link'] or place['port']} went down {count} times in {mins:g} min"
+            if status == "firing"
+            else f"{place['link'] or place['port']} stable for {mins:g} min"
+        )
+        return Finding(
+            kind="link_flap",
+            entity=str(place["entity"]),
+            status=status,  # type: ignore[arg-type]
+            time=now,
+            severity="critical" if sev == 2 else "warning",
+            summary=summary,
+            detector=f"{self.name}/{self.version}",
+            node=place["node"],
+            port=place["port"],
+            link=place["link"],
+            score=float(count),
+            evidence={
+                "outages_in_window": count,
+                "window_seconds": self.cfg.window_s,
+                "outage_times": [datetime.fromtimestamp(x, now.tzinfo).isoformat() for x in times[-HISTORY:]],
+                "peer_port": place["peer_port"],
+            },
+        )
