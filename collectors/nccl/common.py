@@ -1,0 +1,198 @@
+"""Shared pieces of the NCCL parsers: nccl_timing rows gathered in one pass, built into Arrow once.
+
+NCCL sources are text (JSON lines, log lines, tables), so parsing is per line by nature; what
+is not per line is turning the rows into Arrow. Each parser appends one tuple per row to a
+:class:`TimingRows` and the batch is built from whole columns at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.schemas import NCCL_TIMING, TS, make_batch
+
+#: NCCL's "GB/s" is decimal (10**9 bytes per second); the schema wants bits per second.
+GBPS_TO_BPS = 8e9
+
+#: Bytes per element of NCCL data types, as named in profiler traces (``ncclFloat32``) and in
+#: nccl-tests tables (``float``).
+DTYPE_BYTES: dict[str, int] = {
+    "ncclInt8": 1,
+    "ncclChar": 1,
+    "ncclUint8": 1,
+    "ncclInt32": 4,
+    "ncclInt": 4,
+    "ncclUint32": 4,
+    "ncclInt64": 8,
+    "ncclUint64": 8,
+    "ncclFloat16": 2,
+    "ncclHalf": 2,
+    "ncclFloat32": 4,
+    "ncclFloat": 4,
+    "ncclFloat64": 8,
+    "ncclDouble": 8,
+    "ncclBfloat16": 2,
+    "ncclFloat8e4m3": 1,
+    "ncclFloat8e5m2": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "half": 2,
+    "float": 4,
+    "double": 8,
+    "bfloat16": 2,
+    "f8e4m3": 1,
+    "f8e5m2": 1,
+}
+
+#: NCCL's bus-bandwidth factor per collective (nccl-tests PERFORMANCE.md): busbw = algbw * f(n).
+BUSBW_FACTOR = {
+    "AllReduce": lambda n: 2 * (n - 1) / n,
+    "ReduceScatter": lambda n: (n - 1) / n,
+    "AllGather": lambda n: (n - 1) / n,
+    "AllToAll": lambda n: (n - 1) / n,
+}
+
+
+def busbw_factor(collective: str, nranks: int) -> float:
+    f = BUSBW_FACTOR.get(collective)
+    return f(nranks) if f is not None and nranks > 0 else 1.0
+
+
+#: The columns of :class:`TimingRows`, in tuple order.
+ROW_FIELDS = (
+    "job", "communicator", "rank", "nranks", "host", "device", "collective", "seq", "message_bytes",
+    "channel", "duration_seconds", "bus_bandwidth_bps", "transport", "observed_us",
+)  # fmt: skip
+_F = {name: i for i, name in enumerate(ROW_FIELDS)}
+
+
+@dataclass(slots=True)
+class TimingRows:
+    """nccl_timing rows as tuples (one append per row), transposed into columns once.
+
+    ``observed_us`` is each row's own time (µs since the epoch); a batch has one time, so
+    :meth:`to_batch` takes the newest unless told otherwise.
+    """
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(
+        self,
+        *,
+        job: str,
+        communicator: str,
+        rank: int,
+        collective: str,
+        duration_seconds: float,
+        nranks: int | None = None,
+        host: str | None = None,
+        device: int | None = None,
+        seq: int | None = None,
+        message_bytes: int | None = None,
+        channel: int | None = None,
+        bus_bandwidth_bps: float | None = None,
+        transport: str | None = None,
+        observed_us: int | None = None,
+    ) -> None:
+        self.rows.append(
+            (job, communicator, rank, nranks, host, device, collective, seq, message_bytes, channel,
+             duration_seconds, bus_bandwidth_bps, transport, observed_us)
+        )  # fmt: skip
+
+    def extend(self, other: TimingRows) -> None:
+        self.rows.extend(other.rows)
+
+    def column(self, name: str) -> list[Any]:
+        i = _F[name]
+        return [r[i] for r in self.rows]
+
+    def latest_us(self) -> int | None:
+        i = _F["observed_us"]
+        seen = [r[i] for r in self.rows if r[i] is not None]
+        return max(seen) if seen else None
+
+    def to_batch(self, time: datetime | None = None) -> pa.RecordBatch:
+        """One canonical batch. Every row gets one time (a batch is one poll): ``time`` if
+        given, else the newest row time, else now."""
+        n = len(self)
+        if time is None:
+            latest = self.latest_us()
+            time = datetime.fromtimestamp(latest / 1e6, UTC) if latest is not None else datetime.now(UTC)
+        ts = np.datetime64(time.astimezone(UTC).replace(tzinfo=None), "us")
+        cols_in: list[Any] = list(zip(*self.rows, strict=True)) if n else [() for _ in ROW_FIELDS]
+        c = dict(zip(ROW_FIELDS, cols_in, strict=True))
+        bw = pa.array(c["bus_bandwidth_bps"], type=pa.float64())
+        if n and bw.null_count < n:  # NaN ("nan" in Inspector JSON) means unknown, not a value
+            vals = bw.to_numpy(zero_copy_only=False)
+            bw = pa.array(vals, mask=~np.isfinite(vals), type=pa.float64())
+        cols = {
+            "time": pa.array(np.full(n, ts), type=TS),
+            "job": _dict(c["job"]),
+            "communicator": _dict(c["communicator"]),
+            "rank": pa.array(c["rank"], type=pa.int32()),
+            "nranks": pa.array(c["nranks"], type=pa.int32()),
+            "host": _dict(c["host"]),
+            "device": pa.array(c["device"], type=pa.int16()),
+            "collective": _dict(c["collective"]),
+            "seq": pa.array(c["seq"], type=pa.int64()),
+            "message_bytes": pa.array(c["message_bytes"], type=pa.int64()),
+            "channel": pa.array(c["channel"], type=pa.int16()),
+            "duration_seconds": pa.array(np.asarray(c["duration_seconds"], dtype=np.float64)),
+            "bus_bandwidth_bps": bw,
+            "transport": _dict(c["transport"]),
+        }
+        return make_batch(NCCL_TIMING, n, cols)
+
+
+def _dict(values: Sequence[str | None]) -> pa.Array:
+    return pa.array(values, type=pa.string()).dictionary_encode()
+
+
+def empty_timing_batch(time: datetime | None = None) -> pa.RecordBatch:
+    return TimingRows().to_batch(time or datetime.now(UTC))
+
+
+def as_int(value: object) -> int | None:
+    """An integer from JSON (int, integral float, digit string), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            return None
+    return None
+
+
+def as_float(value: object) -> float | None:
+    """A float from JSON; ``"nan"`` (how the Inspector writes NaN) and garbage give None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if isinstance(value, str):
+        try:
+            v = float(value)
+        except ValueError:
+            return None
+        return v if math.isfinite(v) else None
+    return None

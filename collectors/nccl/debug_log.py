@@ -1,0 +1,506 @@
+"""NCCL_DEBUG=INFO logs -> the communicators' wiring: who is which GPU, and which NIC each channel uses.
+
+NCCL prints every line as ``host:pid:tid [cudaDev] NCCL INFO <message>`` (optionally behind a
+``[timestamp]`` and, for WARN, a ``file.cc:line``). The lines that describe the wiring are:
+
+- ``... comm 0x55d0 rank 3 nranks 16 cudaDev 3 nvmlDev 3 busId 3f000 commId 0x9a.. - Init START``
+  (also ``Init COMPLETE``, ``Destroy COMPLETE``, and the split variant with ``parent``/``color``)
+- ``comm 0x55d0 rank 3 nRanks 16 nNodes 2 localRanks 8 localRank 3 MNNVL 0``
+- ``Channel 03/0 : 5[5] -> 6[6] via NET/IB/3/GDRDMA`` with optional ``[send]``/``[receive]``,
+  PXN ``NET/IB/3(7)``, ``(PCI)``/``/Shared`` suffixes, ``via P2P/CUMEM``, ``via SHM/direct/direct``;
+  older releases print ``Channel 03 : 5[3f000] -> ...`` (bus ids in the brackets)
+- ``Ring 00 : 1 -> 0 -> 1`` (prev -> me -> next), ``Tree 0 : -1 -> 0 -> 1/-1/-1``
+- ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>``: NCCL's NET
+  device index -> HCA name, which is what turns ``NET/IB/3`` into a port key ``host/mlx5_3``.
+
+Channel lines carry no communicator, so they are attributed to the communicator the same
+thread last initialized (else the process's last one). The communicator is named by its
+``commId`` hash when an Init line gave it (the same on every rank), else ``host:pid:comm-pointer``.
+That hash is not the profiler/Inspector ``commHash``; the Inspector joins on (host, pid) instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+_PREFIX = re.compile(
+    r"^\s*(?:\[[^\]]*\]\s+)?(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>-?\d+)\]\s+"
+    r"(?:\S+:\d+\s+)?NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT|VERSION)\b\s?(?P<msg>.*?)\s*$"
+)
+_CHANNEL = re.compile(
+    r"^Channel (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)\[(?P<srcdev>[0-9a-fA-Fx]+)\] -> "
+    r"(?P<dst>\d+)\[(?P<dstdev>[0-9a-fA-Fx]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.+)$"
+)
+_OLD_RING_CONN = re.compile(
+    r"^Ring (?P<ch>\d+) : (?P<src>\d+) -> (?P<dst>\d+) \[(?P<dir>send|receive)\] via (?P<via>.+)$"
+)
+_RING = re.compile(r"^Ring (?P<ch>\d+) : (?P<prev>-?\d+) -> (?P<me>\d+) -> (?P<next>-?\d+)$")
+_TREE = re.compile(r"^Tree (?P<ch>\d+) : (?P<up>-?\d+) -> (?P<me>\d+) -> (?P<down>-?\d+(?:/-?\d+)*)$")
+_INIT = re.compile(
+    r"(?:^|\s)comm (?P<ptr>\S+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>-?\d+)"
+    r"(?: nvmlDev (?P<nvml>-?\d+))? busId (?P<bus>\S+)(?P<rest>.*?)\s*-\s*"
+    r"(?P<what>Init START|Init COMPLETE|Destroy COMPLETE)"
+)
+_COMMID = re.compile(r"\bcommId (\S+)")
+_COMM_INFO = re.compile(
+    r"^comm (?P<ptr>\S+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
+    r"localRanks (?P<lranks>\d+) localRank (?P<lrank>\d+)"
+)
+_NET_USING = re.compile(r"^NET/(?P<net>IB|Socket) : Using(?P<devs>.*?)(?:;\s*OOB\s+(?P<oob>\S+))?$")
+_NET_DEV = re.compile(r"\[(?P<idx>\d+)\](?P<body>\{[^}]*\}|[^\s\[]+)")
+_HCA = re.compile(r"([^\s:{},]+):(\d+)/(\w+)")
+_USING_NETWORK = re.compile(r"^Using network (\S+)")
+_NIC = re.compile(r"^(?P<nic>\d+)(?:\((?P<proxy>\d+)\))?")
+
+ProcKey = tuple[str, int]  # (host, pid)
+
+
+@dataclass(slots=True)
+class RankInfo:
+    """One rank of one communicator, as its Init/comm lines describe it."""
+
+    communicator: str
+    rank: int
+    nranks: int | None
+    host: str
+    pid: int
+    device: int | None
+    nvml_device: int | None = None
+    bus_id: str | None = None
+    nnodes: int | None = None
+    local_rank: int | None = None
+    state: str = "init"  # init, complete, destroyed
+
+
+@dataclass(slots=True)
+class ChannelLink:
+    """One connection of one channel: ``from_rank`` sends to ``to_rank`` over ``transport``.
+
+    ``rank`` is the rank whose process logged it: its communicator's rank when known, else the
+    sender for ``[send]`` and P2P/SHM lines and the receiver for ``[receive]``. ``nic`` is
+    NCCL's NET device index, ``nic_name`` the HCA it maps to (from ``NET/IB : Using``) and
+    ``port`` its port key ``host/nic_name``.
+    """
+
+    communicator: str
+    host: str
+    pid: int
+    rank: int
+    channel: int
+    conn_index: int | None
+    from_rank: int
+    to_rank: int
+    direction: str | None
+    via: str
+    transport: str
+    nic: int | None = None
+    proxy_rank: int | None = None
+    gdrdma: bool = False
+    nic_name: str | None = None
+    port: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransportIssue:
+    """A connection that fell back from what the fabric should give: later detectors page on it.
+
+    ``kind`` is ``net_fallback`` (e.g. NET/Socket where NET/IB is expected: traffic crosses
+    the host's TCP stack), ``no_gdrdma`` (NET/IB without GPUDirect RDMA: every step bounces
+    through host memory) or ``network_fallback`` (a process chose ``Using network Socket``).
+    """
+
+    kind: str
+    communicator: str | None
+    host: str
+    pid: int
+    rank: int | None
+    channel: int | None
+    via: str  # what NCCL chose: ``NET/Socket/0``, ``NET/IB/3``, or the process's network name
+    expected: str
+    nic: int | None = None
+    port: str | None = None
+    peer_rank: int | None = None
+
+
+def split_via(via: str) -> tuple[str, int | None, int | None, bool]:
+    """``NET/IB/3(7)/GDRDMA(PCI)/Shared`` -> (``NET/IB``, 3, 7, True); ``P2P/CUMEM`` -> (``P2P``, ...)."""
+    parts = via.strip().split("/")
+    kind = parts[0]
+    gdr = "GDRDMA" in via
+    if kind == "NET" and len(parts) >= 2:
+        nic = proxy = None
+        if len(parts) >= 3:
+            m = _NIC.match(parts[2])
+            if m:
+                nic = int(m.group("nic"))
+                proxy = int(m.group("proxy")) if m.group("proxy") else None
+        return f"NET/{parts[1]}", nic, proxy, gdr
+    return kind, None, None, gdr
+
+
+@dataclass
+class NcclTopology:
+    """Everything the debug lines say about communicators, accumulated line by line.
+
+    Feed it lines as they arrive (:meth:`feed`); queries resolve communicator ids and NIC names
+    at read time, so a ``commId`` or a ``NET/IB : Using`` line that comes later still applies.
+    """
+
+    _ranks: dict[tuple[str, int, str], RankInfo] = field(default_factory=dict)  # (host, pid, ptr)
+    _comm_id: dict[tuple[str, int, str], str] = field(default_factory=dict)
+    _thread_comm: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    _proc_comm: dict[ProcKey, str] = field(default_factory=dict)
+    _links: list[tuple[tuple[str, int, str] | None, ChannelLink]] = field(default_factory=list)
+    _rings: list[tuple[tuple[str, int, str] | None, ProcKey, int, int, int, int]] = field(
+        default_factory=list
+    )
+    _trees: list[tuple[tuple[str, int, str] | None, ProcKey, int, int, int, tuple[int, ...]]] = field(
+        default_factory=list
+    )
+    _proc_devs: dict[ProcKey, set[int]] = field(default_factory=dict)
+    nics: dict[ProcKey, dict[int, list[str]]] = field(default_factory=dict)  # NET/IB index -> HCAs
+    socket_nics: dict[ProcKey, dict[int, list[str]]] = field(default_factory=dict)  # NET/Socket -> ifaces
+    network: dict[ProcKey, str] = field(default_factory=dict)
+    _index_version: int = -1
+    _version: int = 0  # bumped when ranks or links change, to rebuild the lookup indexes
+    _dev_by_rank: dict[tuple[str, int, int, int | None], set[int | None]] = field(default_factory=dict)
+    _net_by_channel: dict[tuple[str, int, int, int], set[str]] = field(default_factory=dict)
+    nccl_lines: int = 0
+    other_lines: int = 0
+    malformed: int = 0  # NCCL lines that look like wiring but do not parse
+    warnings: list[str] = field(default_factory=list)  # NCCL WARN messages, newest last (bounded)
+
+    # -- input ------------------------------------------------------------------------------
+    def feed(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            m = _PREFIX.match(line)
+            if not m:
+                self.other_lines += 1
+                continue
+            self.nccl_lines += 1
+            host, pid, tid, dev = (
+                m.group("host"),
+                int(m.group("pid")),
+                int(m.group("tid")),
+                int(m.group("dev")),
+            )
+            self._proc_devs.setdefault((host, pid), set()).add(dev)
+            msg = m.group("msg")
+            if m.group("level") == "WARN":
+                self.warnings.append(f"{host}:{pid} {msg}")
+                del self.warnings[:-100]
+                continue
+            self._message(host, pid, tid, dev, msg)
+
+    def _ckey(self, host: str, pid: int, tid: int) -> tuple[str, int, str] | None:
+        ptr = self._thread_comm.get((host, pid, tid)) or self._proc_comm.get((host, pid))
+        return (host, pid, ptr) if ptr is not None else None
+
+    def _message(self, host: str, pid: int, tid: int, dev: int, msg: str) -> None:
+        if msg.startswith(("Channel ", "Ring ")) and " via " in msg:
+            m = _CHANNEL.match(msg) or _OLD_RING_CONN.match(msg)
+            if not m:
+                self.malformed += 1
+                return
+            self._link(host, pid, tid, m)
+            return
+        if msg.startswith("Ring "):
+            m = _RING.match(msg)
+            if m:
+                self._rings.append(
+                    (
+                        self._ckey(host, pid, tid),
+                        (host, pid),
+                        int(m["ch"]),
+                        int(m["me"]),
+                        int(m["prev"]),
+                        int(m["next"]),
+                    )
+                )
+            return
+        if msg.startswith("Tree "):
+            m = _TREE.match(msg)
+            if m:
+                down = tuple(int(x) for x in m["down"].split("/"))
+                self._trees.append(
+                    (self._ckey(host, pid, tid), (host, pid), int(m["ch"]), int(m["me"]), int(m["up"]), down)
+                )
+            return
+        if msg.startswith("NET/"):
+            m = _NET_USING.match(msg)
+            if m:
+                devs: dict[int, list[str]] = {}
+                for d in _NET_DEV.finditer(m["devs"]):
+                    body = d["body"]
+                    names = [h[0] for h in _HCA.findall(body)] if m["net"] == "IB" else [body.split(":")[0]]
+                    devs[int(d["idx"])] = names
+                (self.nics if m["net"] == "IB" else self.socket_nics)[(host, pid)] = devs
+            return
+        m = _USING_NETWORK.match(msg)
+        if m:
+            self.network[(host, pid)] = m.group(1)
+            return
+        m = _COMM_INFO.match(msg)
+        if m:
+            info = self._rank(host, pid, tid, m["ptr"], int(m["rank"]), int(m["nranks"]), dev)
+            info.nnodes = int(m["nnodes"])
+            info.local_rank = int(m["lrank"])
+            return
+        m = _INIT.search(msg)
+        if m:
+            ptr = m["ptr"]
+            info = self._rank(host, pid, tid, ptr, int(m["rank"]), int(m["nranks"]), int(m["dev"]))
+            info.nvml_device = int(m["nvml"]) if m["nvml"] is not None else info.nvml_device
+            info.bus_id = m["bus"]
+            cid = _COMMID.search(m["rest"])
+            if cid:
+                self._comm_id[(host, pid, ptr)] = cid.group(1)
+            info.state = {"Init START": "init", "Init COMPLETE": "complete"}.get(m["what"], "destroyed")
+
+    def _rank(self, host: str, pid: int, tid: int, ptr: str, rank: int, nranks: int, dev: int) -> RankInfo:
+        key = (host, pid, ptr)
+        self._version += 1
+        self._thread_comm[(host, pid, tid)] = ptr
+        self._proc_comm[(host, pid)] = ptr
+        info = self._ranks.get(key)
+        if info is None or info.state == "destroyed":
+            # A destroyed communicator's pointer can be reused by a new one.
+            info = RankInfo(communicator="", rank=rank, nranks=nranks, host=host, pid=pid, device=dev)
+            self._ranks[key] = info
+        info.rank, info.nranks, info.device = rank, nranks, dev
+        return info
+
+    def _link(self, host: str, pid: int, tid: int, m: re.Match[str]) -> None:
+        transport, nic, proxy, gdr = split_via(m["via"])
+        direction = m["dir"]
+        src, dst = int(m["src"]), int(m["dst"])
+        conn = m.groupdict().get("conn")
+        ckey = self._ckey(host, pid, tid)
+        me = self._ranks.get(ckey) if ckey is not None else None
+        link = ChannelLink(
+            communicator="",
+            host=host,
+            pid=pid,
+            rank=me.rank if me is not None else dst if direction == "receive" else src,
+            channel=int(m["ch"]),
+            conn_index=int(conn) if conn is not None else None,
+            from_rank=src,
+            to_rank=dst,
+            direction=direction,
+            via=m["via"].strip(),
+            transport=transport,
+            nic=nic,
+            proxy_rank=proxy,
+            gdrdma=gdr,
+        )
+        self._links.append((ckey, link))
+        self._version += 1
+
+    # -- resolution ---------------------------------------------------------------------------
+    def _comm_name(self, ckey: tuple[str, int, str] | None, proc: ProcKey) -> str:
+        if ckey is None:
+            return f"{proc[0]}:{proc[1]}"
+        return self._comm_id.get(ckey) or f"{ckey[0]}:{ckey[1]}:{ckey[2]}"
+
+    def nic_name(self, host: str, pid: int, nic: int | None, net: str = "IB") -> str | None:
+        """The device behind NCCL's NET index (the first HCA of a merged device)."""
+        if nic is None:
+            return None
+        table = self.nics if net == "IB" else self.socket_nics
+        names = table.get((host, pid), {}).get(nic)
+        return names[0] if names else None
+
+    @property
+    def ranks(self) -> list[RankInfo]:
+        out = []
+        for key, info in self._ranks.items():
+            info.communicator = self._comm_name(key, (key[0], key[1]))
+            out.append(info)
+        return out
+
+    @property
+    def links(self) -> list[ChannelLink]:
+        out = []
+        for ckey, link in self._links:
+            link.communicator = self._comm_name(ckey, (link.host, link.pid))
+            if link.transport.startswith("NET/"):
+                link.nic_name = self.nic_name(link.host, link.pid, link.nic, link.transport[4:])
+                link.port = f"{link.host}/{link.nic_name}" if link.nic_name else None
+            out.append(link)
+        return out
+
+    @property
+    def rings(self) -> dict[tuple[str, int], dict[int, tuple[int, int]]]:
+        """(communicator, channel) -> {rank: (prev, next)}."""
+        out: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
+        for ckey, proc, ch, me, prev, nxt in self._rings:
+            out.setdefault((self._comm_name(ckey, proc), ch), {})[me] = (prev, nxt)
+        return out
+
+    @property
+    def trees(self) -> dict[tuple[str, int], dict[int, tuple[int, tuple[int, ...]]]]:
+        """(communicator, tree channel) -> {rank: (parent, children)}; -1 is none."""
+        out: dict[tuple[str, int], dict[int, tuple[int, tuple[int, ...]]]] = {}
+        for ckey, proc, ch, me, up, down in self._trees:
+            out.setdefault((self._comm_name(ckey, proc), ch), {})[me] = (up, tuple(d for d in down if d >= 0))
+        return out
+
+    def _reindex(self) -> None:
+        """Hash indexes for the per-row lookups (a job has thousands of ranks and links)."""
+        if self._index_version == self._version:
+            return
+        self._dev_by_rank = {}
+        for (h, p, _), i in self._ranks.items():
+            self._dev_by_rank.setdefault((h, p, i.rank, i.nranks), set()).add(i.device)
+            self._dev_by_rank.setdefault((h, p, i.rank, None), set()).add(i.device)
+        self._net_by_channel = {}
+        for _, lk in self._links:
+            if lk.direction != "receive":
+                self._net_by_channel.setdefault((lk.host, lk.pid, lk.from_rank, lk.channel), set()).add(
+                    lk.transport
+                )
+        self._index_version = self._version
+
+    def device_of(
+        self, host: str, pid: int, rank: int | None = None, nranks: int | None = None
+    ) -> int | None:
+        """CUDA device of a process (and rank): from its Init lines, else its one ``[dev]`` prefix."""
+        if rank is not None:
+            self._reindex()
+            hits = self._dev_by_rank.get((host, pid, rank, nranks))
+            if hits is not None and len(hits) == 1:
+                return next(iter(hits))
+        devs = self._proc_devs.get((host, pid))
+        if devs is not None and len(devs) == 1:
+            return next(iter(devs))
+        return None
+
+    def transport_of(self, host: str, pid: int, rank: int, channel: int) -> str | None:
+        """What a rank's channel sends over: its network transport when one of its connections
+        leaves the host (the hop fabric faults slow), else its one intra-node transport; None
+        when unknown or ambiguous (two different network transports)."""
+        self._reindex()
+        seen = self._net_by_channel.get((host, pid, rank, channel))
+        if not seen:
+            return None
+        net = {t for t in seen if t.startswith("NET/")}
+        pick = net or seen
+        return next(iter(pick)) if len(pick) == 1 else None
+
+    # -- tables and judgements ----------------------------------------------------------------
+    def ranks_table(self) -> pa.Table:
+        rows = self.ranks
+        return pa.table(
+            {
+                "communicator": pa.array([r.communicator for r in rows], pa.string()),
+                "rank": pa.array([r.rank for r in rows], pa.int32()),
+                "nranks": pa.array([r.nranks for r in rows], pa.int32()),
+                "host": pa.array([r.host for r in rows], pa.string()),
+                "pid": pa.array([r.pid for r in rows], pa.int64()),
+                "device": pa.array([r.device for r in rows], pa.int16()),
+                "bus_id": pa.array([r.bus_id for r in rows], pa.string()),
+                "nnodes": pa.array([r.nnodes for r in rows], pa.int32()),
+                "local_rank": pa.array([r.local_rank for r in rows], pa.int32()),
+                "state": pa.array([r.state for r in rows], pa.string()),
+            }
+        )
+
+    def links_table(self) -> pa.Table:
+        rows = self.links
+        col = lambda name, typ: pa.array([getattr(r, name) for r in rows], typ)  # noqa: E731
+        return pa.table(
+            {
+                "communicator": col("communicator", pa.string()),
+                "host": col("host", pa.string()),
+                "pid": col("pid", pa.int64()),
+                "rank": col("rank", pa.int32()),
+                "channel": col("channel", pa.int16()),
+                "conn_index": col("conn_index", pa.int16()),
+                "from_rank": col("from_rank", pa.int32()),
+                "to_rank": col("to_rank", pa.int32()),
+                "direction": col("direction", pa.string()),
+                "transport": col("transport", pa.string()),
+                "nic": col("nic", pa.int16()),
+                "proxy_rank": col("proxy_rank", pa.int32()),
+                "gdrdma": col("gdrdma", pa.bool_()),
+                "nic_name": col("nic_name", pa.string()),
+                "port": col("port", pa.string()),
+                "via": col("via", pa.string()),
+            }
+        )
+
+    def transport_issues(
+        self, expected_net: str | None = None, expect_gdr: bool | None = None
+    ) -> list[TransportIssue]:
+        """Connections that fell back to a slower transport.
+
+        ``expected_net`` (``"IB"``) names the NET plugin every inter-node link should use; left
+        None, the most common NET transport within each communicator is expected. ``expect_gdr``
+        True flags every NET/IB link without GDRDMA; None flags them only in a communicator
+        where other NET/IB links do have it (the same fabric, one host lacking its GDR module).
+        """
+        links = self.links
+        issues: list[TransportIssue] = []
+        by_comm: dict[str, list[ChannelLink]] = {}
+        for lk in links:
+            if lk.transport.startswith("NET/"):
+                by_comm.setdefault(lk.communicator, []).append(lk)
+        for comm, net in by_comm.items():
+            want = (
+                f"NET/{expected_net}"
+                if expected_net
+                else Counter(lk.transport for lk in net).most_common(1)[0][0]
+            )
+            ib_gdr = any(lk.gdrdma for lk in net if lk.transport == "NET/IB")
+            for lk in net:
+                peer = lk.to_rank if lk.rank == lk.from_rank else lk.from_rank
+                if lk.transport != want:
+                    issues.append(
+                        TransportIssue(
+                            "net_fallback",
+                            comm,
+                            lk.host,
+                            lk.pid,
+                            lk.rank,
+                            lk.channel,
+                            lk.via,
+                            want,
+                            lk.nic,
+                            lk.port,
+                            peer,
+                        )
+                    )
+                elif (
+                    lk.transport == "NET/IB"
+                    and not lk.gdrdma
+                    and (expect_gdr or (expect_gdr is None and ib_gdr))
+                ):
+                    issues.append(
+                        TransportIssue(
+                            "no_gdrdma",
+                            comm,
+                            lk.host,
+                            lk.pid,
+                            lk.rank,
+                            lk.channel,
+                            lk.via,
+                            "NET/IB/<nic>/GDRDMA",
+                            lk.nic,
+                            lk.port,
+                            peer,
+                        )
+                    )
+        if expected_net:
+            for (host, pid), net_name in self.network.items():
+                if net_name != expected_net:
+                    issues.append(
+                        TransportIssue(
+                            "network_fallback", None, host, pid, None, None, net_name, expected_net
+                        )
+                    )
+        return issues

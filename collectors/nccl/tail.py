@@ -1,0 +1,486 @@
+"""Following NCCL output files as a job writes them, and the HTTP push path.
+
+A training job writes one Inspector file per process (``<host>-pid<pid>.log``), appending a
+dump every interval; the files appear as ranks start, a write can stop mid-line, and files can
+be rotated (renamed away, a new one created) or truncated in place. :class:`DirectoryTailer`
+keeps, per file identity (device, inode), the byte offset of the first unread byte and hands
+out only complete lines: a partial last line stays unread until its newline arrives. A file
+whose size drops below its offset, or whose first bytes changed (a new file on a reused inode,
+truncated and rewritten past the old offset between two polls), is read again from the start,
+with a fresh parser (the Inspector's v4.3 dump context is per file).
+
+:class:`NcclFileCollector` is the collector for one directory: each scrape returns the
+nccl_timing rows appended since the previous one, as one batch (one poll, one time: the newest
+row's). A malformed line is skipped and counted, never fatal: ``skipped_lines`` counts them
+over the collector's life and the scrape's ``error`` text names the first few (the scrape is
+still ``ok``). :func:`parse_push` takes the body of a POST of Inspector records instead, and is
+strict: a bad body is refused whole with a ``ValueError`` saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from collectors.base import Collector, ScrapeResult, failed
+from collectors.model import Fabric
+from collectors.nccl.common import TimingRows
+from collectors.nccl.debug_log import NcclTopology
+from collectors.nccl.inspector import InspectorParser, iter_json_values
+from collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
+from collectors.nccl.profiler import ProfilerParser, host_from_dump_name
+
+Format = Literal["inspector", "nccl_tests", "profiler"]
+DEFAULT_PATTERN: dict[str, str] = {"inspector": "*-pid*.log", "nccl_tests": "*.log", "profiler": "*.txt"}
+_FINGERPRINT = 1024
+_JOB_DIR = re.compile(r"^nccl-inspector-(?P<job>.+)$")
+
+
+@dataclass
+class TailedFile:
+    """Read position and parser state of one file (one inode)."""
+
+    path: Path
+    offset: int = 0
+    fingerprint: bytes = b""
+    line_no: int = 0  # lines handed out so far (for messages)
+    skipping: bool = False  # inside an over-long line: drop bytes until its newline
+    state: Any = None  # the format parser for this file
+    emitted: int = 0  # rows of the parser already turned into timing rows
+
+
+@dataclass
+class TailChunk:
+    file: TailedFile
+    lines: list[bytes]
+    first_line: int
+    reset: bool  # the file was truncated or replaced: its parser was restarted
+
+
+@dataclass
+class DirectoryTailer:
+    """Complete lines appended to the files matching ``pattern`` under ``directory``.
+
+    ``new_state(path)`` makes the per-file parser state, again after a truncation. With
+    ``start_at="end"``, files present at the first poll are read from their current end.
+    """
+
+    directory: Path
+    pattern: str
+    new_state: Callable[[Path], Any] = lambda _p: None
+    start_at: Literal["beginning", "end"] = "beginning"
+    max_bytes_per_poll: int = 256 * 2**20
+    max_line_bytes: int = 16 * 2**20
+    files: dict[tuple[int, int], TailedFile] = field(default_factory=dict)
+    dropped_lines: int = 0  # over-long lines skipped
+    resets: int = 0
+    _polled: bool = False
+
+    def poll(self) -> list[TailChunk]:
+        if not self.directory.is_dir():
+            raise FileNotFoundError(f"directory {self.directory} does not exist")
+        first = not self._polled
+        self._polled = True
+        budget = self.max_bytes_per_poll
+        chunks: list[TailChunk] = []
+        present: set[tuple[int, int]] = set()
+        for path in sorted(self.directory.glob(self.pattern), key=str):
+            try:
+                st = path.stat()
+            except OSError:
+                continue  # gone between the listing and the stat
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            key = (st.st_dev, st.st_ino)
+            present.add(key)
+            tf = self.files.get(key)
+            if tf is None:
+                tf = TailedFile(path, state=self.new_state(path))
+                if first and self.start_at == "end":
+                    tf.offset = _last_line_end(path, st.st_size)
+                    tf.fingerprint = _head(path)
+                self.files[key] = tf
+            tf.path = path
+            if budget <= 0:
+                continue
+            chunk = self._read(tf, st.st_size, budget)
+            if chunk is not None:
+                budget -= sum(len(x) + 1 for x in chunk.lines)
+                chunks.append(chunk)
+        for key in set(self.files) - present:
+            del self.files[key]  # deleted, or renamed out of the pattern
+        return chunks
+
+    def _read(self, tf: TailedFile, size: int, budget: int) -> TailChunk | None:
+        if size == tf.offset:
+            return None  # nothing new (a rewrite to exactly the same size goes unseen until it grows)
+        reset = False
+        with tf.path.open("rb") as fh:
+            head = fh.read(min(size, _FINGERPRINT))
+            if size < tf.offset or head[: len(tf.fingerprint)] != tf.fingerprint:
+                tf.offset, tf.fingerprint, tf.line_no, tf.skipping, tf.emitted = 0, b"", 0, False, 0
+                tf.state = self.new_state(tf.path)
+                self.resets += 1
+                reset = True
+            if len(head) > len(tf.fingerprint):
+                tf.fingerprint = head
+            if size == tf.offset:
+                return TailChunk(tf, [], tf.line_no + 1, reset)
+            fh.seek(tf.offset)
+            data = fh.read(min(size - tf.offset, max(budget, self.max_line_bytes)))
+        start = 0
+        if tf.skipping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                tf.offset += len(data)
+                return None
+            start, tf.skipping = nl + 1, False
+        end = data.rfind(b"\n")
+        if end < start:
+            pending = len(data) - start
+            if pending >= self.max_line_bytes:  # a "line" too long to be a record: drop it
+                tf.offset += len(data)
+                tf.skipping = True
+                self.dropped_lines += 1
+            else:
+                tf.offset += start
+            return TailChunk(tf, [], tf.line_no + 1, reset) if reset else None
+        body = data[start:end]
+        tf.offset += end + 1
+        lines = [ln.rstrip(b"\r") for ln in body.split(b"\n")]
+        first_line = tf.line_no + 1
+        tf.line_no += len(lines)
+        return TailChunk(tf, lines, first_line, reset)
+
+
+def _last_line_end(path: Path, size: int, window: int = 2**20) -> int:
+    """Offset just past the last newline before ``size``: where reading resumes at the end."""
+    start = max(0, size - window)
+    with path.open("rb") as fh:
+        fh.seek(start)
+        tail = fh.read(size - start)
+    nl = tail.rfind(b"\n")
+    return start + nl + 1 if nl >= 0 else start
+
+
+def _head(path: Path, n: int = _FINGERPRINT) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def job_from_path(path: Path, root: Path) -> str:
+    """The job a file belongs to, from its directory: ``nccl-inspector-<jobid>`` (the Inspector's
+    default dump dir under Slurm) gives ``<jobid>``, any other directory its own name."""
+    parent = path.parent if path.parent != path else root
+    name = parent.name or root.resolve().name
+    m = _JOB_DIR.match(name)
+    return m.group("job") if m else name
+
+
+class NcclFileCollector:
+    """The NCCL files of one directory (one job, or one job per subdirectory via ``pattern``).
+
+    ``format`` is ``inspector`` (JSON lines), ``nccl_tests`` (test output) or ``profiler``
+    (example-plugin traces). ``debug_pattern`` names NCCL_DEBUG=INFO files (e.g. written with
+    ``NCCL_DEBUG_FILE=nccl.%h.%p``) in the same directory: they give each process's GPU index
+    and each channel's transport, and their wiring is kept in :attr:`topology` for transport
+    checks. ``gpus_per_host`` is the fallback GPU index (rank % gpus_per_host).
+    """
+
+    source = "nccl"
+
+    def __init__(
+        self,
+        directory: str | Path,
+        pattern: str | None = None,
+        format: Format = "inspector",
+        *,
+        job: str | None = None,
+        debug_pattern: str | None = None,
+        gpus_per_host: int | None = None,
+        short_hostnames: bool = False,
+        collective: str | None = None,
+        placement: Literal["out_of_place", "in_place"] = "out_of_place",
+        start_at: Literal["beginning", "end"] = "beginning",
+        max_bytes_per_scrape: int = 256 * 2**20,
+    ) -> None:
+        if format not in DEFAULT_PATTERN:
+            raise ValueError(f"unknown NCCL format {format!r}; use one of {sorted(DEFAULT_PATTERN)}")
+        self.directory = Path(directory)
+        self.pattern = pattern or DEFAULT_PATTERN[format]
+        self.format: Format = format
+        self.job = job
+        self.gpus_per_host = gpus_per_host
+        self.short_hostnames = short_hostnames
+        self.collective = collective
+        self.placement = placement
+        self.target = str(self.directory / self.pattern)
+        self.tailer = DirectoryTailer(
+            self.directory, self.pattern, self._new_state, start_at, max_bytes_per_scrape
+        )
+        self.topology: NcclTopology | None = None
+        self.debug_tailer: DirectoryTailer | None = None
+        if debug_pattern:
+            self.topology = NcclTopology()
+            # Always from the start: the Init lines that name GPUs and NICs come first.
+            self.debug_tailer = DirectoryTailer(self.directory, debug_pattern)
+        self.skipped_lines = 0
+        self.rows_total = 0
+        self.last_problems: list[str] = []
+        # A scrape that timed out keeps running in its thread; the next must not share the state.
+        self._busy = threading.Lock()
+
+    def _job(self, path: Path) -> str:
+        return self.job or job_from_path(path, self.directory)
+
+    def _new_state(self, path: Path) -> Any:
+        if self.format == "inspector":
+            topo = self.topology
+            return InspectorParser(
+                self._job(path),
+                device_of=topo.device_of if topo is not None else None,
+                transport_of=topo.transport_of if topo is not None else None,
+                gpus_per_host=self.gpus_per_host,
+                short_hostnames=self.short_hostnames,
+            )
+        if self.format == "nccl_tests":
+            return NccltestsParser(collective=self.collective or collective_from_name(path.name))
+        return ProfilerParser()
+
+    def collect(self) -> pa.RecordBatch | None:
+        """The rows appended since the last call, as one batch (None when there are none)."""
+        problems: list[str] = []
+        skipped = 0
+        if self.debug_tailer is not None and self.topology is not None:
+            before = self.topology.malformed
+            for chunk in self.debug_tailer.poll():
+                self.topology.feed(ln.decode("utf-8", "replace") for ln in chunk.lines)
+            skipped += self.topology.malformed - before
+        rows = TimingRows()
+        dropped_before = self.tailer.dropped_lines
+        for chunk in self.tailer.poll():
+            skipped += self._parse(chunk, rows, problems)
+        skipped += self.tailer.dropped_lines - dropped_before
+        self.skipped_lines += skipped
+        self.last_problems = problems[:5]
+        self.rows_total += len(rows)
+        if not len(rows):
+            return None
+        return rows.to_batch()
+
+    def _parse(self, chunk: TailChunk, rows: TimingRows, problems: list[str]) -> int:
+        tf, name = chunk.file, chunk.file.path.name
+        st = tf.state
+        if isinstance(st, InspectorParser):
+            before, seen = st.skipped, len(st.problems)
+            st.feed_lines(chunk.lines, rows, f"{name} ", chunk.first_line)
+            problems.extend(st.problems[seen:])
+            del st.problems[:]  # keep only new ones per scrape
+            return st.skipped - before
+        if isinstance(st, NccltestsParser):
+            before, seen = st.skipped, len(st.problems)
+            st.feed(chunk.lines)
+            problems.extend(f"{name} {p}" for p in st.problems[seen:])
+            del st.problems[:]
+            mtime = int(tf.path.stat().st_mtime * 1e6) if tf.path.exists() else None
+            tf.emitted = st.timing_rows(
+                rows,
+                job=self._job(tf.path),
+                communicator=tf.path.stem,
+                placement=self.placement,
+                observed_us=mtime,
+                start=tf.emitted,
+            )
+            return st.skipped - before
+        assert isinstance(st, ProfilerParser)
+        before, seen = st.skipped, len(st.problems)
+        st.feed(chunk.lines)
+        problems.extend(f"{name} {p}" for p in st.problems[seen:])
+        del st.problems[:]
+        mtime = int(tf.path.stat().st_mtime * 1e6) if tf.path.exists() else None
+        tf.emitted = st.timing_rows(
+            rows, job=self._job(tf.path), host=host_from_dump_name(name), observed_us=mtime, start=tf.emitted
+        )
+        return st.skipped - before
+
+    def _collect_once(self) -> pa.RecordBatch | None:
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("the previous scrape of this directory is still reading")
+        try:
+            return self.collect()
+        finally:
+            self._busy.release()
+
+    async def scrape(self) -> ScrapeResult:
+        t0 = time.perf_counter()
+        try:
+            batch = await asyncio.to_thread(self._collect_once)
+        except Exception as e:  # the contract: never raise out of a scrape
+            return failed(self.source, self.target, e, time.perf_counter() - t0)
+        note = None
+        if self.last_problems:
+            note = f"skipped malformed lines ({self.skipped_lines} so far): " + "; ".join(self.last_problems)
+        return ScrapeResult(
+            self.source,
+            self.target,
+            ok=True,
+            batches=(batch,) if batch is not None else (),
+            error=note,
+            duration_s=time.perf_counter() - t0,
+        )
+
+
+# -- HTTP push ------------------------------------------------------------------------------------
+
+_LINE_TYPES = {
+    "application/x-ndjson",
+    "application/jsonl",
+    "application/json-lines",
+    "application/jsonlines",
+    "application/ndjson",
+    "text/plain",
+}
+_DOC_TYPES = {"application/json"}
+
+
+def parse_push(
+    body: bytes,
+    content_type: str,
+    *,
+    job: str = "unknown",
+    gpus_per_host: int | None = None,
+    received: datetime | None = None,
+) -> pa.RecordBatch:
+    """Inspector records POSTed by a job (``/api/v1/ingest/nccl``) -> one nccl_timing batch.
+
+    ``application/x-ndjson`` (also ``application/jsonl``, ``text/plain``): the Inspector's
+    own JSON lines, any version (a v4.3 body must include the ``dump_stats`` markers its records
+    belong to). ``application/json``: one record, an array of records, or records one after
+    another. The whole body is refused on the first problem (``ValueError`` naming the line and
+    the reason) so a client never gets half its rows stored. A body with only markers or P2P
+    records gives an empty batch. Rows without a collective time are stamped ``received``.
+    """
+    if not isinstance(body, bytes | bytearray):
+        raise ValueError("body must be bytes")
+    media, _, params = (content_type or "").partition(";")
+    media = media.strip().lower()
+    charset = re.search(r"charset\s*=\s*\"?([\w-]+)", params, re.IGNORECASE)
+    if charset and charset.group(1).lower().replace("_", "-") not in ("utf-8", "utf8", "us-ascii"):
+        raise ValueError(f"unsupported charset {charset.group(1)!r}: send UTF-8")
+    if media not in _LINE_TYPES | _DOC_TYPES:
+        raise ValueError(
+            f"unsupported content type {media or '(none)'!r}: send application/x-ndjson (Inspector JSON "
+            "lines) or application/json"
+        )
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"body is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    if not text.strip():
+        raise ValueError("empty body: expected NCCL Inspector JSON records")
+    parser = InspectorParser(job, gpus_per_host=gpus_per_host, strict=True)
+    rows = TimingRows()
+    seen = 0
+    if media in _DOC_TYPES:
+        for line, value in iter_json_values(text):
+            seen += 1
+            parser.feed_record(value, rows, f"line {line}")
+    else:
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"line {i}: not valid JSON ({e.msg} at column {e.colno})") from None
+            seen += 1
+            parser.feed_record(value, rows, f"line {i}")
+    if not seen:
+        raise ValueError("no JSON records in body")
+    when = received or datetime.now(UTC)
+    return rows.to_batch(None if rows.latest_us() is not None else when)
+
+
+# -- configuration ----------------------------------------------------------------------------------
+
+
+class NcclSourceConfig(BaseModel):
+    """A directory of NCCL output files, as the service's YAML configures it.
+
+    ```yaml
+    sources:
+      - type: nccl
+        directory: /shared/nccl-inspector        # NCCL_INSPECTOR_DUMP_DIR of the job(s)
+        pattern: "*/*-pid*.log"                   # one subdirectory per job
+        debug_pattern: "*/nccl.*"                 # NCCL_DEBUG_FILE=nccl.%h.%p, for GPU and NIC
+    ```
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["nccl"] = "nccl"
+    directory: Path
+    format: Format = "inspector"
+    #: Glob under ``directory``; default by format: ``*-pid*.log``, ``*.log``, ``*.txt``.
+    pattern: str | None = None
+    #: Job id for every row; default: the file's directory name (``nccl-inspector-<id>`` -> ``<id>``).
+    job: str | None = None
+    #: Glob of NCCL_DEBUG=INFO files: GPU index per process and transport per channel.
+    debug_pattern: str | None = None
+    #: Fallback GPU index = rank % gpus_per_host, for communicators that span whole hosts.
+    gpus_per_host: int | None = Field(None, ge=1, le=64)
+    #: Drop the domain from Inspector host names (``gpu-0003.cluster`` -> ``gpu-0003``).
+    short_hostnames: bool = False
+    #: nccl-tests: the collective, when neither the output nor the file name says it.
+    collective: str | None = None
+    #: nccl-tests: which of the two result groups becomes timing rows.
+    placement: Literal["out_of_place", "in_place"] = "out_of_place"
+    #: ``end`` skips what the files already hold when the service starts.
+    start_at: Literal["beginning", "end"] = "beginning"
+    max_bytes_per_scrape: int = Field(256 * 2**20, ge=4096)
+
+
+def build_collectors(cfg: NcclSourceConfig, fabric: Fabric | None = None) -> list[Collector]:
+    """One collector per configured directory. The fabric is not needed here: rows name hosts
+    and GPUs, and the detectors map them to NIC ports against the inventory."""
+    del fabric
+    return [
+        NcclFileCollector(
+            cfg.directory,
+            cfg.pattern,
+            cfg.format,
+            job=cfg.job,
+            debug_pattern=cfg.debug_pattern,
+            gpus_per_host=cfg.gpus_per_host,
+            short_hostnames=cfg.short_hostnames,
+            collective=cfg.collective,
+            placement=cfg.placement,
+            start_at=cfg.start_at,
+            max_bytes_per_scrape=cfg.max_bytes_per_scrape,
+        )
+    ]
+
+
+__all__ = [
+    "DirectoryTailer",
+    "NcclFileCollector",
+    "NcclSourceConfig",
+    "build_collectors",
+    "job_from_path",
+    "parse_push",
+]

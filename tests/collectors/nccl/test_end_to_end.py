@@ -1,0 +1,77 @@
+"""fabricsim -> Inspector JSON lines + NCCL_DEBUG logs on disk -> NcclFileCollector -> Pipeline -> incidents.
+
+The simulated job writes its files step by step, as a real one does, and each poll the
+collector scrapes what was appended: the slowness fabricsim injects has to survive the real
+file formats, the tailer, the GPU lookup through the debug log and the detector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from collectors.nccl import NcclFileCollector
+from detectors.pipeline import Pipeline
+from fabricsim.nccl_writer import InspectorWriter
+from fabricsim.sim import FabricSim, SimConfig
+from fabricsim.topology import TopologySpec
+from service.db import make_engine, upgrade
+from service.store import IncidentStore
+
+
+def run(
+    faults: str, tmp_path: Path, duration_s: float = 150.0
+) -> tuple[list, IncidentStore, NcclFileCollector]:
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=8), duration_s=duration_s, seed=3, faults=faults))
+    writer = InspectorWriter(tmp_path / "inspector", debug_log=True)
+    collector = NcclFileCollector(tmp_path / "inspector" / "job-000", debug_pattern="nccl.*")
+    pipe = Pipeline(sim.fabric)
+    url = f"sqlite:///{tmp_path / 'graywire.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    store = IncidentStore(engine)
+    findings = []
+    for step in sim.run():
+        if step.nccl_timing is None:
+            continue
+        writer.write(step.nccl_timing)
+        result = asyncio.run(collector.scrape())
+        assert result.ok, result.error
+        assert result.error is None
+        assert len(result.batches) == 1
+        found = pipe.process(result.batches[0])
+        store.apply(found)
+        findings += found
+    return findings, store, collector
+
+
+def test_slow_channel_through_inspector_files_opens_one_incident(tmp_path: Path) -> None:
+    findings, store, collector = run("slow_channel@30s+300s=0.3:gpu-0003/mlx5_2:1", tmp_path)
+    firing = [f for f in findings if f.status == "firing"]
+    assert [(f.kind, f.node, f.port) for f in firing] == [
+        ("nccl_channel_slow", "gpu-0003", "gpu-0003/mlx5_2")
+    ]
+    assert firing[0].evidence["rank"] == 26 and firing[0].evidence["channel"] == 1
+    assert firing[0].evidence["job"] == "job-000"
+    assert 0.2 < firing[0].evidence["windowed_slowdown"] < 0.4
+    incidents = store.list_incidents(status="open")
+    assert len(incidents) == 1
+    inc = incidents[0]
+    assert (inc["kind"], inc["node"], inc["port"]) == ("nccl_channel_slow", "gpu-0003", "gpu-0003/mlx5_2")
+    assert collector.skipped_lines == 0
+    assert collector.rows_total == 15 * 64 * 5  # 15 polls x 64 ranks x (whole + 4 channels)
+
+
+def test_speed_downgrade_slows_every_channel_of_its_rank(tmp_path: Path) -> None:
+    _, store, _ = run("speed_downgrade@30s+300s:gpu-0003/mlx5_2", tmp_path)
+    incidents = store.list_incidents(status="open", kind="nccl_channel_slow")
+    assert {(i["node"], i["port"]) for i in incidents} == {("gpu-0003", "gpu-0003/mlx5_2")}
+    assert sorted(i["evidence"]["channel"] for i in incidents) == [0, 1, 2, 3]
+    assert {i["evidence"]["rank"] for i in incidents} == {26}
+
+
+def test_healthy_job_opens_nothing(tmp_path: Path) -> None:
+    findings, store, collector = run("none", tmp_path, duration_s=100.0)
+    assert findings == []
+    assert store.list_incidents() == []
+    assert collector.rows_total == 10 * 64 * 5

@@ -1,0 +1,281 @@
+"""Tailing a job's directory (partial lines, new files, rotation, truncation), the collector, push."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from collectors.base import ScrapeResult
+from collectors.nccl import NcclFileCollector, NcclSourceConfig, build_collectors, parse_push
+from collectors.nccl.tail import DirectoryTailer, job_from_path
+from collectors.schemas import NCCL_TIMING
+
+NCCL = Path("nccl")
+
+
+def lines_of(chunks: list) -> dict[str, list[bytes]]:
+    out: dict[str, list[bytes]] = {}
+    for c in chunks:
+        out.setdefault(c.file.path.name, []).extend(c.lines)
+    return out
+
+
+def test_partial_lines_wait_for_their_newline(tmp_path: Path) -> None:
+    f = tmp_path / "a.log"
+    f.write_bytes(b'{"x": 1}\n{"x": ')
+    t = DirectoryTailer(tmp_path, "*.log")
+    assert lines_of(t.poll()) == {"a.log": [b'{"x": 1}']}
+    assert t.poll() == []  # still no newline
+    with f.open("ab") as fh:
+        fh.write(b"2}\r\n{")
+    (chunk,) = t.poll()
+    assert (chunk.lines, chunk.first_line, chunk.reset) == ([b'{"x": 2}'], 2, False)
+    with f.open("ab") as fh:
+        fh.write(b'"x": 3}\n')
+    assert lines_of(t.poll()) == {"a.log": [b'{"x": 3}']}
+
+
+def test_new_files_are_picked_up_and_deleted_ones_forgotten(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text("1\n")
+    t = DirectoryTailer(tmp_path, "*.log")
+    assert lines_of(t.poll()) == {"a.log": [b"1"]}
+    (tmp_path / "b.log").write_text("2\n")
+    (tmp_path / "ignored.txt").write_text("3\n")
+    assert lines_of(t.poll()) == {"b.log": [b"2"]}
+    (tmp_path / "a.log").unlink()
+    t.poll()
+    assert sorted(tf.path.name for tf in t.files.values()) == ["b.log"]
+
+
+def test_truncation_restarts_the_file_and_its_parser(tmp_path: Path) -> None:
+    f = tmp_path / "a.log"
+    f.write_text("one\ntwo\n")
+    states = iter(range(100))
+    t = DirectoryTailer(tmp_path, "*.log", new_state=lambda _p: next(states))
+    (c,) = t.poll()
+    assert c.file.state == 0
+    f.write_text("x\n")  # truncated in place (copytruncate), smaller than the old offset
+    (c,) = t.poll()
+    assert (c.lines, c.reset, c.first_line, c.file.state) == ([b"x"], True, 1, 1)
+    # Truncated and regrown past the old offset between two polls: the first bytes changed.
+    f.write_text("y" * 40 + "\n" + "z\n")
+    (c,) = t.poll()
+    assert (c.lines, c.reset, c.file.state) == ([b"y" * 40, b"z"], True, 2)
+    assert t.resets == 2
+
+
+def test_rotation_by_rename_keeps_reading_both_files(tmp_path: Path) -> None:
+    f = tmp_path / "a.log"
+    f.write_text("1\n2\n")
+    t = DirectoryTailer(tmp_path, "a.log*")
+    t.poll()
+    with f.open("a") as fh:
+        fh.write("3\n")
+    os.rename(f, tmp_path / "a.log.1")  # rotated before the collector saw line 3
+    f.write_text("new-1\n")
+    got = lines_of(t.poll())
+    assert got == {"a.log": [b"new-1"], "a.log.1": [b"3"]}
+
+
+def test_over_long_lines_are_dropped(tmp_path: Path) -> None:
+    f = tmp_path / "a.log"
+    f.write_bytes(b"x" * 100)
+    t = DirectoryTailer(tmp_path, "*.log", max_line_bytes=64)
+    assert t.poll() == []
+    with f.open("ab") as fh:
+        fh.write(b"x" * 10 + b"\nok\n")
+    assert lines_of(t.poll()) == {"a.log": [b"ok"]}
+    assert t.dropped_lines == 1
+
+
+def test_start_at_end_skips_existing_content(tmp_path: Path) -> None:
+    f = tmp_path / "a.log"
+    f.write_text("old\nold-partial")
+    t = DirectoryTailer(tmp_path, "*.log", start_at="end")
+    assert t.poll() == []
+    with f.open("a") as fh:
+        fh.write("-done\nnew\n")
+    assert lines_of(t.poll()) == {"a.log": [b"old-partial-done", b"new"]}
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        DirectoryTailer(tmp_path / "nope", "*").poll()
+
+
+def test_job_from_path(tmp_path: Path) -> None:
+    assert job_from_path(tmp_path / "nccl-inspector-48213" / "h-pid1.log", tmp_path) == "48213"
+    assert job_from_path(tmp_path / "job-000" / "h-pid1.log", tmp_path) == "job-000"
+
+
+# -- the collector ---------------------------------------------------------------------------------
+
+
+def inspector_line(real_fixtures: Path, **overrides: object) -> str:
+    rec = json.loads(
+        (real_fixtures / NCCL / "nccl_inspector_readme_coll_perf_verbose_example.json").read_text()
+    )
+    rec["coll_perf"].update(overrides)
+    return json.dumps(rec, separators=(",", ":"))
+
+
+def test_collector_returns_rows_appended_since_the_last_scrape(tmp_path: Path, real_fixtures: Path) -> None:
+    job = tmp_path / "nccl-inspector-777"
+    job.mkdir()
+    f = job / "example-hostname-pid438776.log"
+    line = inspector_line(real_fixtures)
+    f.write_text(line + "\n" + line[:50])  # a dump being written
+    col = NcclFileCollector(tmp_path, "*/*-pid*.log")
+    res = asyncio.run(col.scrape())
+    assert isinstance(res, ScrapeResult) and res.ok and res.error is None
+    (batch,) = res.batches
+    assert batch.schema == NCCL_TIMING
+    assert batch.column("job").to_pylist() == ["777", "777"]
+    assert batch.column("channel").to_pylist() == [None, 0]
+    assert asyncio.run(col.scrape()).batches == ()  # nothing new
+    with f.open("a") as fh:
+        fh.write(line[50:] + "\nnot json\n" + inspector_line(real_fixtures, coll_sn=1300) + "\n")
+    res = asyncio.run(col.scrape())
+    assert res.ok
+    (batch,) = res.batches
+    assert batch.column("seq").to_pylist() == [1231, 1231, 1300, 1300]
+    assert col.skipped_lines == 1
+    assert res.error is not None and "example-hostname-pid438776.log line 3: not JSON" in res.error
+    assert col.rows_total == 6
+    assert res.target == str(tmp_path / "*/*-pid*.log")
+
+
+def test_v43_dump_context_survives_a_dump_split_across_scrapes(tmp_path: Path, real_fixtures: Path) -> None:
+    rec = json.loads(inspector_line(real_fixtures))
+    marker = {"header": rec["header"], "metadata": rec["metadata"], "dump_stats": {"coll_records": 1}}
+    f = tmp_path / "example-hostname-pid438776.log"
+    f.write_text(json.dumps(marker) + "\n" + json.dumps({"coll_perf": rec["coll_perf"]})[:40])
+    col = NcclFileCollector(tmp_path, job="j")
+    assert col.collect() is None  # the marker alone has no rows; the record is not complete yet
+    with f.open("a") as fh:
+        fh.write(json.dumps({"coll_perf": rec["coll_perf"]})[40:] + "\n")
+    batch = col.collect()
+    assert batch is not None
+    assert batch.column("communicator").to_pylist() == ["0xe62dedaa97644a"] * 2
+    assert batch.column("host").to_pylist() == ["example-hostname"] * 2
+    assert col.skipped_lines == 0
+
+
+def test_collector_failures_are_results_not_exceptions(tmp_path: Path) -> None:
+    res = asyncio.run(NcclFileCollector(tmp_path / "gone").scrape())
+    assert (res.ok, res.source) == (False, "nccl")
+    assert res.error == f"FileNotFoundError: directory {tmp_path / 'gone'} does not exist"
+    col = NcclFileCollector(tmp_path)
+    with col._busy:  # a timed-out scrape still reading in its thread
+        res = asyncio.run(col.scrape())
+    assert res.error == "RuntimeError: the previous scrape of this directory is still reading"
+    assert asyncio.run(col.scrape()).ok
+    with pytest.raises(ValueError, match="unknown NCCL format"):
+        NcclFileCollector(tmp_path, format="xml")  # type: ignore[arg-type]
+
+
+def test_collector_reads_nccl_tests_output_as_it_grows(tmp_path: Path, real_fixtures: Path) -> None:
+    lines = (
+        (real_fixtures / NCCL / "superbench_nccl_tests_alltoall.log").read_text().splitlines(keepends=True)
+    )
+    f = tmp_path / "nccl_tests_alltoall.log"
+    f.write_text("".join(lines[:20]))
+    col = NcclFileCollector(tmp_path, format="nccl_tests", job="bench")
+    first = col.collect()
+    assert first is not None and first.num_rows == 5
+    f.write_text("".join(lines))
+    second = col.collect()
+    assert second is not None and second.num_rows == 29
+    assert second.column("collective").to_pylist()[-1] == "AllToAll"
+    assert second.column("seq").to_pylist()[-1] == 33
+    assert second.column("duration_seconds").to_pylist()[-1] == pytest.approx(0.033508)
+    assert second.column("communicator").to_pylist()[0] == "nccl_tests_alltoall"
+    assert second.column("time")[0].value == int(f.stat().st_mtime * 1e6)  # output files carry no clock
+
+
+def test_collector_reads_profiler_traces(tmp_path: Path, real_fixtures: Path) -> None:
+    shutil.copy(
+        real_fixtures / NCCL / "nccl_profiler_example_readme_trace.txt", tmp_path / "prof-gpu-0007-31.txt"
+    )
+    col = NcclFileCollector(tmp_path, format="profiler", job="j")
+    batch = col.collect()
+    assert batch is not None
+    (row,) = batch.to_pylist()
+    assert (row["host"], row["channel"], row["communicator"]) == ("gpu-0007", 0, "0x14ba61f9a096f33f")
+    assert row["duration_seconds"] == pytest.approx(0.008159232)
+    assert col.collect() is None
+
+
+# -- push -----------------------------------------------------------------------------------------
+
+
+def test_push_accepts_json_lines_and_json_documents(real_fixtures: Path) -> None:
+    line = inspector_line(real_fixtures)
+    batch = parse_push((line + "\n\n" + line + "\n").encode(), "application/x-ndjson; charset=utf-8", job="j")
+    assert batch.schema == NCCL_TIMING and batch.num_rows == 4
+    assert batch.column("job").to_pylist() == ["j"] * 4
+    doc = (real_fixtures / NCCL / "nccl_inspector_readme_coll_perf_example.json").read_bytes()
+    batch = parse_push(b"[" + doc + b"," + doc + b"]", "application/json")
+    assert batch.column("seq").to_pylist() == [1407, 1407]
+    empty = parse_push(b'{"p2p_perf": {}, "header": {}, "metadata": {}}', "application/json",
+                       received=datetime(2026, 1, 5, tzinfo=UTC))  # fmt: skip
+    assert empty.num_rows == 0 and empty.schema == NCCL_TIMING
+
+
+@pytest.mark.parametrize(
+    ("body", "ctype", "message"),
+    [
+        (b"{}", "text/csv", "unsupported content type 'text/csv'"),
+        (b"{}", "", r"unsupported content type '\(none\)'"),
+        (b"{}", "application/json; charset=latin-1", "unsupported charset 'latin-1'"),
+        (b"\xff\xfe{}", "application/x-ndjson", "body is not UTF-8 text"),
+        (b"  \n", "application/x-ndjson", "empty body"),
+        (b'{"coll_perf": {}}\n', "application/x-ndjson", "line 1: coll_perf record without header/metadata"),
+        (b'{"dump_stats": {}}\n{"coll_perf"', "application/x-ndjson", "line 1: dump_stats marker without"),
+        (b"[]", "application/json", "no JSON records in body"),
+        (b'{"a": 1}\n{oops}', "application/x-ndjson", "line 1: no coll_perf"),
+        (b"{oops}", "application/x-ndjson", r"line 1: not valid JSON \(Expecting property name"),
+        (
+            b'{"p2p_perf": {}, "header": {}, "metadata": {}} ]',
+            "application/json",
+            r"line 1 column 48: not valid JSON \(Expecting value\)",
+        ),
+    ],
+)
+def test_push_refuses_bad_bodies_whole(body: bytes, ctype: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_push(body, ctype)
+
+
+def test_push_refuses_a_bad_record_after_good_ones(real_fixtures: Path) -> None:
+    good = inspector_line(real_fixtures)
+    bad = inspector_line(real_fixtures, coll_exec_time_us=-5)
+    with pytest.raises(ValueError, match=r"line 2: coll_perf\.coll_exec_time_us -5 is not a duration"):
+        parse_push(f"{good}\n{bad}\n".encode(), "application/jsonl")
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+
+def test_config_and_build_collectors(tmp_path: Path) -> None:
+    cfg = NcclSourceConfig.model_validate(
+        {"type": "nccl", "directory": str(tmp_path), "debug_pattern": "nccl.*", "gpus_per_host": 8}
+    )
+    (col,) = build_collectors(cfg, None)
+    assert isinstance(col, NcclFileCollector)
+    assert (col.source, col.pattern, col.format, col.gpus_per_host) == ("nccl", "*-pid*.log", "inspector", 8)
+    assert col.topology is not None
+    tests = NcclSourceConfig(directory=tmp_path, format="nccl_tests", placement="in_place")
+    (col,) = build_collectors(tests)
+    assert (col.pattern, col.placement) == ("*.log", "in_place")
+    with pytest.raises(ValidationError):
+        NcclSourceConfig.model_validate({"type": "nccl", "directory": str(tmp_path), "format": "csv"})
+    with pytest.raises(ValidationError):
+        NcclSourceConfig.model_validate({"type": "nccl", "directory": str(tmp_path), "bogus": 1})
