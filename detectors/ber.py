@@ -5,7 +5,8 @@ bits / received bits) over a window of real traffic, against the level for that 
 mode and media. Windows are exponentially weighted sums of the counter deltas (O(1) state per
 port): a fast one (about a minute) is judged, a slow one (about 15 minutes) is the baseline a
 *rising* BER is compared with, so a link walking toward its threshold is reported before it
-gets there. Any uncorrectable block, or a symbol BER over its level, is an error at once.
+gets there. Any uncorrectable block is an error (confirmed on the next poll, like every level);
+symbol BER is judged once the window holds a few symbol errors.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class BerConfig:
     slow_window_s: float = 900.0
     min_bits: float = 1e11  # no verdict on a window with fewer received bits
     rising_ratio: float = 3.0  # fast BER this many times the slow one, and above "Normal"
+    min_symbol_errors: float = 3.0  # symbol errors in the window before symbol BER is judged
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=2, close_after=3)
     )
@@ -121,8 +123,10 @@ class BerDetector:
         level = np.zeros(p.size, dtype=np.int8)
         rising = enough & (pre >= normal) & (pre >= cfg.rising_ratio * np.maximum(slow_pre, 1e-18))
         level[rising] = 1
-        level[enough & ((pre >= warn) | (sym_ber >= s_warn))] = 2
-        level[(enough & ((pre >= err) | (sym_ber >= s_err))) | (self.fast[2, p] >= 0.5)] = 3
+        # Symbol BER near 1e-14 needs more bits than a minute holds: judge it on a few errors.
+        sym_ok = self.fast[3, p] >= cfg.min_symbol_errors
+        level[enough & ((pre >= warn) | (sym_ok & (sym_ber >= s_warn)))] = 2
+        level[(enough & ((pre >= err) | (sym_ok & (sym_ber >= s_err)))) | (self.fast[2, p] >= 0.5)] = 3
 
         ent = self.links.of_port[p]
         n = f.n_ports
@@ -154,8 +158,9 @@ class BerDetector:
             th = table[combo[j]]
             out.append(self._finding(e, "firing", now, lv, int(p[j]), pre[j], slow_pre[j], sym_ber[j], th))
         for e in closed.tolist():
+            was = int(self.reported[e])
             self.reported[e] = 0
-            out.append(self._finding(e, "cleared", now, 0, e, np.nan, np.nan, np.nan, None))
+            out.append(self._finding(e, "cleared", now, was, e, np.nan, np.nan, np.nan, None))
         return out
 
     def _finding(
@@ -173,8 +178,8 @@ class BerDetector:
         f = self.fabric
         place = self.links.place(ent)
         where = f.keys[port]
-        evidence: dict[str, object] = {
-            "level": LEVELS[level],
+        evidence: dict[str, object] = {  # a cleared finding keeps its severity, its level is ok
+            "level": LEVELS[level] if status == "firing" else "ok",
             "port_measured": where,
             "peer_port": place["peer_port"],
         }

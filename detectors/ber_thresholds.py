@@ -92,12 +92,13 @@ class ThresholdTable:
     def load(cls, path: str | Path) -> ThresholdTable:
         path = Path(path)
         rows: dict[tuple[str, int, str], BerThresholds] = {}
+        collisions: dict[tuple[str, int, str], int] = {}
         try:
-            with path.open(newline="") as fh:
-                for i, r in enumerate(csv.DictReader(fh), start=2):
+            with path.open(newline="", encoding="utf-8-sig") as fh:
+                for i, r in enumerate(csv.DictReader(fh, restval=""), start=2):
                     try:
                         key = (r["Speed"].strip().upper(), int(r["FEC OPCODE"]), _media(r["Media Type"]))
-                        rows[key] = BerThresholds(
+                        row = BerThresholds(
                             pre_fec=Levels(
                                 _f(r["Pre-FEC BER Error"]),
                                 _f(r["Pre-FEC BER Warning"]),
@@ -116,10 +117,24 @@ class ThresholdTable:
                             source=f"{path.name} row {i}: {r['ASIC']} {r['Protocol']} {key[0]} "
                             f"FEC {key[1]} {r['Media Type'].strip()}",
                         )
-                    except (KeyError, ValueError, TypeError) as e:
+                    except (KeyError, ValueError, TypeError, AttributeError) as e:
                         raise ValueError(f"{path}: row {i}: {e}") from e
+                    # The table has rows per ASIC generation, which the inventory does not
+                    # know: where two rows share a key, the stricter one is kept and says so.
+                    old = rows.get(key)
+                    if old is None or row.pre_fec.error < old.pre_fec.error:
+                        rows[key] = row
+                    if old is not None:
+                        collisions[key] = collisions.get(key, 1) + 1
         except OSError as e:
             raise ValueError(f"cannot read BER thresholds {path}: {e.strerror}") from e
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text: {e}") from e
+        for key, n in collisions.items():
+            r0 = rows[key]
+            rows[key] = BerThresholds(
+                r0.pre_fec, r0.post_fec, r0.symbol, f"{r0.source} (strictest of {n} ASIC rows)"
+            )
         if not rows:
             raise ValueError(f"{path}: no threshold rows")
         return cls(rows)

@@ -144,6 +144,7 @@ class EcnHotspotDetector:
         x = np.log10(frac + 1e-12)
         role = self.role_of_port[ports]
         bad = np.zeros(ports.size, dtype=bool)
+        judged = np.zeros(ports.size, dtype=bool)  # roles with a baseline; others say nothing
         z = np.zeros(ports.size)
         ratio = np.zeros(ports.size)
         med_of = np.zeros(ports.size)
@@ -160,10 +161,11 @@ class EcnHotspotDetector:
             z[sel] = (x[sel] - med) / scale
             ratio[sel] = frac[sel] / med_frac
             med_of[sel] = med_frac
+            judged[sel] = True
             bad[sel] = (
                 (z[sel] >= cfg.open_z) & (ratio[sel] >= cfg.min_ratio) & (m[sel] >= cfg.min_marks_per_second)
             )
-        opened, closed = self.hyst.update(ports, bad)
+        opened, closed = self.hyst.update(ports[judged], bad[judged])
         if not opened.size and not closed.size:
             return []
         now = batch.column("time")[0].as_py()

@@ -29,6 +29,10 @@ class LinkFlapConfig:
     flaps_to_open: int = 3
     flaps_critical: int = 6
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.flaps_to_open <= self.flaps_critical <= HISTORY:
+            raise ValueError(f"need 1 <= flaps_to_open <= flaps_critical <= {HISTORY}")
+
 
 class LinkFlapDetector:
     name = "link_flap"
@@ -42,7 +46,7 @@ class LinkFlapDetector:
         n = fabric.n_ports
         self.port_index = PortIndexer(fabric)
         self.links = LinkEntities(fabric)
-        self.was_up = np.ones(n, dtype=bool)
+        self.was_up = np.full(n, -1, dtype=np.int8)  # -1 unknown (never seen, or no state), 0 down, 1 up
         self.events = np.full((n, HISTORY), -np.inf)  # outage times (unix s) per link entity
         self.head = np.zeros(n, dtype=np.int64)
         self.open_sev = np.zeros(n, dtype=np.int8)  # 0 closed, 1 warning, 2 critical
@@ -54,12 +58,14 @@ class LinkFlapDetector:
         idx = self.port_index(batch.column("port"))
         known = idx >= 0
         p = idx[known]
-        phys = column(batch, "phys_state", 0)[known]
+        phys = column(batch, "phys_state")[known]
         dt = column(batch, "interval_seconds")[known]
         downs = np.nan_to_num(column(batch, "link_downed_per_second")[known] * dt, nan=0.0)
-        up = phys == PHYS_LINK_UP
-        went_down = (self.was_up[p] & ~up).astype(np.float64)
-        self.was_up[p] = up
+        has_state = np.isfinite(phys)
+        up = has_state & (phys == PHYS_LINK_UP)
+        # Only a port seen up before counts an up->down transition; no state says nothing.
+        went_down = ((self.was_up[p] == 1) & has_state & ~up).astype(np.float64)
+        self.was_up[p] = np.where(has_state, up.astype(np.int8), self.was_up[p])
         n_events = np.rint(np.maximum(downs, went_down)).astype(np.int64)
         now = batch.column("time")[0].as_py()
         t = now.timestamp()
@@ -74,15 +80,18 @@ class LinkFlapDetector:
         touched = np.unique(np.concatenate([ent, np.flatnonzero(self.open_sev)]))
         recent = (self.events[touched] >= t - cfg.window_s).sum(axis=1)
         sev = np.where(recent >= cfg.flaps_critical, 2, np.where(recent >= cfg.flaps_to_open, 1, 0))
+        old = self.open_sev[touched]
+        fire = (sev > old).nonzero()[0]
+        clear = ((old > 0) & (recent == 0)).nonzero()[0]
         out = []
-        for e, s_new, cnt in zip(touched.tolist(), sev.tolist(), recent.tolist(), strict=True):
-            s_old = int(self.open_sev[e])
-            if s_new > s_old:
-                out.append(self._finding(e, "firing", now, s_new, cnt))
-                self.open_sev[e] = s_new
-            elif s_old and cnt == 0:
-                out.append(self._finding(e, "cleared", now, s_old, cnt))
-                self.open_sev[e] = 0
+        for j in fire.tolist():  # only the links whose state changes: a handful per poll
+            e = int(touched[j])
+            out.append(self._finding(e, "firing", now, int(sev[j]), int(recent[j])))
+            self.open_sev[e] = sev[j]
+        for j in clear.tolist():
+            e = int(touched[j])
+            out.append(self._finding(e, "cleared", now, int(old[j]), 0))
+            self.open_sev[e] = 0
         return out
 
     def _finding(self, ent: int, status: str, now: datetime, sev: int, count: int) -> Finding:

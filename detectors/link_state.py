@@ -109,8 +109,12 @@ class LinkDowngradeDetector:
         peer_txt = ""
         if len(ends) > 1:
             other = readings.get(f.keys[ends[1]])
-            agrees = other is not None and other == actual
-            peer_txt = f"; other end {f.keys[ends[1]]} {'agrees' if agrees else 'reads ' + str(other)}"
+            if other is None:
+                peer_txt = f"; other end {f.keys[ends[1]]} not in this poll"
+            elif other == actual:
+                peer_txt = f"; other end {f.keys[ends[1]]} agrees"
+            else:
+                peer_txt = f"; other end {f.keys[ends[1]]} reads {other}"
         if kind == "width_downgrade":
             what = f"negotiated {actual.get('width')}x, expected {exp_w}x"
         else:

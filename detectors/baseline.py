@@ -1,0 +1,130 @@
+"""The static threshold rules a Prometheus alert-rule user writes, as a baseline to beat.
+
+No windows, no peers, no persistence (``for: 0``): speed below expected, width below expected,
+any error counter moving, the link-down counter moving, pause frames above a rate, ECN marks
+above a rate, an NCCL channel 25% over the poll's median. ``graywire eval`` scores it beside
+the real detectors on the same data, so the difference is measured, not claimed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.model import Fabric
+from collectors.schemas import PFC_PRIORITIES
+from detectors.base import PortIndexer, column
+from detectors.findings import Finding
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineConfig:
+    pause_frames_per_second: float = 100.0
+    ecn_marks_per_second: float = 1000.0
+    nccl_over_median: float = 1.25
+
+
+class StaticRules:
+    """Each rule is a per-port (or per-row) condition; a finding opens when it turns true."""
+
+    name = "static_rules"
+    version = "1"
+    consumes = "port_rates"
+    kinds = (
+        "speed_downgrade",
+        "width_downgrade",
+        "ber_degradation",
+        "link_flap",
+        "pfc_storm",
+        "ecn_hotspot",
+        "nccl_channel_slow",
+    )
+
+    def __init__(self, fabric: Fabric, cfg: BaselineConfig | None = None) -> None:
+        self.fabric = fabric
+        self.cfg = cfg or BaselineConfig()
+        self.port_index = PortIndexer(fabric)
+        self.active: dict[str, np.ndarray] = {k: np.zeros(fabric.n_ports, bool) for k in self.kinds[:-1]}
+        self.nccl_active: set[tuple[str, int, int]] = set()
+
+    def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        if "duration_seconds" in batch.schema.names:
+            return self._nccl(batch)
+        if batch.num_rows == 0:
+            return []
+        f, cfg = self.fabric, self.cfg
+        idx = self.port_index(batch.column("port"))
+        ok = idx >= 0
+        p = idx[ok]
+        speed = column(batch, "speed_bps", 0)[ok]  # a down port reads as speed 0, as node_exporter's -1 does
+        width = column(batch, "width", 0)[ok]
+
+        def rate(name: str) -> np.ndarray:
+            return np.nan_to_num(column(batch, f"{name}_per_second")[ok], nan=0.0)
+
+        errors = rate("symbol_errors") + rate("fec_uncorrectable_blocks") + rate("rcv_errors")
+        pauses = np.zeros(p.size)
+        for q in PFC_PRIORITIES:
+            pauses = pauses + rate(f"pfc{q}_tx_pause_frames")
+        conditions = {
+            "speed_downgrade": speed < f.expected_speed_bps[p],
+            "width_downgrade": (width > 0) & (width < f.expected_width[p]),
+            "ber_degradation": errors > 0,
+            "link_flap": rate("link_downed") > 0,
+            "pfc_storm": pauses > cfg.pause_frames_per_second,
+            "ecn_hotspot": rate("ecn_marked_packets") > cfg.ecn_marks_per_second,
+        }
+        now = batch.column("time")[0].as_py()
+        out = []
+        for kind, cond in conditions.items():
+            was = self.active[kind][p]
+            for i in p[cond & ~was].tolist():
+                out.append(self._finding(kind, f.keys[i], "firing", now, f.node_of(i), f.keys[i]))
+            for i in p[~cond & was].tolist():
+                out.append(self._finding(kind, f.keys[i], "cleared", now, f.node_of(i), f.keys[i]))
+            self.active[kind][p] = cond
+        return out
+
+    def _nccl(self, batch: pa.RecordBatch) -> list[Finding]:
+        if batch.num_rows == 0:
+            return []
+        dur = column(batch, "duration_seconds")
+        med = float(np.nanmedian(dur))
+        slow = dur > self.cfg.nccl_over_median * med
+        comm = batch.column("communicator").cast(pa.string()).to_pylist()
+        rank = column(batch, "rank", -1).astype(int)
+        chan = column(batch, "channel", -1).astype(int)
+        host = batch.column("host").cast(pa.string()).to_pylist()
+        dev = column(batch, "device", -1).astype(int)
+        now = batch.column("time")[0].as_py()
+        current = {(comm[i], int(rank[i]), int(chan[i])) for i in np.flatnonzero(slow).tolist()}
+        out = []
+        for key in current - self.nccl_active:
+            i = next(j for j in np.flatnonzero(slow).tolist() if (comm[j], rank[j], chan[j]) == key)
+            ent = f"{key[0]}|rank {key[1]}|channel {key[2]}"
+            out.append(
+                self._finding("nccl_channel_slow", ent, "firing", now, host[i], f"{host[i]}/mlx5_{dev[i]}")
+            )
+        for key in self.nccl_active - current:
+            ent = f"{key[0]}|rank {key[1]}|channel {key[2]}"
+            out.append(self._finding("nccl_channel_slow", ent, "cleared", now, None, None))
+        self.nccl_active = current
+        return out
+
+    def _finding(
+        self, kind: str, entity: str, status: str, now: datetime, node: str | None, port: str | None
+    ) -> Finding:
+        return Finding(
+            kind=kind,
+            entity=entity,
+            status=status,  # type: ignore[arg-type]
+            time=now,
+            severity="warning",
+            summary=f"static rule: {kind} on {entity}",
+            detector=f"{self.name}/{self.version}",
+            node=node,
+            port=port,
+        )
