@@ -20,6 +20,7 @@ from detectors.pipeline import Pipeline, default_detectors
 from service.api import make_router
 from service.config import Settings
 from service.db import make_engine, upgrade
+from service.ingest_api import make_ingest_router
 from service.metrics import MetricsState, make_registry
 from service.runner import Runner
 from service.sources import build_sources
@@ -100,4 +101,5 @@ def create_app(
 
     app.include_router(make_router(store))
     app.include_router(make_status_router(metrics))
+    app.include_router(make_ingest_router(runner, settings.max_push_bytes))
     return app

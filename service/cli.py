@@ -188,6 +188,53 @@ def _print_report(report: dict[str, Any]) -> None:
         print(f"  {ex['why']}: {ex['time']} {ex['kind']} {ex['entity']}")
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from detectors.ber_thresholds import ThresholdTable
+    from fabricsim.evaluation import evaluate, suite
+
+    table = ThresholdTable.load(args.ber_thresholds) if args.ber_thresholds else None
+    scenarios = suite(quick=args.quick, seeds=args.seeds)
+    t0 = time.perf_counter()
+    total = sum(sc.polls for sc in scenarios)
+    with tqdm(
+        total=total, unit="poll", desc="evaluating", disable=args.quiet or None, file=sys.stderr
+    ) as bar:
+        result = evaluate(scenarios, table, bar.update)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+    else:
+        _print_eval(result)
+    return 0
+
+
+def _print_eval(r: dict[str, Any]) -> None:
+    head = (
+        f"{'fault':<16}{'n':>4}{'recall':>8}{'prec':>7}{'F1':>7}{'loc@1':>7}"
+        f"{'p50 s':>7}{'p95 s':>7}{'p50 poll':>9}{'p95 poll':>9} | "
+        f"{'base rec':>8}{'base prec':>10}{'base F1':>8}"
+    )
+    print(f"\nBER judged against: {r['ber_thresholds']}\n{head}\n{'-' * len(head)}")
+    for kind, s in r["by_fault"].items():
+        b = r["baseline"]["by_fault"].get(kind, {})
+        print(
+            f"{kind:<16}{s['faults']:>4}{_fmt(s['recall'], True):>8}{_fmt(s['precision'], True):>7}"
+            f"{_fmt(s['f1'], True):>7}{_fmt(s['localization_top1'], True):>7}{_fmt(s['delay_median_s']):>7}"
+            f"{_fmt(s['delay_p95_s']):>7}{_fmt(s['delay_median_polls']):>9}{_fmt(s['delay_p95_polls']):>9} | "
+            f"{_fmt(b.get('recall'), True):>8}{_fmt(b.get('precision'), True):>10}"
+            f"{_fmt(b.get('f1'), True):>8}"
+        )
+    for name, part in (("graywire", r), ("static rules", r["baseline"])):
+        o = part["overall"]
+        print(
+            f"{name:<13} precision {_fmt(o['precision'], True):>6}  recall {_fmt(o['recall'], True):>6}  "
+            f"F1 {_fmt(o['f1'], True):>6}  false findings {part['false_findings']:>5} "
+            f"({_fmt(part['false_per_1000_port_hours'])} per 1,000 port-hours; healthy soak: "
+            f"{part['soak']['false_findings']} in {part['soak']['port_hours']:,.0f} port-hours)"
+        )
+    print(f"{len(r['scenarios'])} scenarios in {r['seconds']} s")
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from service.config import load_settings
     from service.db import upgrade
@@ -245,6 +292,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON report")
     s.add_argument("-q", "--quiet", action="store_true", help="no per-finding lines or progress")
     s.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("eval", help="score the detectors and a static-rule baseline on a scenario suite")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--quick", action="store_true", help="smaller suite (no 1,024/4,096-host runs, 6 h soak)")
+    s.add_argument("--seeds", type=int, default=3)
+    s.add_argument(
+        "--ber-thresholds",
+        default=os.environ.get("GRAYWIRE_BER_THRESHOLDS"),
+        help="NVIDIA field BER thresholds CSV; default $GRAYWIRE_BER_THRESHOLDS, else a generic PAM4 rule",
+    )
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_eval)
+
+    from collectors.host.agent import add_agent_arguments, run_agent_from_args
+
+    s = sub.add_parser("agent", help="the host agent: serve this host's sysfs/ethtool counters over HTTP")
+    add_agent_arguments(s)
+    s.set_defaults(func=run_agent_from_args)
 
     s = sub.add_parser("db", help="database maintenance")
     dsub = s.add_subparsers(dest="db_command", required=True)

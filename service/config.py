@@ -7,12 +7,14 @@ built-in synthetic fabric under ``./graywire-data``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from collectors.host.agent import AgentSourceConfig
+from collectors.nccl import NcclSourceConfig
 from fabricsim.faults import parse_duration, parse_spec
 
 
@@ -32,6 +34,20 @@ class FabricSimSource(BaseModel):
     def _faults_parse(cls, v: str) -> str:
         parse_spec(v)  # raises ValueError with a readable message
         return v
+
+
+def _source_type(v: Any) -> str:
+    """The ``type`` of a source entry; entries without one are the synthetic fabric."""
+    t = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
+    return t or "fabricsim"
+
+
+SourceConfig = Annotated[
+    Annotated[FabricSimSource, Tag("fabricsim")]
+    | Annotated[NcclSourceConfig, Tag("nccl")]
+    | Annotated[AgentSourceConfig, Tag("agent")],
+    Discriminator(_source_type),
+]
 
 
 class ArchiveSettings(BaseModel):
@@ -68,7 +84,9 @@ class Settings(BaseSettings):
     inventory: Path | None = None
     #: NVIDIA's field BER thresholds CSV (UFM PDR plugin's Field_BER_Thresholds.csv).
     ber_thresholds: Path | None = None
-    sources: list[FabricSimSource] = Field(default_factory=lambda: [FabricSimSource()], min_length=1)
+    sources: list[SourceConfig] = Field(default_factory=lambda: [FabricSimSource()], min_length=1)
+    #: Largest body accepted by the NCCL push endpoint.
+    max_push_bytes: int = Field(16 * 2**20, ge=1024)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 

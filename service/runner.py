@@ -10,6 +10,7 @@ runs in a worker thread so the API stays responsive.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from dataclasses import dataclass, field
@@ -70,6 +71,11 @@ class Runner:
             settings.archive_dir.mkdir(parents=True, exist_ok=True)
             fabric.write_inventory(settings.archive_dir / INVENTORY)
         self._last_prune = 0.0
+        self._pushed: collections.deque[pa.RecordBatch] = collections.deque()
+
+    def push(self, batch: pa.RecordBatch) -> None:
+        """Queue a batch a client pushed (NCCL timings); it is processed with the next poll."""
+        self._pushed.append(batch)
 
     # -- scraping -----------------------------------------------------------------------------
     async def _scrape(self, t: _Target) -> ScrapeResult:
@@ -96,6 +102,8 @@ class Runner:
         results = await asyncio.gather(*(self._scrape(t) for t in due))
         self._account(due, results, now)
         batches = [b for r in results if r.ok for b in r.batches]
+        while self._pushed:
+            batches.append(self._pushed.popleft())
         return await asyncio.to_thread(self._process, batches)
 
     def tick(self) -> list[Finding]:

@@ -5,8 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from collectors import nccl
 from collectors.base import Collector, ScrapeResult
+from collectors.host import agent
+from collectors.host.agent import AgentSourceConfig
 from collectors.model import Fabric, load_inventory
+from collectors.nccl import NcclSourceConfig
 from fabricsim.faults import Fault
 from fabricsim.sim import FabricSim, SimConfig
 from fabricsim.topology import TopologySpec
@@ -62,4 +66,9 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
             collectors.append(sim)
     if fabric is None:
         raise ValueError("no fabric model: set `inventory:` to an inventory file (docs/inventory.md)")
+    for cfg in settings.sources:
+        if isinstance(cfg, NcclSourceConfig):
+            collectors.extend(nccl.build_collectors(cfg, fabric))
+        elif isinstance(cfg, AgentSourceConfig):
+            collectors.extend(agent.build_collectors(cfg, fabric))
     return fabric, collectors

@@ -35,7 +35,7 @@ def test_yaml_file_and_overrides(tmp_path: Path) -> None:
         ("colour: blue\n", "colour"),
         ("poll_interval: soon\n", "poll_interval"),
         ("sources:\n  - faults: meteor_strike\n", "unknown fault kind 'meteor_strike'"),
-        ("sources:\n  - hosts: 0\n", "sources.0.hosts"),
+        ("sources:\n  - hosts: 0\n", "sources.0.fabricsim.hosts"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:

@@ -1,0 +1,1 @@
+"""Host telemetry: RDMA ports from sysfs and ethtool, served by a per-host agent."""
