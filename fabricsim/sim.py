@@ -345,7 +345,7 @@ class FabricSim:
         if self.active(t, "checkpoint_burst"):
             common = common * 1.3
         dur = (self.job_base[self.r_job] * common)[:, None] * np.exp(rng.normal(0, 0.015, (R, ch)))
-        spikes = rng.random((R, ch)) < 2e-3
+        spikes = rng.random((R, ch)) < 5e-4  # a rare slow poll (the row summarizes a poll)
         dur[spikes] *= rng.uniform(1.2, 1.8, int(spikes.sum()))
         # A NIC negotiated below its expected speed slows every channel of its rank.
         _, _, speed, _ = self._link_state(t)
