@@ -162,6 +162,8 @@ def column(batch: pa.RecordBatch, name: str, fill: float = np.nan) -> np.ndarray
     if name not in batch.schema.names:
         return np.full(batch.num_rows, fill)
     arr = batch.column(name)
-    if arr.null_count:
-        arr = arr.fill_null(fill) if not np.isnan(fill) else arr
+    if not pa.types.is_floating(arr.type):
+        arr = arr.cast(pa.float64())  # unsigned columns cannot hold a negative fill value
+    if arr.null_count and not np.isnan(fill):
+        arr = arr.fill_null(fill)
     return arr.to_numpy(zero_copy_only=False).astype(np.float64)

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from collectors.host.agent import AgentSourceConfig
 from collectors.nccl import NcclSourceConfig
+from collectors.snmp import SnmpSourceConfig
 from fabricsim.faults import parse_duration, parse_spec
 
 
@@ -45,7 +46,8 @@ def _source_type(v: Any) -> str:
 SourceConfig = Annotated[
     Annotated[FabricSimSource, Tag("fabricsim")]
     | Annotated[NcclSourceConfig, Tag("nccl")]
-    | Annotated[AgentSourceConfig, Tag("agent")],
+    | Annotated[AgentSourceConfig, Tag("agent")]
+    | Annotated[SnmpSourceConfig, Tag("snmp")],
     Discriminator(_source_type),
 ]
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collectors import nccl
+from collectors import nccl, snmp
 from collectors.base import Collector, ScrapeResult
 from collectors.host import agent
 from collectors.host.agent import AgentSourceConfig
 from collectors.model import Fabric, load_inventory
 from collectors.nccl import NcclSourceConfig
+from collectors.snmp import SnmpSourceConfig
 from fabricsim.faults import Fault
 from fabricsim.sim import FabricSim, SimConfig
 from fabricsim.topology import TopologySpec
@@ -71,4 +72,6 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
             collectors.extend(nccl.build_collectors(cfg, fabric))
         elif isinstance(cfg, AgentSourceConfig):
             collectors.extend(agent.build_collectors(cfg, fabric))
+        elif isinstance(cfg, SnmpSourceConfig):
+            collectors.extend(snmp.build_collectors(cfg, fabric))
     return fabric, collectors

@@ -1,0 +1,40 @@
+"""SNMP collector for Ethernet (RoCE) switches: IF-MIB counters and PFC MIBs over SNMP v2c/v3.
+
+The configuration model imports without pysnmp (the service validates its YAML before any
+source starts); the collector and its session load pysnmp on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from collectors.snmp.config import DEFAULT_EXCLUDE, SnmpSourceConfig, SnmpTarget, SnmpV3User
+
+if TYPE_CHECKING:
+    from collectors.snmp.collector import SnmpCollector, build_collectors
+    from collectors.snmp.walk import SnmpSession
+
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "SnmpCollector",
+    "SnmpSession",
+    "SnmpSourceConfig",
+    "SnmpTarget",
+    "SnmpV3User",
+    "build_collectors",
+]
+
+_LAZY = {
+    "SnmpCollector": "collectors.snmp.collector",
+    "build_collectors": "collectors.snmp.collector",
+    "SnmpSession": "collectors.snmp.walk",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,161 @@
+"""fabricsim -> snmprec -> snmpsim -> SNMP collector -> pipeline -> incident store.
+
+The recordings cross the real SNMP protocol and the real collector, so a silent 800G -> 400G
+downgrade injected in the simulator must come out as one incident naming the host port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collectors.base import ScrapeResult
+from collectors.schemas import COUNTER_BITS_KEY
+from collectors.snmp import SnmpCollector, SnmpSession, SnmpSourceConfig
+from detectors.pipeline import Pipeline
+from fabricsim.sim import FabricSim, SimConfig
+from fabricsim.snmprec import render_snmprec, write_snmprec
+from fabricsim.topology import TopologySpec
+from service.db import make_engine, upgrade
+from service.store import IncidentStore
+
+NIC = "gpu-0003/mlx5_2"
+LEAF_PORT = "leaf-r2-000/p4"  # the other end of NIC's link
+FAULT = f"speed_downgrade@10s+300s:{NIC}"
+#: Columns an SNMP switch carries, compared between the simulator and what the collector read.
+SNMP_COLUMNS = (
+    "phys_state", "logical_state", "speed_bps", "rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
+    "rcv_errors", "xmit_discards", "pfc3_rx_pause_frames", "pfc3_tx_pause_frames",
+)  # fmt: skip
+
+
+def make_sim() -> FabricSim:
+    """4 hosts x 8 rails: 8 leaves of 8 ports (4 down to hosts, 4 up) and one 32-port spine."""
+    topo = TopologySpec(hosts=4)
+    return FabricSim(SimConfig(topology=topo, interval_s=10.0, duration_s=600.0, faults=FAULT))
+
+
+def touch_after_rewrite(paths: list[Path], poll: int) -> None:
+    """Give rewritten recordings a new, later mtime.
+
+    snmpsim notices a changed recording by its mtime in whole seconds, and rebuilds its index
+    only when the recording is newer than the index; polls a few milliseconds apart would
+    otherwise be served the previous recording.
+    """
+    t = time.time() + 60 + poll
+    for p in paths:
+        os.utime(p, (t, t))
+
+
+def scrape(collectors: list[SnmpCollector]) -> list[ScrapeResult]:
+    async def run() -> list[ScrapeResult]:
+        return await asyncio.gather(*(c.scrape() for c in collectors))
+
+    return asyncio.run(run())
+
+
+def by_port(batch: pa.RecordBatch, ports: list[str]) -> dict[str, list[Any]]:
+    rows = pc.index_in(pa.array(ports), value_set=batch.column("port").cast(pa.string())).to_pylist()
+    return {c: [batch.column(c)[r].as_py() for r in rows] for c in SNMP_COLUMNS}
+
+
+def test_sim_recordings_read_back_exactly(tmp_path: Path, start_snmpsim: Any) -> None:
+    """What the collector reads from fabricsim's recordings is what the simulator produced."""
+    sim = make_sim()
+    for _ in range(3):
+        step = sim.step()  # t = 20 s: the downgrade is on
+    data = tmp_path / "data"
+    write_snmprec(step.port_sample, sim.fabric, data, nodes=["leaf-r2-000"])  # IEEE8021-PFC-MIB
+    arista = render_snmprec(step.port_sample, sim.fabric, nodes=["leaf-r2-000"], pfc_mib="arista")
+    (data / "leaf-r2-000-arista.snmprec").write_text(arista["leaf-r2-000"])
+    agent = start_snmpsim(data, "leaf-r2-000")
+    session = SnmpSession(8)
+    collectors = []
+    # The same switch recorded twice; the first is named by its sysName, the second by the config.
+    # The second asks for far more than snmpsim's 64 var-binds per response: truncated answers.
+    for name, community, most in ((None, "leaf-r2-000", 64), ("leaf-r2-000", "leaf-r2-000-arista", 1000)):
+        target = {"host": "127.0.0.1", "port": agent.port, "name": name, "community": community}
+        cfg = SnmpSourceConfig(targets=[target], timeout_s=20, max_varbinds=most, max_repetitions=100)
+        collectors.append(SnmpCollector(cfg, cfg.targets[0], session))
+    ieee, ari = scrape(collectors)
+    session.close()
+    assert ieee.error is None and ari.error is None
+    ports = [f"leaf-r2-000/p{i}" for i in range(1, 9)]
+    expected = by_port(step.port_sample, ports)
+    assert expected["speed_bps"][3] == 400 * 10**9 and expected["pfc3_rx_pause_frames"][3] is not None
+    for res in (ieee, ari):
+        b = res.batches[0]
+        assert sorted(b.column("port").to_pylist()) == sorted(ports)
+        assert by_port(b, ports) == expected
+    assert json.loads(ieee.batches[0].schema.metadata[COUNTER_BITS_KEY]) == {
+        "rcv_errors": 32, "xmit_discards": 32, "pfc3_tx_pause_frames": 32, "pfc3_rx_pause_frames": 32,
+    }  # fmt: skip
+    assert json.loads(ari.batches[0].schema.metadata[COUNTER_BITS_KEY]) == {
+        "rcv_errors": 32,
+        "xmit_discards": 32,
+    }
+
+
+def test_speed_downgrade_end_to_end(tmp_path: Path, start_snmpsim: Any) -> None:
+    sim = make_sim()
+    fabric = sim.fabric
+    switches = [n for n, r in zip(fabric.node_names, fabric.node_roles, strict=True) if r != "host"]
+    data = tmp_path / "data"
+    step = sim.step()
+    paths = write_snmprec(step.port_sample, fabric, data)
+    assert sorted(paths) == sorted(switches)  # 8 leaves (one per rail) and the spine
+    agent = start_snmpsim(data, "spine-0000")
+
+    cfg = SnmpSourceConfig(
+        targets=[{"host": "127.0.0.1", "port": agent.port, "name": s, "community": s} for s in switches],
+        timeout_s=20,
+    )
+    now: list[datetime] = [step.time]
+    session = SnmpSession(cfg.max_concurrency)
+    collectors = [SnmpCollector(cfg, t, session, clock=lambda: now[0]) for t in cfg.targets]
+    db = f"sqlite:///{tmp_path / 'graywire.db'}"
+    upgrade(db)
+    engine = make_engine(db)
+    store = IncidentStore(engine)
+    pipeline = Pipeline(fabric)
+    firing_at: list[int] = []
+    try:
+        for poll in range(4):  # t = 0..30 s; the downgrade starts at 10 s
+            if poll:
+                step = sim.step()
+                touch_after_rewrite(list(write_snmprec(step.port_sample, fabric, data).values()), poll)
+            now[0] = step.time
+            results = scrape(collectors)
+            assert [r.error for r in results] == [None] * len(switches)
+            leaf = next(r for r in results if r.target.startswith("leaf-r2-000@")).batches[0]
+            row = leaf.column("port").to_pylist().index(LEAF_PORT)
+            assert leaf.column("speed_bps")[row].as_py() == (400 if poll >= 1 else 800) * 10**9
+            findings = [f for r in results for f in pipeline.process(r.batches[0])]
+            store.apply(findings)
+            firing_at += [poll] * sum(f.status == "firing" for f in findings)
+            seen = {k for r in results for k in r.batches[0].column("port").to_pylist()}
+        incidents = store.list_incidents(status="open")
+    finally:
+        session.close()
+        engine.dispose()
+
+    # Two polls at 400G confirm it (t = 10, 20 s); one finding per link, not per end, and not again.
+    assert firing_at == [2]
+    (inc,) = incidents
+    assert (inc["kind"], inc["node"], inc["port"]) == ("speed_downgrade", "gpu-0003", NIC)
+    assert inc["link"] == f"{NIC}<->{LEAF_PORT}"
+    assert inc["summary"].startswith(f"{NIC} negotiated 400G, expected 800G since 00:00:10")
+    assert inc["evidence"]["actual"] == {NIC: None, LEAF_PORT: {"speed_bps": 400 * 10**9, "width": None}}
+    assert inc["evidence"]["peer_port"] == LEAF_PORT
+    # Every switch port of the fabric was polled, under the fabric's own port keys.
+    switch_ports = set(np.array(fabric.keys)[np.isin(fabric.port_role, ("leaf", "spine"))].tolist())
+    assert seen == switch_ports and len(seen) == 8 * 8 + 32
