@@ -50,6 +50,10 @@ class Pipeline:
     fabric: Fabric
     detectors: Sequence[Detector] = ()
     rates: CounterRates = field(default_factory=CounterRates)
+    #: One rates stage per source after the first: UFM and a host agent may both report a
+    #: port, and their counters (cleared at different times) must not be differenced together.
+    other_rates: dict[str, CounterRates] = field(default_factory=dict)
+    _first_source: str | None = field(default=None, init=False, repr=False)
     stats: dict[str, StageStats] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -68,12 +72,20 @@ class Pipeline:
         s.seconds += time.perf_counter() - t0
         s.findings += found
 
+    def _rates_for(self, batch: pa.RecordBatch) -> CounterRates:
+        source = batch.column("source")[0].as_py() if batch.num_rows else None
+        if self._first_source is None:
+            self._first_source = source
+        if source == self._first_source or source is None:
+            return self.rates
+        return self.other_rates.setdefault(source, CounterRates())
+
     def process(self, batch: pa.RecordBatch) -> list[Finding]:
         """Feed one poll of one record; returns the findings it opened or closed."""
         kind = record_kind(batch.schema)
         if kind == "port_sample":
             t0 = time.perf_counter()
-            inputs = self.rates.observe(batch)
+            inputs = self._rates_for(batch).observe(batch)
             self._timed("rates", batch.num_rows, t0)
             consumes = "port_rates"
         elif kind == "nccl_timing":

@@ -198,3 +198,32 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     firing_kinds = {f.kind for f in findings if f.status == "firing"}
     assert firing_kinds == set(pipe.kinds)
     assert time.perf_counter() - start < 60
+
+
+def test_two_sources_reporting_one_port_keep_separate_counter_state() -> None:
+    """UFM and a host agent both report a NIC; their counters were cleared at different times."""
+    import pyarrow.compute as pc
+
+    class Spy:
+        name, version, consumes, kinds = "spy", "1", "port_rates", ()
+
+        def __init__(self) -> None:
+            self.resets = 0
+
+        def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+            self.resets += sum(bool(x) for x in batch.column("counter_reset").to_pylist())
+            return []
+
+    sim = small_sim("none", duration_s=60.0)
+    spy = Spy()
+    pipe = Pipeline(sim.fabric, [spy])
+    for s in sim.run():
+        b = s.port_sample
+        halved = pc.divide(b.column("rx_bytes"), 2).cast(pa.uint64())  # restarted later
+        other = b.set_column(b.schema.get_field_index("rx_bytes"), "rx_bytes", halved)
+        src = pa.DictionaryArray.from_arrays(pa.array([0] * b.num_rows, pa.int8()), pa.array(["agent"]))
+        other = other.set_column(other.schema.get_field_index("source"), "source", src)
+        pipe.process(b)
+        pipe.process(other)
+    assert set(pipe.other_rates) == {"agent"}
+    assert spy.resets == 0  # one shared stage would see every port "reset" twice a poll
