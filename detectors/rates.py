@@ -255,8 +255,16 @@ class CounterRates:
 
     # -- the stage --------------------------------------------------------------------------------
     def observe(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Rates for one poll's ``port_sample`` batch (any subset of ports, each at most once)."""
+        """Rates for one poll's ``port_sample`` batch (any subset of ports, each at most once).
+
+        A batch with no counter values at all (UFM REST: state and speed only) passes its
+        gauges through and leaves every baseline alone, so the counters-only batch of the same
+        poll (UFM Telemetry) still gets its rates.
+        """
         n = batch.num_rows
+        names = set(batch.schema.names)
+        if n and not any(c in names and batch.column(c).null_count < n for c in self.columns):
+            return self._gauges_only(batch)
         idx = self._indices(batch.column("port"))
         sel: slice | np.ndarray
         if n and idx[-1] - idx[0] == n - 1 and bool((np.diff(idx) == 1).all()):
@@ -317,6 +325,20 @@ class CounterRates:
         out["interval_seconds"] = _float_array(dt, seen)
         out["counter_reset"] = pa.array(reset)
         cols = [*out.values(), *rates]
+        cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, self.schema, strict=True)]
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    def _gauges_only(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        n = batch.num_rows
+        names = set(batch.schema.names)
+        time = batch.column("time")
+        time = time if time.type == TS else time.cast(TS)
+        out: dict[str, pa.Array] = {"time": time, "port": batch.column("port")}
+        for g in GAUGES:
+            out[g] = batch.column(g) if g in names else pa.nulls(n, self.schema.field(g).type)
+        out["interval_seconds"] = pa.nulls(n, pa.float64())
+        out["counter_reset"] = pa.array(np.zeros(n, dtype=bool))
+        cols = [*out.values(), *(pa.nulls(n, pa.float64()) for _ in self.columns)]
         cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, self.schema, strict=True)]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 

@@ -391,3 +391,31 @@ def test_half_a_million_ports() -> None:
     # port 1 moved 2 over the 20 s gap; port 6 counts from its new baseline
     assert last.column("rx_bytes_per_second").take(ports_0_1_6).to_pylist() == [0.0, 0.1, 0.5]
     assert not last.column("counter_reset").to_numpy(zero_copy_only=False).any()
+
+
+def test_a_batch_without_counters_passes_gauges_and_keeps_baselines() -> None:
+    """UFM REST (state only) and UFM Telemetry (counters only) arrive as two batches a poll."""
+    r = CounterRates()
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def _dict(values: list[str]) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), pa.array(values))
+
+    def batch(t: datetime, **cols: pa.Array) -> pa.RecordBatch:
+        base = {"time": pa.array([t], TS), "port": _dict(["a/1"]), "source": _dict(["ufm"])}
+        return make_batch(PORT_SAMPLE, 1, base | cols)
+
+    def counters(t: datetime, v: int) -> pa.RecordBatch:
+        return batch(t, rx_bytes=pa.array([v], pa.uint64()))
+
+    def state(t: datetime) -> pa.RecordBatch:
+        return batch(t, speed_bps=pa.array([400 * 10**9]))
+
+    r.observe(state(t0))
+    r.observe(counters(t0, 1000))
+    gauges = r.observe(state(t0 + timedelta(seconds=10)))
+    assert gauges.column("speed_bps").to_pylist() == [400 * 10**9]
+    assert gauges.column("rx_bytes_per_second").to_pylist() == [None]
+    out = r.observe(counters(t0 + timedelta(seconds=10), 6000))
+    assert out.column("rx_bytes_per_second").to_pylist() == [500.0]
+    assert out.column("interval_seconds").to_pylist() == [10.0]
