@@ -1,0 +1,46 @@
+"""NVIDIA UFM: REST (port state, speed, width, links) and UFM Telemetry (counters) collectors."""
+
+from collectors.ufm.config import UfmSourceConfig, build_collectors
+from collectors.ufm.http import HttpSettings, UfmHttpError
+from collectors.ufm.merge import merge_port_samples
+from collectors.ufm.ports import PortKeys, SpellingCache
+from collectors.ufm.rest import (
+    CAPABILITIES,
+    LANE_GBPS,
+    UfmRestCollector,
+    expected_from_capabilities,
+    parse_links,
+    parse_ports,
+    port_speed_bps,
+)
+from collectors.ufm.telemetry import (
+    TelemetryParseError,
+    UfmTelemetryCollector,
+    parse_csv,
+    parse_prometheus,
+    parse_tfs_json,
+    sniff_format,
+)
+
+__all__ = [
+    "CAPABILITIES",
+    "LANE_GBPS",
+    "HttpSettings",
+    "PortKeys",
+    "SpellingCache",
+    "TelemetryParseError",
+    "UfmHttpError",
+    "UfmRestCollector",
+    "UfmSourceConfig",
+    "UfmTelemetryCollector",
+    "build_collectors",
+    "expected_from_capabilities",
+    "merge_port_samples",
+    "parse_csv",
+    "parse_links",
+    "parse_ports",
+    "parse_prometheus",
+    "parse_tfs_json",
+    "port_speed_bps",
+    "sniff_format",
+]

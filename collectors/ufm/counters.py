@@ -1,0 +1,109 @@
+"""Which UFM counter feeds which canonical ``port_sample`` column, and in what unit.
+
+UFM Telemetry (Prometheus ``/metrics``, ``/csv``) names counters as InfiniBand PM attributes
+(``PortXmitDataExtended``…) and PHY/PPCNT fields (``phy_received_bits``…); the TFS/fluentd
+stream renames UFM's monitoring counters ``Infiniband_<Name>_u_<unit>``. Sources and decisions:
+
+* ``PortXmitData``/``PortRcvData`` (and their ``Extended`` forms) count 4-octet words: ×4 for
+  bytes. UFM documents its monitoring attribute ``Infiniband_MBOut``/``MBIn`` as the same counter
+  ("total number of data octets, divided by 4 … reported as a multiple of four octets"), whatever
+  its name says, and the real TFS sample labels it ``_u_Gb``: 4,086,720 "Gb" in 14,190 packets is
+  impossible, 4,086,720 words is 1,152 bytes a packet. So MBOut/MBIn are words (×4) unless the
+  unit suffix is an explicit byte unit (``_u_B``/``_u_Bytes``: ×1, ``_u_KB``: ×10³, ``_u_MB``:
+  ×10⁶; not seen in any real sample).
+* The legacy PortCounters (no ``Extended``) are narrow and saturate (IBA PortCounters: symbol
+  errors and receive errors 16 bits, link recovery and link downed 8 bits, data/packets/xmit
+  wait 32 bits). When both forms of a counter are present for a port, the Extended one wins.
+* ``phy_corrected_bits``/``phy_received_bits`` (PPCNT physical-layer statistics) give pre-FEC BER
+  over a window as Δcorrected/Δreceived; ``phy_raw_errors_lane<N>`` become ``fec_lane_errors``.
+* ``raw_ber``, ``eff_ber``, ``symbol_ber`` are not mapped: they are gauges computed by the device
+  "since the last clear", printed with a one-digit coefficient (``3E-9``). Rebuilding a
+  cumulative counter from them (BER × received bits) makes the coefficient's rounding step look
+  like bursts of errors, so BER is left to the detectors, from the counters above.
+  ``phy_effective_errors``/``phy_symbol_errors`` (post-FEC) have no canonical column yet.
+* ``rs_fec_corrected_blocks``/``rs_fec_uncorrectable_blocks`` are the PPCNT RS-FEC field names;
+  that UFM Telemetry exports them under these names is assumed, not verified.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSpec:
+    """One source counter: its canonical column, the factor to base units, and its width."""
+
+    column: str
+    scale: int = 1
+    bits: int = 64
+    saturating: bool = False
+    rank: int = 2  # when two source counters feed one column for a port, the higher rank wins
+    lane: int | None = None  # phy_raw_errors_lane<N>: element N of fec_lane_errors
+
+
+def _pm(extended: str, legacy: str, column: str, legacy_bits: int, scale: int = 1) -> dict[str, CounterSpec]:
+    return {
+        extended: CounterSpec(column, scale),
+        legacy: CounterSpec(column, scale, bits=legacy_bits, saturating=True, rank=1),
+    }
+
+
+#: UFM Telemetry counter names (Prometheus metric names and CSV header names).
+TELEMETRY_COUNTERS: dict[str, CounterSpec] = {
+    **_pm("PortXmitDataExtended", "PortXmitData", "tx_bytes", 32, scale=4),
+    **_pm("PortRcvDataExtended", "PortRcvData", "rx_bytes", 32, scale=4),
+    **_pm("PortXmitPktsExtended", "PortXmitPkts", "tx_packets", 32),
+    **_pm("PortRcvPktsExtended", "PortRcvPkts", "rx_packets", 32),
+    **_pm("SymbolErrorCounterExtended", "SymbolErrorCounter", "symbol_errors", 16),
+    **_pm("LinkErrorRecoveryCounterExtended", "LinkErrorRecoveryCounter", "link_recovery", 8),
+    **_pm("LinkDownedCounterExtended", "LinkDownedCounter", "link_downed", 8),
+    **_pm("PortRcvErrorsExtended", "PortRcvErrors", "rcv_errors", 16),
+    **_pm("PortXmitDiscardsExtended", "PortXmitDiscards", "xmit_discards", 16),
+    **_pm("PortXmitWaitExtended", "PortXmitWait", "xmit_wait_ticks", 32),
+    "phy_received_bits": CounterSpec("phy_received_bits"),
+    "phy_corrected_bits": CounterSpec("fec_corrected_bits"),
+    "rs_fec_corrected_blocks": CounterSpec("fec_corrected_blocks"),
+    "rs_fec_uncorrectable_blocks": CounterSpec("fec_uncorrectable_blocks"),
+    **{f"phy_raw_errors_lane{n}": CounterSpec("fec_lane_errors", lane=n) for n in range(8)},
+    "fec_mode_active": CounterSpec("fec_mode"),
+    # A Prometheus metric name cannot hold '.', so accept the underscore spelling too.
+    "CableInfo.Temperature": CounterSpec("temperature_celsius"),
+    "CableInfo_Temperature": CounterSpec("temperature_celsius"),
+}
+
+#: UFM monitoring counters as the TFS/fluentd stream names them (``Infiniband_<base>_u_<unit>``).
+TFS_COUNTERS: dict[str, CounterSpec] = {
+    "Infiniband_MBOut": CounterSpec("tx_bytes", 4),
+    "Infiniband_MBIn": CounterSpec("rx_bytes", 4),
+    "Infiniband_PckOut": CounterSpec("tx_packets"),
+    "Infiniband_PckIn": CounterSpec("rx_packets"),
+    "Infiniband_SymbolErrors": CounterSpec("symbol_errors"),
+    "Infiniband_LinkRecovers": CounterSpec("link_recovery"),
+    "Infiniband_LinkDowned": CounterSpec("link_downed"),
+    "Infiniband_RcvErrors": CounterSpec("rcv_errors"),
+    "Infiniband_XmtDiscards": CounterSpec("xmit_discards"),
+    "Infiniband_XmitWait": CounterSpec("xmit_wait_ticks"),
+}
+_DATA_COLUMNS = {"tx_bytes", "rx_bytes"}
+#: Explicit byte units on a TFS data counter; anything else (``Gb``, none) is 4-octet words.
+_BYTE_UNITS = {"b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6}
+_TFS_NAME = re.compile(r"^(?P<base>.+?)(?P<float>_f)?(?:_u_(?P<unit>[A-Za-z%]+))?$")
+
+
+def counter_spec(name: str) -> CounterSpec | None:
+    """The canonical mapping of a counter name from any UFM form, or None when it is not used."""
+    spec = TELEMETRY_COUNTERS.get(name)
+    if spec is not None:
+        return spec
+    m = _TFS_NAME.match(name)
+    if m is None:
+        return None
+    spec = TFS_COUNTERS.get(m.group("base"))
+    if spec is None:
+        return None
+    unit = (m.group("unit") or "").lower()
+    if spec.column in _DATA_COLUMNS and unit in _BYTE_UNITS:
+        return CounterSpec(spec.column, _BYTE_UNITS[unit])
+    return spec

@@ -1,0 +1,753 @@
+"""UFM Telemetry: Prometheus text, CSV and the TFS JSON stream -> canonical ``port_sample`` batches.
+
+UFM Telemetry serves the last sample of every port counter over HTTP (UFM Telemetry guide,
+"Prometheus Endpoint Support"): Prometheus text by default (``/metrics``), CSV under ``/csv``
+(a header row of ``timestamp,source_id,tag,node_guid,port_guid,port_num,<counters…>``) and
+JSON under ``/json``. A Prometheus line looks like (one line, wrapped here)::
+
+    PortXmitDataExtended{source="0x0002c90300f172a0", node_guid="2c90300f172a0",
+        port_guid="2c90300f172a2", port_num="2"} 85554128244 1628683905941
+
+with the GUID spelled differently in each label and a trailing millisecond timestamp. The TFS
+(fluentd) plugin streams ``{"timestamp", "type", "values": [{timestamp, node_guid, port_guid,
+port_num, Infiniband_*_u_<unit>…}]}``; see :mod:`collectors.ufm.counters` for the counter mapping.
+
+Parsing is the hot path: a 500,000-port fabric with 30 counters is 15 million lines (~2 GB) a
+poll. Nothing here loops over lines in Python. Arrow's multithreaded CSV reader splits the text
+at ``}`` (``name{labels`` | `` value ts``); names and label blocks become one zero-copy
+interleaved string array that is dictionary encoded (30 names, one label block per port); the
+tails are read again as blank-delimited CSV, so timestamps come out of Arrow's typed converter and
+each metric's values are one cast of a zero-copy slice. The label blocks of a port are parsed
+once and cached (:mod:`.ports`). Lines the fast path cannot take (a ``}`` inside a label value,
+no labels) go through an exact regular expression; anything that is not Prometheus text fails
+the whole parse with the line quoted. A payload that does not end with a newline is truncated
+and fails: a partial poll must not look like ports that vanished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from collectors.base import ScrapeResult, failed
+from collectors.model import Fabric
+from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
+from collectors.ufm.counters import CounterSpec, counter_spec
+from collectors.ufm.http import HttpSettings, UfmHttp
+from collectors.ufm.ports import PortKeys, SpellingCache
+
+TelemetryFormat = Literal["auto", "prometheus", "csv", "json"]
+
+
+class TelemetryParseError(ValueError):
+    """The payload is not a complete UFM telemetry document."""
+
+
+# -- numbers ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Numbers:
+    """Values of a set of tokens: exact uint64 where the token is an unsigned integer, else float."""
+
+    u64: np.ndarray
+    is_int: np.ndarray
+    f64: np.ndarray  # NaN where not a float (and where is_int)
+    garbage: np.ndarray  # a token that is present but not a number (nor a null spelling)
+
+
+#: Spellings of "no value" in UFM text (empty CSV fields are null already).
+_NULL_WORDS = r"^(?i:n/?a|null|none|-)$"
+#: A number with an optional unit suffix: temperatures arrive as "45C".
+_NUMBER_UNIT = r"^(?P<v>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*[A-Za-z]{0,2}$"
+
+
+def _numbers_text(arr: pa.Array) -> _Numbers:
+    n = len(arr)
+    s = pc.utf8_trim_whitespace(arr)
+    is_int = pc.fill_null(pc.utf8_is_digit(s), False)
+    is_int_np = is_int.to_numpy(zero_copy_only=False)
+    u64 = pc.cast(pc.if_else(is_int, s, pa.scalar(None, s.type)), pa.uint64()).fill_null(0).to_numpy()
+    f64 = np.full(n, np.nan)
+    garbage = np.zeros(n, bool)
+    other = np.flatnonzero(~is_int_np & s.is_valid().to_numpy(zero_copy_only=False))
+    if other.size:
+        tok = s.take(pa.array(other))
+        tok = pc.if_else(pc.match_substring_regex(tok, _NULL_WORDS), pa.scalar(None, tok.type), tok)
+        try:
+            f64[other] = pc.cast(tok, pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+        except pa.ArrowInvalid:
+            num = pc.struct_field(pc.extract_regex(tok, _NUMBER_UNIT), 0)
+            garbage[other] = pc.and_(num.is_null(), tok.is_valid()).to_numpy(zero_copy_only=False)
+            f64[other] = pc.cast(num, pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+    return _Numbers(u64, is_int_np, f64, garbage)
+
+
+def _numbers(arr: pa.Array | pa.ChunkedArray) -> _Numbers:
+    """Parse counter values of any Arrow type (text tokens, or numbers from JSON), never raising."""
+    if isinstance(arr, pa.ChunkedArray):
+        parts = [_numbers(c) for c in arr.chunks]
+        if not parts:
+            return _numbers(pa.array([], arr.type))
+        return _Numbers(*(np.concatenate([getattr(p, f) for p in parts]) for f in _Numbers.__slots__))
+    n = len(arr)
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.cast(t.value_type)
+        t = arr.type
+    nothing = np.zeros(n, bool)
+    if pa.types.is_null(t):
+        return _Numbers(np.zeros(n, np.uint64), nothing, np.full(n, np.nan), nothing)
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        v = arr.cast(pa.int64() if pa.types.is_signed_integer(t) else pa.uint64()).fill_null(0).to_numpy()
+        ok = arr.is_valid().to_numpy(zero_copy_only=False) & (v >= 0)
+        return _Numbers(v.astype(np.uint64), ok, np.full(n, np.nan), nothing)
+    if pa.types.is_floating(t):
+        f = arr.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+        return _Numbers(np.zeros(n, np.uint64), nothing, f, nothing)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _numbers_text(arr)
+    return _Numbers(
+        np.zeros(n, np.uint64), nothing, np.full(n, np.nan), arr.is_valid().to_numpy(zero_copy_only=False)
+    )
+
+
+# -- the wide form every parser ends in ---------------------------------------------------------
+
+_COLUMN_TYPES = {f.name: f.type for f in PORT_SAMPLE}
+
+
+@dataclass
+class _Columns:
+    """Per-port canonical columns being filled from source counters (rows = distinct ports)."""
+
+    n: int
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    valid: dict[str, np.ndarray] = field(default_factory=dict)
+    narrow: dict[str, tuple[np.ndarray, int, bool]] = field(default_factory=dict)
+    lanes: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def put(self, spec: CounterSpec, rows: np.ndarray, num: _Numbers) -> None:
+        """Write one source counter's values at ``rows``; null values never overwrite."""
+        if spec.lane is not None:
+            vals, ok = _as_uint(num)
+            lv, lok = self.lanes.setdefault(spec.lane, (np.zeros(self.n, np.uint64), np.zeros(self.n, bool)))
+            lv[rows[ok]] = vals[ok]
+            lok[rows[ok]] = True
+            return
+        col = spec.column
+        is_float = pa.types.is_floating(_COLUMN_TYPES[col])
+        if is_float:
+            vals = np.where(num.is_int, num.u64.astype(np.float64), num.f64)
+            ok = np.isfinite(vals)
+        else:
+            vals, ok = _as_uint(num)
+            if spec.scale != 1:
+                vals = vals * np.uint64(spec.scale)
+        if col not in self.values:
+            self.values[col] = np.zeros(self.n, np.float64 if is_float else np.uint64)
+            self.valid[col] = np.zeros(self.n, bool)
+        w = rows[ok]
+        self.values[col][w] = vals[ok]
+        self.valid[col][w] = True
+        if not is_float and spec.bits < 64:
+            mask = self.narrow.get(col, (np.zeros(self.n, bool), spec.bits, spec.saturating))[0]
+            mask[w] = True
+            self.narrow[col] = (mask, spec.bits, spec.saturating)
+        elif col in self.narrow:
+            self.narrow[col][0][w] = False  # a 64-bit value replaced the narrow one
+
+    def batch(self, time_us: int, port: pa.Array, source: str) -> pa.RecordBatch:
+        n = self.n
+        cols: dict[str, pa.Array] = {
+            "time": pa.array(np.full(n, time_us, dtype="datetime64[us]"), type=TS),
+            "port": port,
+            "source": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([source])),
+        }
+        for col, vals in self.values.items():
+            ok = self.valid[col]
+            t = _COLUMN_TYPES[col]
+            if pa.types.is_uint8(t):
+                ok = ok & (vals <= 255)
+            cols[col] = pa.array(vals, mask=~ok).cast(t)
+        if self.lanes:
+            k = max(self.lanes) + 1
+            mat = np.zeros((n, k), np.uint64)
+            okm = np.zeros((n, k), bool)
+            for lane, (v, o) in self.lanes.items():
+                mat[:, lane] = v
+                okm[:, lane] = o
+            offsets = pa.array(np.arange(n + 1, dtype=np.int32) * k)
+            values = pa.array(mat.ravel(), mask=~okm.ravel())
+            cols["fec_lane_errors"] = pa.ListArray.from_arrays(
+                offsets, values, mask=pa.array(~okm.any(axis=1))
+            )
+        bits = {c: b for c, (m, b, _) in self.narrow.items() if m.any()}
+        sat = tuple(sorted(c for c, (m, _, s) in self.narrow.items() if s and m.any()))
+        schema = with_counter_widths(PORT_SAMPLE, bits, sat) if bits else PORT_SAMPLE
+        return make_batch(schema, n, cols)
+
+
+def _as_uint(num: _Numbers) -> tuple[np.ndarray, np.ndarray]:
+    """Counter values as uint64: exact integers, or floats that are finite and non-negative."""
+    f = num.f64
+    with np.errstate(invalid="ignore"):
+        f_ok = ~num.is_int & np.isfinite(f) & (f >= 0) & (f < 1.8446744073709552e19)
+    vals = num.u64.copy()
+    if f_ok.any():
+        vals[f_ok] = np.rint(f[f_ok]).astype(np.uint64)
+    return vals, num.is_int | f_ok
+
+
+def _time_us(raw: np.ndarray) -> int | None:
+    """Batch time from source timestamps (s, ms, µs or ns since the epoch, told by magnitude)."""
+    raw = raw[raw > 0]
+    if raw.size == 0:
+        return None
+    t = int(raw.max())
+    if t >= 10**17:
+        return t // 1000
+    if t >= 10**14:
+        return t
+    if t >= 10**11:
+        return t * 1000
+    return t * 1_000_000
+
+
+def _check_complete(payload: bytes) -> None:
+    if not payload or payload.isspace():  # isspace stops at the first non-blank byte
+        raise TelemetryParseError("empty telemetry payload")
+    if not payload.endswith(b"\n"):
+        raise TelemetryParseError("payload does not end with a newline: truncated")
+
+
+def _dense(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``codes`` (ascending) and each code's position among them, in O(n)."""
+    present = np.zeros(size, bool)
+    present[codes] = True
+    uniq = np.flatnonzero(present)
+    where = np.zeros(size, np.int64)
+    where[uniq] = np.arange(uniq.size)
+    return uniq, where[codes]
+
+
+def _now_us(now: datetime | None) -> int:
+    if now is None:
+        return time.time_ns() // 1000
+    return int(now.timestamp() * 1_000_000)
+
+
+# -- ports ----------------------------------------------------------------------------------------
+
+
+def _label(blocks: pa.Array, name: str) -> pa.Array:
+    pattern = r"(?:^|[,{\s])" + name + r'\s*=\s*"(?P<v>(?:[^"\\]|\\.)*)"'
+    return pc.struct_field(pc.extract_regex(blocks, pattern), 0)
+
+
+def _port_nums(nums: pa.Array) -> list[int | None]:
+    nums = nums.cast(pa.string()) if not pa.types.is_string(nums.type) else nums
+    nums = pc.if_else(pc.equal(pc.utf8_trim_whitespace(nums), ""), pa.scalar(None, pa.string()), nums)
+    try:
+        out = pc.cast(pc.utf8_trim_whitespace(nums), pa.int64())
+    except pa.ArrowInvalid:
+        bad = nums.filter(pc.invert(pc.fill_null(pc.utf8_is_digit(pc.utf8_trim_whitespace(nums)), True)))
+        raise TelemetryParseError(f"port_num is not a number: {bad[0].as_py()!r}") from None
+    if pc.any(pc.or_(pc.less(out, 0), pc.greater(out, 65535))).as_py():
+        raise TelemetryParseError(f"port_num out of range: {pc.max(out).as_py()}")
+    return out.to_pylist()
+
+
+def _resolve(keys: PortKeys, port_guids: pa.Array, node_guids: pa.Array, nums: pa.Array) -> np.ndarray:
+    """Port ids; the port GUID names the port (an HCA port, or a switch's shared GUID + number)."""
+    port_guids, node_guids = port_guids.cast(pa.string()), node_guids.cast(pa.string())
+    missing = pc.or_kleene(port_guids.is_null(), pc.equal(port_guids, ""))
+    guids = pc.if_else(missing, node_guids, port_guids)
+    try:
+        return keys.resolve_ids(guids, _port_nums(nums))
+    except ValueError as e:
+        raise TelemetryParseError(str(e)) from None
+
+
+# -- Prometheus text --------------------------------------------------------------------------------
+
+_PROM_LINE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:.]*)"
+    r"(?:\{(?P<labels>(?:[^\"}]|\"(?:[^\"\\]|\\.)*\")*)\})?"
+    r"[ \t]+(?P<value>\S+)(?:[ \t]+(?P<ts>-?\d+))?[ \t]*$"
+)
+#: Lines the fast path hands to the exact expression before the payload is judged not Prometheus.
+MAX_SLOW_LINES = 100_000
+_BLOCK = 4 << 20
+
+
+@dataclass(slots=True)
+class _Long:
+    """Samples in long form: one entry per sample line, names and label blocks dictionary encoded."""
+
+    names: list[str]  # distinct metric names
+    labels: pa.Array  # distinct label blocks (the text between the braces)
+    name_idx: np.ndarray  # per line, into names
+    label_idx: np.ndarray  # per line, into labels
+    values: pa.ChunkedArray  # per line, the value as written
+    ts: np.ndarray  # per line, the timestamp (ms), 0 when absent
+
+
+def _offsets(arr: pa.Array) -> np.ndarray:
+    buf = arr.buffers()[1]
+    if pa.types.is_large_string(arr.type):
+        return np.frombuffer(buf, np.int64, count=len(arr) + 1, offset=arr.offset * 8)
+    return np.frombuffer(buf, np.int32, count=len(arr) + 1, offset=arr.offset * 4).astype(np.int64)
+
+
+def _text_of(arr: pa.Array) -> pa.Buffer:
+    """The concatenated text of a string array, zero-copy (its data buffer between first and last offset)."""
+    off = _offsets(arr)
+    data = arr.buffers()[2]
+    return data[int(off[0]) : int(off[-1])] if data is not None else pa.py_buffer(b"")
+
+
+def _slow_lines(lines: list[str]) -> tuple[list[str], list[str], list[str], list[int]]:
+    """The exact (slow) parse of the few lines the fast path cannot take."""
+    names, labels, values, ts = [], [], [], []
+    for line in lines:
+        m = _PROM_LINE.match(line.rstrip("\r\n"))
+        if m is None:
+            raise TelemetryParseError(f"not Prometheus text: {line[:200]!r}")
+        if m.group("labels") is None:
+            continue  # a sample without labels names no port
+        names.append(m.group("name"))
+        labels.append(m.group("labels"))
+        values.append(m.group("value"))
+        ts.append(int(m.group("ts") or 0))
+    return names, labels, values, ts
+
+
+def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[pa.ChunkedArray, np.ndarray, np.ndarray]:
+    """Values and timestamps of the line tails `` value[ ts]``: (values, ts, well-formed mask).
+
+    The tails are joined with newlines and read again by Arrow's CSV reader, blank-delimited:
+    timestamps are parsed by its typed converter and values come out without their blank, in
+    one multithreaded C++ pass. Tails that are not all alike (one blank, then one or two
+    fields) are tokenized line by line instead (vectorized, slower).
+    """
+    n = len(tails)
+    first = tails[0].as_py() if n else ""
+    fields = ["_", "v"] if first.count(" ") == 1 else ["_", "v", "ts"]
+    try:
+        if exact:
+            raise pa.ArrowInvalid("tabs: tokenize line by line")
+        joined = pc.binary_join_element_wise(tails, "\n", "")
+        text = (
+            pa.py_buffer(b"".join(_text_of(c) for c in joined.chunks))
+            if joined.num_chunks != 1
+            else _text_of(joined.chunk(0))
+        )
+        t = pcsv.read_csv(
+            text,
+            read_options=pcsv.ReadOptions(column_names=fields, block_size=_BLOCK),
+            parse_options=pcsv.ParseOptions(
+                delimiter=" ", quote_char=False, escape_char=False, ignore_empty_lines=False
+            ),
+            convert_options=pcsv.ConvertOptions(
+                column_types={"_": pa.string(), "v": pa.string(), "ts": pa.int64()}, strings_can_be_null=False
+            ),
+        )
+        if t.num_rows == n and pc.max(pc.utf8_length(t.column("_"))).as_py() in (0, None):
+            ts = t.column("ts").fill_null(0).to_numpy() if "ts" in fields else np.zeros(n, np.int64)
+            values = t.column("v")
+            ok = pc.utf8_length(values).to_numpy() > 0
+            return values, ts, ok
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    parts = [_tails_exact(c) for c in tails.chunks]
+    return (
+        pa.chunked_array([p[0] for p in parts], type=pa.string()),
+        np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64),
+        np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, bool),
+    )
+
+
+def _tails_exact(tail: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Line by line (vectorized), for tails of mixed shapes: one or two tokens after a blank."""
+    pattern = r"^[ \t]+(?P<v>\S+)(?:[ \t]+(?P<ts>\S+))?[ \t]*$"
+    m = pc.extract_regex(tail, pattern)
+    ok = m.is_valid().to_numpy(zero_copy_only=False)
+    values = pc.fill_null(pc.struct_field(m, 0), "")
+    ts_text = pc.struct_field(m, 1)
+    ts_ok = pc.fill_null(pc.utf8_is_digit(ts_text), False)
+    ok &= ~(ts_text.is_valid().to_numpy(zero_copy_only=False) & ~ts_ok.to_numpy(zero_copy_only=False))
+    ts = pc.cast(pc.if_else(ts_ok, ts_text, pa.scalar(None, pa.string())), pa.int64()).fill_null(0).to_numpy()
+    return values, ts, ok
+
+
+def _prometheus_long(payload: bytes) -> _Long:
+    _check_complete(payload)
+    slow: list[str] = []
+
+    def invalid(row: pcsv.InvalidRow) -> str:
+        text = row.text.strip()
+        if not text or text.startswith("#"):
+            return "skip"
+        slow.append(row.text)
+        return "error" if len(slow) > MAX_SLOW_LINES else "skip"
+
+    try:
+        table = pcsv.read_csv(
+            pa.py_buffer(payload),
+            read_options=pcsv.ReadOptions(column_names=["head", "tail"], block_size=_BLOCK),
+            parse_options=pcsv.ParseOptions(
+                delimiter="}", quote_char=False, escape_char=False, invalid_row_handler=invalid
+            ),
+            convert_options=pcsv.ConvertOptions(column_types={"head": pa.string(), "tail": pa.string()}),
+        )
+    except pa.ArrowInvalid as e:
+        if len(slow) > MAX_SLOW_LINES:
+            raise TelemetryParseError(f"not Prometheus text: {slow[0][:200]!r}") from None
+        raise TelemetryParseError(f"not Prometheus text: {e}") from None
+
+    inter_chunks: list[pa.Array] = []
+    fast_parts: list[np.ndarray] = []
+    comment_parts: list[np.ndarray] = []
+    tails: list[pa.Array] = []
+    for rb in table.to_batches():
+        head, tail = rb.column(0), rb.column(1)
+        n = len(head)
+        if n == 0:
+            continue
+        h_off = _offsets(head)
+        hb = np.frombuffer(head.buffers()[2] or b"\0", np.uint8)
+        first_byte = np.where(h_off[:-1] < h_off[1:], hb[np.minimum(h_off[:-1], hb.size - 1)], 0)
+        brace = pc.find_substring(head, "{").to_numpy(zero_copy_only=False).astype(np.int64)
+        # "name{" and "labels" alternate over the head buffer: one array, no copy
+        inter_off = np.empty(2 * n + 1, np.int64)
+        inter_off[0:-1:2] = h_off[:-1]
+        inter_off[1:-1:2] = h_off[:-1] + np.maximum(brace, -1) + 1
+        inter_off[-1] = h_off[-1]
+        inter_chunks.append(
+            pa.Array.from_buffers(
+                pa.large_string(), 2 * n, [None, pa.py_buffer(inter_off), head.buffers()[2]]
+            )
+        )
+        is_comment = first_byte == ord("#")
+        comment_parts.append(is_comment)
+        fast_parts.append(~is_comment & (brace > 0))
+        tails.append(tail)
+
+    if inter_chunks:
+        # Tails (values, timestamps) and the name/label dictionary are independent: one runs in a
+        # worker thread while this one hashes (both Arrow kernels release the GIL).
+        # A tab is whitespace to Prometheus but not to the blank-delimited fast reader.
+        with ThreadPoolExecutor(1) as pool:
+            tails_job = pool.submit(_tails, pa.chunked_array(tails, type=pa.string()), b"\t" in payload)
+            encoded = pc.dictionary_encode(pa.chunked_array(inter_chunks, type=pa.large_string()))
+            values, ts, good_tail = tails_job.result()
+        comment = np.concatenate(comment_parts)
+        fast = np.concatenate(fast_parts) & good_tail
+        bad = np.flatnonzero(~comment & ~fast)
+        if bad.size + len(slow) > MAX_SLOW_LINES:
+            raise TelemetryParseError(f"not Prometheus text: {_row_text(table, int(bad[0]))[:200]!r}")
+        slow.extend(_row_text(table, i) for i in bad.tolist())
+        dictionary = encoded.chunk(0).dictionary
+        codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks])
+        name_codes, label_codes = codes[0::2], codes[1::2]
+    else:
+        dictionary = pa.array([], pa.large_string())
+        name_codes = label_codes = ts = np.zeros(0, np.int64)
+        fast = np.zeros(0, bool)
+        values = pa.chunked_array([], type=pa.string())
+    uniq_names, name_pos = _dense(name_codes[fast], len(dictionary))
+    names = [s[:-1] for s in dictionary.take(pa.array(uniq_names, pa.int64())).to_pylist()]  # drop the "{"
+    uniq_labels, label_pos = _dense(label_codes[fast], len(dictionary))
+    labels = dictionary.take(pa.array(uniq_labels, pa.int64())).cast(pa.string())
+    # Rows that are not samples (comments, lines handed to the exact parser) point past the end.
+    name_idx = np.full(len(fast), -1, np.int64)
+    name_idx[fast] = name_pos
+    label_idx = np.full(len(fast), -1, np.int64)
+    label_idx[fast] = label_pos
+    s_names, s_labels, s_values, s_ts = _slow_lines(slow)
+    if s_names:
+        name_map = {nm: i for i, nm in enumerate(names)}
+        for nm in s_names:
+            name_map.setdefault(nm, len(name_map))
+        names = list(name_map)
+        new_labels = list(dict.fromkeys(s_labels))
+        label_map = {lb: len(labels) + i for i, lb in enumerate(new_labels)}
+        labels = pa.concat_arrays([labels, pa.array(new_labels, pa.string())])
+        name_idx = np.concatenate([name_idx, [name_map[nm] for nm in s_names]])
+        label_idx = np.concatenate([label_idx, [label_map[lb] for lb in s_labels]])
+        values = pa.chunked_array([*values.chunks, pa.array(s_values, pa.string())], type=pa.string())
+        ts = np.concatenate([ts, np.array(s_ts, np.int64)])
+    name_idx[name_idx < 0] = len(names)
+    label_idx[label_idx < 0] = len(labels)
+    return _Long(names, labels, name_idx, label_idx, values, ts)
+
+
+def _row_text(table: pa.Table, i: int) -> str:
+    return f"{table.column(0)[i].as_py()}}}{table.column(1)[i].as_py()}"
+
+
+def _numbers_fast(arr: pa.ChunkedArray) -> _Numbers:
+    """Counter values of one metric: one vectorized cast when all are integers (the usual case)."""
+    try:
+        u64 = pc.cast(arr, pa.uint64()).to_numpy()
+    except pa.ArrowInvalid:
+        return _numbers(arr)
+    n = len(u64)
+    return _Numbers(u64, np.ones(n, bool), np.full(n, np.nan), np.zeros(n, bool))
+
+
+def parse_prometheus(
+    payload: bytes,
+    keys: PortKeys,
+    cache: SpellingCache | None = None,
+    *,
+    now: datetime | None = None,
+    source: str = "ufm",
+) -> pa.RecordBatch:
+    """UFM Telemetry Prometheus text -> one ``port_sample`` batch (see the module docstring)."""
+    long = _prometheus_long(payload)
+    specs = [counter_spec(nm) for nm in long.names]
+    mapped = np.array([s is not None for s in specs] + [False], bool)
+    keep = mapped[long.name_idx]
+    # Label blocks of the kept lines -> port ids, parsed once per distinct block, then cached.
+    label_ids = np.full(len(long.labels) + 1, -1, np.int32)  # the extra slot: rows that are not samples
+    used, _ = _dense(long.label_idx[keep], len(long.labels))
+    if used.size:
+
+        def resolve(new: pa.Array) -> np.ndarray:
+            return _resolve(keys, _label(new, "port_guid"), _label(new, "node_guid"), _label(new, "port_num"))
+
+        label_ids[used] = (cache or SpellingCache()).lookup(long.labels.take(pa.array(used)), resolve)
+    port_of_line = label_ids[long.label_idx]
+    keep &= port_of_line >= 0
+    lines = np.flatnonzero(keep)
+    time_us = _time_us(long.ts[lines]) or _now_us(now)
+    ports, row_of_line = _dense(port_of_line[lines], len(keys.keys))
+    out = _Columns(len(ports))
+    name_of = long.name_idx[lines]
+    # Group lines by metric (a stable radix sort on small integers); a family is usually one run.
+    order = np.argsort(name_of.astype(np.int16 if len(long.names) < 2**15 else np.int64), kind="stable")
+    cuts = np.flatnonzero(np.diff(name_of[order])) + 1
+    groups = [g for g in np.split(order, cuts) if g.size] if order.size else []
+    ranked = sorted(((specs[int(name_of[g[0]])], g) for g in groups), key=lambda sg: sg[0].rank)  # type: ignore[union-attr]
+    for spec, grp in ranked:
+        assert spec is not None
+        at = lines[grp]
+        if at[-1] - at[0] + 1 == at.size:  # one contiguous run: a zero-copy slice
+            vals = long.values.slice(int(at[0]), int(at.size))
+        else:
+            vals = long.values.take(pa.array(at))
+        num = _numbers_fast(vals)
+        if num.garbage.any():
+            word = vals[int(np.flatnonzero(num.garbage)[0])].as_py()
+            raise TelemetryParseError(f"{long.names[int(name_of[grp[0]])]}: not a number: {word!r}")
+        out.put(spec, row_of_line[grp], num)
+    return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source)
+
+
+# -- CSV and TFS JSON (wide forms) ----------------------------------------------------------------
+
+
+def _from_wide(
+    table: pa.Table, keys: PortKeys, cache: SpellingCache | None, now: datetime | None, source: str
+) -> pa.RecordBatch:
+    """Rows of (ids, counters…) -> one batch; the last row of a port wins."""
+    names = table.column_names
+    if table.num_rows == 0:  # a valid document with no port records (UFM just started)
+        return _Columns(0).batch(_now_us(now), keys.port_column(np.zeros(0, np.int32)), source)
+    if "port_guid" not in names and "node_guid" not in names:
+        raise TelemetryParseError(f"no port_guid or node_guid column (columns: {names[:8]})")
+    n = table.num_rows
+
+    def text(col: str) -> pa.Array:
+        if col not in names:
+            return pa.nulls(n, pa.string())
+        arr = table.column(col).combine_chunks()
+        return arr.cast(pa.string()) if arr.type != pa.string() else arr
+
+    pg, ng, pn = text("port_guid"), text("node_guid"), text("port_num")
+    spelling = pc.binary_join_element_wise(
+        pc.fill_null(pg, ""), pc.fill_null(ng, ""), pc.fill_null(pn, ""), "|"
+    )
+    enc = pc.dictionary_encode(spelling)
+    uniq = enc.dictionary
+
+    def resolve(new: pa.Array) -> np.ndarray:
+        parts = pc.split_pattern(new, "|")
+        return _resolve(keys, pc.list_element(parts, 0), pc.list_element(parts, 1), pc.list_element(parts, 2))
+
+    uid = (cache or SpellingCache()).lookup(uniq, resolve)
+    port_of_row = uid[enc.indices.to_numpy(zero_copy_only=False)] if n else np.zeros(0, np.int32)
+    keep = port_of_row >= 0
+    ts_col = table.column("timestamp") if "timestamp" in names else None
+    raw_ts = np.zeros(0, np.int64)
+    if ts_col is not None:
+        tnum = _numbers(ts_col)
+        raw_ts = np.where(tnum.is_int, tnum.u64, 0).astype(np.int64)[keep]
+    time_us = _time_us(raw_ts) or _now_us(now)
+    rows = np.flatnonzero(keep)
+    # last occurrence of each port
+    rev = rows[::-1]
+    ports, first_in_rev = np.unique(port_of_row[rev], return_index=True)
+    take_rows = rev[first_in_rev]
+    out = _Columns(len(ports))
+    specs = [(counter_spec(c), c) for c in names]
+    for spec, col in sorted(((s, c) for s, c in specs if s is not None), key=lambda sc: sc[0].rank):  # type: ignore[union-attr]
+        num = _numbers(table.column(col).take(pa.array(take_rows)))
+        if num.garbage.any():
+            word = table.column(col).take(pa.array(take_rows[num.garbage][:1]))[0].as_py()
+            raise TelemetryParseError(f"{col}: not a number: {word!r}")
+        out.put(spec, np.arange(len(ports)), num)  # type: ignore[arg-type]
+    return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source)
+
+
+def parse_csv(
+    payload: bytes,
+    keys: PortKeys,
+    cache: SpellingCache | None = None,
+    *,
+    now: datetime | None = None,
+    source: str = "ufm",
+) -> pa.RecordBatch:
+    """UFM Telemetry CSV (header row of counter names) -> one ``port_sample`` batch."""
+    _check_complete(payload)
+    header = payload[: payload.find(b"\n")].decode("utf-8", "replace").strip().split(",")
+    wanted = [
+        c for c in header if c in ("timestamp", "port_guid", "node_guid", "port_num") or counter_spec(c)
+    ]
+    if "port_guid" not in wanted and "node_guid" not in wanted:
+        raise TelemetryParseError(f"not UFM telemetry CSV: the header has no port_guid ({header[:6]})")
+    try:
+        table = pcsv.read_csv(
+            pa.py_buffer(payload),
+            read_options=pcsv.ReadOptions(block_size=_BLOCK),
+            parse_options=pcsv.ParseOptions(quote_char='"', newlines_in_values=False),
+            convert_options=pcsv.ConvertOptions(
+                include_columns=wanted,
+                column_types={c: pa.string() for c in wanted},
+                strings_can_be_null=True,
+            ),
+        )
+    except pa.ArrowInvalid as e:
+        raise TelemetryParseError(f"not UFM telemetry CSV: {e}") from None
+    return _from_wide(table, keys, cache, now, source)
+
+
+def parse_tfs_json(
+    payload: bytes,
+    keys: PortKeys,
+    cache: SpellingCache | None = None,
+    *,
+    now: datetime | None = None,
+    source: str = "ufm",
+) -> pa.RecordBatch:
+    """The TFS stream document ``{"timestamp", "type", "values": [...]}`` -> one batch."""
+    try:
+        doc = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TelemetryParseError(f"not JSON (truncated?): {e}") from None
+    values = doc.get("values") if isinstance(doc, dict) else doc
+    if not isinstance(values, list) or not all(isinstance(v, dict) for v in values):
+        raise TelemetryParseError("not a TFS telemetry document: no 'values' list of port records")
+    try:
+        table = pa.Table.from_pylist(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise TelemetryParseError(f"inconsistent TFS records: {e}") from None
+    return _from_wide(table, keys, cache, now, source)
+
+
+_PARSERS: dict[str, Callable[..., pa.RecordBatch]] = {
+    "prometheus": parse_prometheus,
+    "csv": parse_csv,
+    "json": parse_tfs_json,
+}
+
+
+def sniff_format(payload: bytes, url_path: str = "", content_type: str = "") -> str:
+    """Which telemetry form a payload is: by URL prefix (/csv, /json), content type, then content."""
+    path = url_path.lower()
+    if path.startswith("/csv") or "/csv/" in path:
+        return "csv"
+    if path.startswith("/json") or "/json/" in path:
+        return "json"
+    if "json" in content_type:
+        return "json"
+    if "csv" in content_type:
+        return "csv"
+    head = payload[:4096].lstrip()
+    if head[:1] in (b"{", b"["):
+        return "json"
+    first = head.split(b"\n", 1)[0]
+    if b"," in first and b"{" not in first and not first.startswith(b"#"):
+        return "csv"
+    return "prometheus"
+
+
+class UfmTelemetryCollector:
+    """One UFM Telemetry endpoint -> one ``port_sample`` batch of counters per scrape."""
+
+    source = "ufm"
+
+    def __init__(
+        self,
+        url: str,
+        fabric: Fabric | None,
+        settings: HttpSettings | None = None,
+        *,
+        fmt: TelemetryFormat = "auto",
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"telemetry URL must be http(s)://host[:port]/path, not {url!r}")
+        self.target = url
+        self.path = parts.path or "/metrics"
+        if parts.query:
+            self.path += "?" + parts.query
+        self.fmt = fmt
+        self.http = UfmHttp(f"{parts.scheme}://{parts.netloc}", settings or HttpSettings(), transport)
+        self.keys = PortKeys(fabric)
+        self.cache = SpellingCache()
+        #: The poll time when the payload carries no timestamps.
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    def parse(self, payload: bytes, content_type: str = "", now: datetime | None = None) -> pa.RecordBatch:
+        fmt = self.fmt if self.fmt != "auto" else sniff_format(payload, self.path, content_type)
+        return _PARSERS[fmt](payload, self.keys, self.cache, now=now, source=self.source)
+
+    async def scrape(self) -> ScrapeResult:
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.http.settings.total_timeout_s):
+                body, ctype = await self.http.get_bytes(self.path)
+            batch = await asyncio.to_thread(self.parse, body, ctype, self.clock())
+        except TimeoutError:
+            return failed(
+                self.source,
+                self.target,
+                f"timed out after {self.http.settings.total_timeout_s:g} s fetching {self.target}",
+                time.perf_counter() - t0,
+            )
+        except Exception as e:  # the contract: a scrape never raises
+            return failed(self.source, self.target, e, time.perf_counter() - t0)
+        return ScrapeResult(self.source, self.target, True, (batch,), None, time.perf_counter() - t0)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
