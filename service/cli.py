@@ -17,6 +17,10 @@ from tqdm import tqdm
 DEMO_FAULTS = "speed_downgrade@10s+1h,slow_channel@15s+1h=0.3"
 
 
+class FakesDefaults:
+    faults = "speed_downgrade@1m+1h:gpu-0003/mlx5_2,slow_channel@90s+1h=0.3"
+
+
 def _serve(settings: Any, banner: str | None = None) -> int:
     import uvicorn
 
@@ -235,6 +239,22 @@ def _print_eval(r: dict[str, Any]) -> None:
     print(f"{len(r['scenarios'])} scenarios in {r['seconds']} s")
 
 
+def cmd_fakes(args: argparse.Namespace) -> int:
+    from fabricsim.faults import parse_duration
+    from fabricsim.live import FakesConfig, run_fakes
+
+    cfg = FakesConfig(
+        out=Path(args.out), hosts=args.hosts, seed=args.seed, faults=args.faults,
+        interval_s=parse_duration(args.interval), ufm_port=args.ufm_port, snmp_port=args.snmp_port,
+        agent_port=args.agent_port, agent_hosts=args.agent_hosts, service_port=args.service_port,
+    )  # fmt: skip
+    try:
+        run_fakes(cfg, say=lambda line: print(line, flush=True))
+    except RuntimeError as e:
+        raise ValueError(str(e)) from e
+    return 0
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from service.config import load_settings
     from service.db import upgrade
@@ -310,6 +330,23 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("agent", help="the host agent: serve this host's sysfs/ethtool counters over HTTP")
     add_agent_arguments(s)
     s.set_defaults(func=run_agent_from_args)
+
+    s = sub.add_parser(
+        "fakes", help="serve one simulated fabric as fake UFM, SNMP, host agents and NCCL files"
+    )
+    s.add_argument(
+        "--out", default="graywire-fakes", help="directory for recordings, trees and graywire.yaml"
+    )
+    s.add_argument("--hosts", type=int, default=16)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--faults", default=FakesDefaults.faults)
+    s.add_argument("--interval", default="10s")
+    s.add_argument("--ufm-port", type=int, default=9701)
+    s.add_argument("--snmp-port", type=int, default=1161)
+    s.add_argument("--agent-port", type=int, default=9470, help="first agent's port; the next hosts count up")
+    s.add_argument("--agent-hosts", type=int, default=4, help="hosts that get an agent")
+    s.add_argument("--service-port", type=int, default=8000, help="port written into graywire.yaml")
+    s.set_defaults(func=cmd_fakes)
 
     s = sub.add_parser("db", help="database maintenance")
     dsub = s.add_subparsers(dest="db_command", required=True)

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from collectors.host.agent import AgentSourceConfig
 from collectors.nccl import NcclSourceConfig
 from collectors.snmp import SnmpSourceConfig
+from collectors.ufm import UfmSourceConfig
 from fabricsim.faults import parse_duration, parse_spec
 
 
@@ -47,7 +48,8 @@ SourceConfig = Annotated[
     Annotated[FabricSimSource, Tag("fabricsim")]
     | Annotated[NcclSourceConfig, Tag("nccl")]
     | Annotated[AgentSourceConfig, Tag("agent")]
-    | Annotated[SnmpSourceConfig, Tag("snmp")],
+    | Annotated[SnmpSourceConfig, Tag("snmp")]
+    | Annotated[UfmSourceConfig, Tag("ufm")],
     Discriminator(_source_type),
 ]
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collectors import nccl, snmp
+from collectors import nccl, snmp, ufm
 from collectors.base import Collector, ScrapeResult
 from collectors.host import agent
 from collectors.host.agent import AgentSourceConfig
 from collectors.model import Fabric, load_inventory
 from collectors.nccl import NcclSourceConfig
 from collectors.snmp import SnmpSourceConfig
+from collectors.ufm import UfmSourceConfig
 from fabricsim.faults import Fault
 from fabricsim.sim import FabricSim, SimConfig
 from fabricsim.topology import TopologySpec
@@ -74,4 +75,6 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
             collectors.extend(agent.build_collectors(cfg, fabric))
         elif isinstance(cfg, SnmpSourceConfig):
             collectors.extend(snmp.build_collectors(cfg, fabric))
+        elif isinstance(cfg, UfmSourceConfig):
+            collectors.extend(ufm.build_collectors(cfg, fabric))
     return fabric, collectors

@@ -63,3 +63,12 @@ def test_the_shipped_example_config_loads() -> None:
     s = load_settings(example)
     assert s.sources[0].hosts == 128
     assert s.scrape_timeout_seconds == 8.0
+
+
+def test_the_readme_sources_example_is_a_valid_config(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("```yaml", readme.index("Sources (full field lists")) + len("```yaml")
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(readme[start : readme.index("```", start)])
+    s = load_settings(cfg)
+    assert [src.type for src in s.sources] == ["ufm", "snmp", "agent", "nccl", "fabricsim"]
