@@ -21,13 +21,20 @@ from detectors.congestion import EcnHotspotDetector, PfcStormDetector
 from detectors.findings import Finding
 from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
+from detectors.multivariate import MultivariateOutlier
 from detectors.nccl_channel import NcclChannelOutlier
 from detectors.rates import CounterRates
 
 
-def default_detectors(fabric: Fabric, ber_table: ThresholdTable | None = None) -> list[Detector]:
-    """Every detector with its documented defaults (docs/detectors.md)."""
-    return [
+def default_detectors(
+    fabric: Fabric, ber_table: ThresholdTable | None = None, multivariate: bool = False
+) -> list[Detector]:
+    """Every detector with its documented defaults (docs/detectors.md).
+
+    The IsolationForest outlier detector is opt-in: a fault already present while it trains
+    becomes part of a port's normal, and the port is flagged once it is repaired.
+    """
+    detectors: list[Detector] = [
         LinkDowngradeDetector(fabric),
         LinkFlapDetector(fabric),
         BerDetector(fabric, ber_table),
@@ -35,6 +42,9 @@ def default_detectors(fabric: Fabric, ber_table: ThresholdTable | None = None) -
         EcnHotspotDetector(fabric),
         NcclChannelOutlier(fabric),
     ]
+    if multivariate:
+        detectors.append(MultivariateOutlier(fabric))
+    return detectors
 
 
 @dataclass

@@ -45,7 +45,12 @@ def create_app(
     registry = make_registry(metrics)
     table = ThresholdTable.load(settings.ber_thresholds) if settings.ber_thresholds else None
     runner = Runner(
-        settings, fabric, collectors, store, metrics, Pipeline(fabric, default_detectors(fabric, table))
+        settings,
+        fabric,
+        collectors,
+        store,
+        metrics,
+        Pipeline(fabric, default_detectors(fabric, table, settings.multivariate_outliers)),
     )
 
     @contextlib.asynccontextmanager

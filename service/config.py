@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     inventory: Path | None = None
     #: NVIDIA's field BER thresholds CSV (UFM PDR plugin's Field_BER_Thresholds.csv).
     ber_thresholds: Path | None = None
+    #: Add the IsolationForest port-outlier detector (opt-in, see docs/detectors.md).
+    multivariate_outliers: bool = False
     sources: list[SourceConfig] = Field(default_factory=lambda: [FabricSimSource()], min_length=1)
     #: Largest body accepted by the NCCL push endpoint.
     max_push_bytes: int = Field(16 * 2**20, ge=1024)
