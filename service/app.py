@@ -22,6 +22,7 @@ from service.config import Settings
 from service.db import make_engine, upgrade
 from service.ingest_api import make_ingest_router
 from service.metrics import MetricsState, make_registry
+from service.nodes_api import make_nodes_router
 from service.runner import Runner
 from service.sources import build_sources
 from service.status_api import make_status_router
@@ -106,5 +107,6 @@ def create_app(
 
     app.include_router(make_router(store))
     app.include_router(make_status_router(metrics))
+    app.include_router(make_nodes_router(store, fabric))
     app.include_router(make_ingest_router(runner, settings.max_push_bytes))
     return app

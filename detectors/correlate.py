@@ -1,0 +1,136 @@
+"""From open incidents to node verdicts: whose problem is it, the host's or the network's?
+
+- A link-level incident (downgrade, flap, BER, PFC storm) names both ends of one cable: the
+  host end's node gets a *link* verdict, and the switch end is remembered.
+- A switch is blamed only when links to at least ``min_hosts_for_switch`` distinct hosts on
+  it are bad (or its own inter-switch links are): then it is one *network* verdict, and those
+  hosts get *network* verdicts that point at it instead of host verdicts (32 hosts behind a
+  dead leaf are one network incident, not 32 drains).
+- A host whose NCCL ranks run slow, with no bad link of its own, gets a *host* verdict; with a
+  bad link on the NIC its slow rank uses, the link explains it (still a *link* verdict, with
+  the NCCL evidence attached).
+
+Pure: takes incident dicts (as the store returns them) and the fabric model.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from collectors.model import Fabric
+
+LINK_KINDS = frozenset({"speed_downgrade", "width_downgrade", "link_flap", "ber_degradation", "pfc_storm"})
+HOST_KINDS = frozenset({"nccl_channel_slow", "port_anomaly", "ecn_hotspot"})
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+
+Side = Literal["host", "link", "network"]
+
+
+@dataclass
+class NodeVerdict:
+    node: str
+    role: str
+    side: Side
+    severity: str
+    reasons: list[str] = field(default_factory=list)
+    incident_ids: list[int] = field(default_factory=list)
+    blamed_switch: str | None = None
+    ports: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "role": self.role,
+            "side": self.side,
+            "severity": self.severity,
+            "reasons": self.reasons,
+            "incident_ids": sorted(set(self.incident_ids)),
+            "blamed_switch": self.blamed_switch,
+            "ports": sorted(set(self.ports)),
+        }
+
+
+def _worse(a: str, b: str) -> str:
+    return a if SEVERITY_RANK.get(a, 0) >= SEVERITY_RANK.get(b, 0) else b
+
+
+def node_verdicts(
+    incidents: Iterable[Mapping[str, Any]], fabric: Fabric, min_hosts_for_switch: int = 3
+) -> list[NodeVerdict]:
+    """Verdicts for every node with an open incident, switches first, then hosts by name."""
+    roles = dict(zip(fabric.node_names, fabric.node_roles, strict=True))
+    key_index = {k: i for i, k in enumerate(fabric.keys)}
+    open_ = [i for i in incidents if i.get("status") in ("open", "acknowledged")]
+
+    def switch_end(port: str | None) -> tuple[str | None, str | None]:
+        """(switch node, host node) of the link a port is on."""
+        if port is None or port not in key_index:
+            return None, None
+        i = key_index[port]
+        p = int(fabric.peer[i])
+        nodes = [fabric.node_of(i)] + ([fabric.node_of(p)] if p >= 0 else [])
+        sw = next((n for n in nodes if roles.get(n) != "host"), None)
+        host = next((n for n in nodes if roles.get(n) == "host"), None)
+        return sw, host
+
+    # Which hosts' links are bad, per switch; and switch-to-switch links.
+    hosts_by_switch: dict[str, set[str]] = defaultdict(set)
+    for inc in open_:
+        if inc["kind"] not in LINK_KINDS:
+            continue
+        sw, host = switch_end(inc.get("port"))
+        if sw and host:
+            hosts_by_switch[sw].add(host)
+        elif sw:  # an inter-switch link: both switches carry it
+            hosts_by_switch.setdefault(sw, set())
+    blamed = {sw for sw, hosts in hosts_by_switch.items() if len(hosts) >= min_hosts_for_switch}
+
+    verdicts: dict[str, NodeVerdict] = {}
+
+    def verdict(node: str, side: Side, severity: str) -> NodeVerdict:
+        v = verdicts.get(node)
+        if v is None:
+            v = verdicts[node] = NodeVerdict(node, roles.get(node, "unknown"), side, severity)
+        else:
+            order = {"host": 0, "link": 1, "network": 2}
+            if order[side] > order[v.side]:
+                v.side = side
+            v.severity = _worse(v.severity, severity)
+        return v
+
+    for sw in sorted(blamed):
+        v = verdict(sw, "network", "critical")
+        hosts = sorted(hosts_by_switch[sw])
+        shown = ", ".join(hosts[:8]) + (", …" if len(hosts) > 8 else "")
+        v.reasons.append(
+            f"links to {len(hosts)} hosts on {sw} are bad at once ({shown}): the switch, not the hosts"
+        )
+
+    for inc in open_:
+        kind, node, port = inc["kind"], inc.get("node"), inc.get("port")
+        if not node:
+            continue
+        sev = inc.get("severity", "warning")
+        if kind in LINK_KINDS:
+            sw, host = switch_end(port)
+            if sw in blamed and host:
+                v = verdict(host, "network", sev)
+                v.blamed_switch = sw
+                v.reasons.append(f"{inc['summary']} (one of many on {sw})")
+                sw_v = verdicts[sw]
+                sw_v.incident_ids.append(inc["id"])
+            else:
+                v = verdict(host or node, "link", sev)
+                v.reasons.append(str(inc["summary"]))
+        else:  # NCCL, ECN, outliers: evidence about the host itself
+            v = verdict(node, "host", sev)
+            v.reasons.append(str(inc["summary"]))
+        v.incident_ids.append(inc["id"])
+        if port:
+            v.ports.append(port)
+    # A host with both a bad link and slow NCCL ranks keeps the link verdict (the side only
+    # moves host -> link -> network), with the NCCL evidence among its reasons.
+    return sorted(verdicts.values(), key=lambda v: (v.role == "host", v.node))

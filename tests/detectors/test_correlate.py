@@ -1,0 +1,75 @@
+"""Node verdicts: a bad link is the host's link, many bad links on one leaf are the leaf's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from detectors.correlate import node_verdicts
+from fabricsim.topology import TopologySpec, build_fabric
+
+FABRIC = build_fabric(TopologySpec(hosts=8))
+
+
+def inc(i: int, kind: str, port: str, severity: str = "critical", status: str = "open") -> dict[str, Any]:
+    return {"id": i, "kind": kind, "node": port.split("/")[0], "port": port, "severity": severity,
+            "status": status, "summary": f"{kind} on {port}"}  # fmt: skip
+
+
+def by_node(incidents: list[dict[str, Any]], **kw: Any) -> dict[str, dict[str, Any]]:
+    return {v.node: v.as_dict() for v in node_verdicts(incidents, FABRIC, **kw)}
+
+
+def test_one_bad_link_is_a_link_verdict_on_the_host() -> None:
+    v = by_node([inc(1, "speed_downgrade", "gpu-0003/mlx5_2")])
+    assert list(v) == ["gpu-0003"]
+    assert (v["gpu-0003"]["side"], v["gpu-0003"]["blamed_switch"], v["gpu-0003"]["incident_ids"]) == (
+        "link",
+        None,
+        [1],
+    )
+
+
+def test_three_hosts_on_one_leaf_blame_the_leaf_not_the_hosts() -> None:
+    incidents = [inc(i, "speed_downgrade", f"gpu-000{i}/mlx5_2") for i in (1, 2, 3)]
+    v = by_node(incidents)
+    assert v["leaf-r2-000"]["side"] == "network"
+    assert v["leaf-r2-000"]["incident_ids"] == [1, 2, 3]
+    assert "3 hosts" in v["leaf-r2-000"]["reasons"][0]
+    for h in ("gpu-0001", "gpu-0002", "gpu-0003"):
+        assert (v[h]["side"], v[h]["blamed_switch"]) == ("network", "leaf-r2-000")
+    assert next(iter(v)) == "leaf-r2-000"  # switches first
+
+
+def test_two_hosts_are_not_enough_to_blame_a_switch() -> None:
+    v = by_node([inc(i, "link_flap", f"gpu-000{i}/mlx5_2", "warning") for i in (1, 2)])
+    assert "leaf-r2-000" not in v
+    assert {v[h]["side"] for h in ("gpu-0001", "gpu-0002")} == {"link"}
+
+
+def test_bad_links_on_different_leaves_do_not_add_up() -> None:
+    v = by_node([inc(i, "speed_downgrade", f"gpu-000{i}/mlx5_{i}") for i in (1, 2, 3)])
+    assert all(x["side"] == "link" for x in v.values())
+    assert set(v) == {"gpu-0001", "gpu-0002", "gpu-0003"}
+
+
+def test_slow_nccl_alone_is_the_host_and_a_bad_link_explains_it() -> None:
+    alone = by_node([inc(5, "nccl_channel_slow", "gpu-0004/mlx5_1", "warning")])
+    assert alone["gpu-0004"]["side"] == "host"
+    both = by_node(
+        [
+            inc(5, "nccl_channel_slow", "gpu-0004/mlx5_1", "warning"),
+            inc(6, "speed_downgrade", "gpu-0004/mlx5_1"),
+        ]
+    )
+    assert (both["gpu-0004"]["side"], both["gpu-0004"]["severity"]) == ("link", "critical")
+    assert both["gpu-0004"]["incident_ids"] == [5, 6]
+    assert len(both["gpu-0004"]["reasons"]) == 2
+
+
+def test_resolved_incidents_are_not_evidence() -> None:
+    assert by_node([inc(1, "speed_downgrade", "gpu-0003/mlx5_2", status="resolved")]) == {}
+
+
+def test_the_switch_threshold_is_configurable() -> None:
+    v = by_node([inc(i, "speed_downgrade", f"gpu-000{i}/mlx5_2") for i in (1, 2)], min_hosts_for_switch=2)
+    assert v["leaf-r2-000"]["side"] == "network"
