@@ -56,6 +56,7 @@ class NcclChannelOutlier:
         self._known_ids = np.zeros(0, dtype=np.int64)
         self._entity_label: dict[int, tuple[int, int, int]] = {}
         self._n_entities = 0
+        self.rank_open: dict[tuple[int, int], set[int]] = {}  # (group, rank) -> slow channels
         self.hist = np.full((0, self.cfg.window), np.nan)
         self.count = np.zeros(0, dtype=np.int64)
         self.hyst = Hysteresis(self.cfg.hysteresis)
@@ -105,8 +106,9 @@ class NcclChannelOutlier:
         return self._known_ids[pos]
 
     def entity_name(self, ent: int) -> str:
-        g, r, c = self._entity_label[ent]
-        return f"{self.groups.keys[g]}|rank {r}|channel {c}"
+        """The incident entity: communicator|collective|size bucket|rank (channels roll up)."""
+        g, r, _ = self._entity_label[ent]
+        return f"{self.groups.keys[g]}|rank {r}"
 
     def _grow(self, n: int) -> None:
         if n > self.count.size:
@@ -167,12 +169,23 @@ class NcclChannelOutlier:
         now = batch.column("time")[0].as_py()
         pos_of = {int(e): j for j, e in enumerate(ids.tolist())}
         out = []
+        # Decisions are per channel; incidents are per rank: a slow NIC slows every channel of
+        # its rank, and on-call wants one incident for it, listing the channels.
         for status, ents in (("firing", opened), ("cleared", closed)):
             for e in ents.tolist():
+                g_id, rank, chan = self._entity_label[e]
+                channels = self.rank_open.setdefault((g_id, rank), set())
+                if status == "firing":
+                    channels.add(chan)
+                else:
+                    channels.discard(chan)
+                    if channels:
+                        continue  # other channels of this rank are still slow
+                    del self.rank_open[(g_id, rank)]
                 j = pos_of[e]
                 g = g_ent[j]
                 stats = (float(np.exp(x[j])), med[g], scale[g], wmed[j], resid[j], z[j], int(peers[g]))
-                out.append(self._finding(status, e, int(first_row[j]), now, batch, *stats))
+                out.append(self._finding(status, e, int(first_row[j]), now, batch, *stats, sorted(channels)))
         return out
 
     def _finding(
@@ -189,6 +202,7 @@ class NcclChannelOutlier:
         latest: float,
         z: float,
         peers: int,
+        channels: list[int],
     ) -> Finding:
         rec = batch.slice(row, 1).to_pylist()[0]
         host, device = rec.get("host"), rec.get("device")
@@ -198,14 +212,19 @@ class NcclChannelOutlier:
             if self.fabric is None or self.fabric.lookup(pa.array([candidate]))[0] >= 0:
                 port = candidate
         slower = math.exp(latest) - 1  # this poll, vs peers
-        where = f"rank {rec['rank']} channel {rec['channel']} of {rec['communicator']}"
         if status == "firing":
+            which = (
+                f"channel {channels[0]}"
+                if len(channels) == 1
+                else f"channels {', '.join(map(str, channels))}"
+            )
             summary = (
-                f"{where} ({host} GPU {device}) runs {slower:.0%} slower than its {peers - 1} peers "
+                f"rank {rec['rank']} of {rec['communicator']} ({host} GPU {device}): {which} slow, "
+                f"channel {rec['channel']} {slower:.0%} slower than its {peers - 1} peers "
                 f"in {rec['collective']} of {rec['message_bytes']} bytes"
             )
         else:
-            summary = f"{where} ({host}) back in line with its peers"
+            summary = f"rank {rec['rank']} of {rec['communicator']} ({host}) back in line with its peers"
         return Finding(
             kind="nccl_channel_slow",
             entity=self.entity_name(ent),
@@ -225,6 +244,7 @@ class NcclChannelOutlier:
                 "message_bytes": rec["message_bytes"],
                 "rank": rec["rank"],
                 "channel": rec["channel"],
+                "channels": channels,
                 "host": host,
                 "device": device,
                 "duration_seconds": duration,
