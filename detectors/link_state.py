@@ -61,8 +61,13 @@ class LinkDowngradeDetector:
         # Only a port that is up with a reading can be judged; down or unread says nothing.
         judged = known & (phys == PHYS_LINK_UP) & (speed > 0)
         width_bad = judged & (exp_width > 0) & (width > 0) & (width < exp_width)
-        speed_bad = judged & ~width_bad & (exp_speed > 0) & (speed < exp_speed * self.cfg.speed_tolerance)
         ent = self.links.of_port[np.where(known, idx, 0)]
+        # Width is decided per link first: a 4x->2x cable is slower too, but it is one problem,
+        # even when only one end reports lanes (SNMP does not).
+        width_bad_link = np.bincount(ent[width_bad], minlength=f.n_ports) > 0
+        speed_bad = (
+            judged & ~width_bad_link[ent] & (exp_speed > 0) & (speed < exp_speed * self.cfg.speed_tolerance)
+        )
         now = batch.column("time")[0].as_py()
         n = f.n_ports
         judged_ent = np.bincount(ent[judged], minlength=n) > 0

@@ -92,23 +92,66 @@ class Pipeline:
 
     def process(self, batch: pa.RecordBatch) -> list[Finding]:
         """Feed one poll of one record; returns the findings it opened or closed."""
-        kind = record_kind(batch.schema)
-        if kind == "port_sample":
-            t0 = time.perf_counter()
-            inputs = self._rates_for(batch).observe(batch)
-            self._timed("rates", batch.num_rows, t0)
-            consumes = "port_rates"
-        elif kind == "nccl_timing":
-            inputs = batch
-            consumes = "nccl_timing"
-        else:
-            raise ValueError(f"the pipeline takes port_sample or nccl_timing batches, not {kind}")
-        out: list[Finding] = []
-        for det in self.detectors:
-            if det.consumes != consumes:
+        return self.process_poll([batch]).findings
+
+    def process_poll(self, batches: Sequence[pa.RecordBatch]) -> PollResult:
+        """Feed everything one poll brought, from every source, as one view of the fabric.
+
+        Each source's port samples go through that source's rates stage; the detectors then
+        see the rates of all sources in one batch, so a link judged by a host agent on one
+        end and SNMP on the other is one verdict, and peers are the whole fabric, not one
+        collector's share of it. A malformed batch is dropped with its reason; the rest go on.
+        """
+        result = PollResult()
+        rates: list[pa.RecordBatch] = []
+        nccl: list[pa.RecordBatch] = []
+        for batch in batches:
+            kind = record_kind(batch.schema)
+            if kind == "port_sample":
+                t0 = time.perf_counter()
+                try:
+                    rates.append(self._rates_for(batch).observe(batch))
+                except ValueError as e:
+                    result.dropped.append((kind, batch.num_rows, str(e)))
+                    continue
+                self._timed("rates", batch.num_rows, t0)
+            elif kind == "nccl_timing":
+                nccl.append(batch)
+            else:
+                result.dropped.append(
+                    (kind, batch.num_rows, f"the pipeline takes port_sample or nccl_timing, not {kind}")
+                )
+        for consumes, parts in (("port_rates", rates), ("nccl_timing", nccl)):
+            if not parts:
                 continue
-            t0 = time.perf_counter()
-            found = det.observe(inputs)
-            self._timed(det.name, inputs.num_rows, t0, len(found))
-            out.extend(found)
-        return out
+            inputs = _one_batch(parts)
+            for det in self.detectors:
+                if det.consumes != consumes:
+                    continue
+                t0 = time.perf_counter()
+                found = det.observe(inputs)
+                self._timed(det.name, inputs.num_rows, t0, len(found))
+                result.findings.extend(found)
+        if len(batches) == 1 and result.dropped:
+            raise ValueError(result.dropped[0][2])
+        return result
+
+
+@dataclass
+class PollResult:
+    findings: list[Finding] = field(default_factory=list)
+    #: (record, rows, reason) of batches left out
+    dropped: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+def _one_batch(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """Concatenate same-schema batches; port dictionaries of different sources are unified."""
+    if len(parts) == 1:
+        return parts[0]
+    schema = parts[0].schema
+    parts = [p if p.schema.equals(schema) else p.cast(schema) for p in parts]
+    table = pa.Table.from_batches(parts, schema=schema).unify_dictionaries().combine_chunks()
+    batches = table.to_batches()
+    return (
+        batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    )

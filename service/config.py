@@ -6,12 +6,18 @@ built-in synthetic fabric under ``./graywire-data``.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from collectors.host.agent import AgentSourceConfig
 from collectors.nccl import NcclSourceConfig
@@ -22,6 +28,8 @@ from fabricsim.faults import parse_duration, parse_spec
 
 class FabricSimSource(BaseModel):
     """The synthetic fabric as a live telemetry source (sim time runs at wall-clock pace)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["fabricsim"] = "fabricsim"
     hosts: int = Field(64, ge=1, le=65_536)
@@ -38,10 +46,10 @@ class FabricSimSource(BaseModel):
         return v
 
 
-def _source_type(v: Any) -> str:
-    """The ``type`` of a source entry; entries without one are the synthetic fabric."""
-    t = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
-    return t or "fabricsim"
+def _source_type(v: Any) -> str | None:
+    """The ``type`` of a source entry. It is required: a UFM entry missing it must not quietly
+    become a simulated fabric."""
+    return v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
 
 
 SourceConfig = Annotated[
@@ -50,11 +58,16 @@ SourceConfig = Annotated[
     | Annotated[AgentSourceConfig, Tag("agent")]
     | Annotated[SnmpSourceConfig, Tag("snmp")]
     | Annotated[UfmSourceConfig, Tag("ufm")],
-    Discriminator(_source_type),
+    Discriminator(
+        _source_type,
+        custom_error_type="source_type",
+        custom_error_message="each source needs a type: fabricsim, ufm, snmp, agent or nccl",
+    ),
 ]
 
 
 class ArchiveSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     enabled: bool = True
     retention: str = "72h"
     roll: str = "5m"
@@ -67,12 +80,32 @@ class ArchiveSettings(BaseModel):
 
 
 class MetricsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     #: Per-port series (speed, expected speed). Turn off on very large fabrics.
     per_port: bool = True
 
 
+_FILE_SETTINGS: ContextVar[dict[str, Any] | None] = ContextVar("graywire_file_settings", default=None)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GRAYWIRE_", env_nested_delimiter="__", extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The YAML file ranks below the environment: GRAYWIRE_PORT=9000 beats ``port:``."""
+        return (
+            init_settings,
+            env_settings,
+            InitSettingsSource(settings_cls, init_kwargs=_FILE_SETTINGS.get()),
+        )
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65_535)
@@ -84,7 +117,7 @@ class Settings(BaseSettings):
     #: Longest wait before retrying a failing target (backoff doubles from one interval).
     max_backoff: str = "5m"
     #: A target's ports are stale once its last good scrape is older than this many polls.
-    stale_after_polls: int = Field(3, ge=1)
+    stale_after_polls: int = Field(1, ge=1)
     inventory: Path | None = None
     #: NVIDIA's field BER thresholds CSV (UFM PDR plugin's Field_BER_Thresholds.csv).
     ber_thresholds: Path | None = None
@@ -133,9 +166,12 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             raise ValueError(f"config {p} is not valid YAML: {e}") from e
         if not isinstance(doc, dict):
             raise ValueError(f"config {p} must be a mapping of settings")
-    doc.update({k: v for k, v in overrides.items() if v is not None})
+    # Precedence, highest first: command-line overrides, GRAYWIRE_* environment, the file.
+    token = _FILE_SETTINGS.set(doc)
     try:
-        return Settings(**doc)
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
         lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
         raise ValueError("invalid configuration:\n" + "\n".join(lines)) from None
+    finally:
+        _FILE_SETTINGS.reset(token)

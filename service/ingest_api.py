@@ -7,6 +7,8 @@ Accepted rows are queued and go through the detectors with the next poll.
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel
 
@@ -39,7 +41,10 @@ def make_ingest_router(runner: Runner, max_bytes: int) -> APIRouter:
                 raise HTTPException(413, f"body is over the {max_bytes}-byte limit")
         content_type = request.headers.get("content-type", "application/x-ndjson")
         try:
-            batch = parse_push(bytes(body), content_type, job=job, gpus_per_host=gpus_per_host)
+            # Up to max_push_bytes of JSON: parse off the event loop so scrapes and the API go on.
+            batch = await asyncio.to_thread(
+                parse_push, bytes(body), content_type, job=job, gpus_per_host=gpus_per_host
+            )
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         if batch.num_rows:

@@ -50,6 +50,7 @@ class MetricsState:
     findings: Counter[tuple[str, str]] = field(default_factory=Counter)
     polls: int = 0
     poll_errors: int = 0
+    archive_errors: int = 0
     last_poll_seconds: float = 0.0
     last_poll_timestamp: float = 0.0
     last_data_timestamp: float = 0.0
@@ -97,6 +98,9 @@ class GraywireCollector(Collector):
         yield c
         c = CounterMetricFamily("graywire_poll_errors", "Polls that failed")
         c.add_metric([], s.poll_errors)
+        yield c
+        c = CounterMetricFamily("graywire_archive_errors", "Batches the Parquet archive could not write")
+        c.add_metric([], s.archive_errors)
         yield c
         g = GaugeMetricFamily("graywire_poll_duration_seconds", "Wall time of the last poll (fetch to store)")
         g.add_metric([], s.last_poll_seconds)

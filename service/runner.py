@@ -72,6 +72,7 @@ class Runner:
             fabric.write_inventory(settings.archive_dir / INVENTORY)
         self._last_prune = 0.0
         self._pushed: collections.deque[pa.RecordBatch] = collections.deque()
+        self._unstored: list[Finding] = []
 
     def push(self, batch: pa.RecordBatch) -> None:
         """Queue a batch a client pushed (NCCL timings); it is processed with the next poll."""
@@ -113,7 +114,6 @@ class Runner:
     def _account(self, due: list[_Target], results: list[ScrapeResult], now: float) -> None:
         interval = self.settings.poll_seconds
         max_backoff = parse_duration(self.settings.max_backoff)
-        stale_after = self.settings.stale_after_polls * interval
         wall = time.time()
         with self.metrics.lock:
             for t, r in zip(due, results, strict=True):
@@ -141,7 +141,11 @@ class Runner:
                     )
             for t in self.targets:
                 s = t.status
-                fresh = s.last_success is not None and wall - s.last_success <= stale_after and s.ok
+                # Stale after `stale_after_polls` failed scrapes in a row (a target in backoff
+                # keeps its count), or while it has never answered.
+                fresh = (
+                    s.last_success is not None and s.consecutive_failures < self.settings.stale_after_polls
+                )
                 s.stale_ports = [] if fresh else [self.fabric.keys[i] for i in t.ports[:1000]]
                 s.stale_port_count = 0 if fresh else int(t.ports.size)
             stale = np.zeros(self.fabric.n_ports, dtype=bool)
@@ -162,33 +166,46 @@ class Runner:
     # -- processing ---------------------------------------------------------------------------
     def _process(self, batches: list[pa.RecordBatch]) -> list[Finding]:
         t0 = time.perf_counter()
-        findings: list[Finding] = []
         newest = 0.0
+        judged = []
         for batch in batches:
             kind = record_kind(batch.schema)
+            with self.metrics.lock:
+                self.metrics.rows_ingested[kind] += batch.num_rows
             if kind == "link":  # discovered cables: counted, not judged (the inventory has the model)
-                with self.metrics.lock:
-                    self.metrics.rows_ingested[kind] += batch.num_rows
                 continue
-            try:
-                findings.extend(self.pipeline.process(batch))
-            except ValueError as e:  # a malformed batch is dropped with its reason, the rest go on
-                log.error("dropped a %s batch of %d rows: %s", kind, batch.num_rows, e)
-                with self.metrics.lock:
-                    self.metrics.rows_dropped[kind] += batch.num_rows
-                continue
+            judged.append(batch)
+            if batch.num_rows:
+                newest = max(newest, batch.column("time")[0].as_py().timestamp())
+        # One view of the fabric per poll: every source's batches reach the detectors together.
+        result = self.pipeline.process_poll(judged)
+        for kind, rows, reason in result.dropped:
+            log.error("dropped a %s batch of %d rows: %s", kind, rows, reason)
+            with self.metrics.lock:
+                self.metrics.rows_dropped[kind] += rows
+        findings = result.findings
+        for batch in judged:
+            kind = record_kind(batch.schema)
             if kind == "port_sample":
                 self._record_ports(batch)
             if self.archive is not None:
-                self.archive.write(batch)
-            with self.metrics.lock:
-                self.metrics.rows_ingested[kind] += batch.num_rows
-            if batch.num_rows:
-                newest = max(newest, batch.column("time")[0].as_py().timestamp())
-        if findings:
-            self.store.apply(findings)
-            for f in findings:
-                log.info("%s %s %s: %s", f.status, f.kind, f.node or f.entity, f.summary)
+                try:
+                    self.archive.write(batch)
+                except (OSError, ValueError) as e:  # a full disk must not cost the findings
+                    log.error("archive write failed (%s batch kept out of the archive): %s", kind, e)
+                    with self.metrics.lock:
+                        self.metrics.archive_errors += 1
+        # Detectors report changes only once: findings not stored yet are kept and retried.
+        self._unstored.extend(findings)
+        if self._unstored:
+            try:
+                self.store.apply(self._unstored)
+            except Exception:
+                log.exception("storing %d findings failed; will retry next poll", len(self._unstored))
+            else:
+                for f in self._unstored:
+                    log.info("%s %s %s: %s", f.status, f.kind, f.node or f.entity, f.summary)
+                self._unstored.clear()
         open_counts = self.store.open_counts()
         self._maybe_prune()
         with self.metrics.lock:

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from collectors.base import Collector, ScrapeResult, failed
 from collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
@@ -294,6 +294,8 @@ class AgentCollector:
 class AgentSourceConfig(BaseModel):
     """Host agents to scrape: explicit ``urls``, and/or ``url_template`` expanded for every host
     of the inventory (``http://{host}:9470``)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["agent"] = "agent"
     urls: list[str] = Field(default_factory=list)

@@ -227,3 +227,22 @@ def test_two_sources_reporting_one_port_keep_separate_counter_state() -> None:
         pipe.process(other)
     assert set(pipe.other_rates) == {"agent"}
     assert spy.resets == 0  # one shared stage would see every port "reset" twice a poll
+
+
+def test_a_poll_split_across_sources_is_judged_as_one_view() -> None:
+    """Host agents report NICs (with lanes), SNMP reports switch ports (no lanes): one verdict."""
+    import pyarrow.compute as pc
+
+    sim = small_sim("width_downgrade@15s+300s:gpu-0003/mlx5_2", duration_s=60.0)
+    pipe = Pipeline(sim.fabric)
+    found: list[Finding] = []
+    hosts = pa.array([k.startswith("gpu-") for k in sim.fabric.keys])
+    for s in sim.run():
+        b = s.port_sample
+        on_host = pc.take(hosts, b.column("port").indices)
+        host_rows = b.filter(on_host)
+        switch_rows = b.filter(pc.invert(on_host))
+        width = switch_rows.schema.get_field_index("width")
+        switch_rows = switch_rows.set_column(width, "width", pa.nulls(switch_rows.num_rows, pa.uint8()))
+        found += pipe.process_poll([host_rows, switch_rows]).findings
+    assert [(f.kind, f.status, f.port) for f in found] == [("width_downgrade", "firing", "gpu-0003/mlx5_2")]

@@ -21,7 +21,9 @@ def app_client(tmp_path: Path, db_url: str) -> Iterator[TestClient]:
         data_dir=tmp_path / "data",
         database_url=db_url,
         poll_interval="10s",
-        sources=[{"hosts": 8, "seed": 3, "faults": "speed_downgrade@15s+100s:gpu-0002/mlx5_5"}],
+        sources=[
+            {"type": "fabricsim", "hosts": 8, "seed": 3, "faults": "speed_downgrade@15s+100s:gpu-0002/mlx5_5"}
+        ],
     )
     app = create_app(settings, run_loop=False)
     with TestClient(app) as client:

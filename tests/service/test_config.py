@@ -19,7 +19,8 @@ def test_defaults_are_sqlite_under_the_data_dir() -> None:
 def test_yaml_file_and_overrides(tmp_path: Path) -> None:
     cfg = tmp_path / "g.yaml"
     cfg.write_text(
-        "port: 9000\npoll_interval: 30s\nsources:\n  - hosts: 16\n    faults: speed_downgrade@1m\n"
+        "port: 9000\npoll_interval: 30s\n"
+        "sources:\n  - type: fabricsim\n    hosts: 16\n    faults: speed_downgrade@1m\n"
     )
     s = load_settings(cfg, port=9100)
     assert s.port == 9100
@@ -34,8 +35,10 @@ def test_yaml_file_and_overrides(tmp_path: Path) -> None:
         ("- a\n- b\n", "must be a mapping"),
         ("colour: blue\n", "colour"),
         ("poll_interval: soon\n", "poll_interval"),
-        ("sources:\n  - faults: meteor_strike\n", "unknown fault kind 'meteor_strike'"),
-        ("sources:\n  - hosts: 0\n", "sources.0.fabricsim.hosts"),
+        ("sources:\n  - type: fabricsim\n    faults: meteor_strike\n", "unknown fault kind 'meteor_strike'"),
+        ("sources:\n  - type: fabricsim\n    hosts: 0\n", "sources.0.fabricsim.hosts"),
+        ("sources:\n  - hosts: 4\n", "each source needs a type"),
+        ("archive:\n  retension: 1h\n", "archive.retension"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -48,6 +51,18 @@ def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot read config"):
         load_settings(tmp_path / "nope.yaml")
+
+
+def test_environment_beats_the_file_and_the_command_line_beats_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text("port: 8100\narchive:\n  retention: 24h\n")
+    monkeypatch.setenv("GRAYWIRE_PORT", "9000")
+    monkeypatch.setenv("GRAYWIRE_ARCHIVE__ROLL", "1m")
+    s = load_settings(cfg)
+    assert (s.port, s.archive.retention, s.archive.roll) == (9000, "24h", "1m")
+    assert load_settings(cfg, port=7000).port == 7000
 
 
 def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         poll_interval="10s",
         max_push_bytes=4 * 2**20,
         archive={"enabled": False},
-        sources=[{"hosts": 8, "seed": 1}],
+        sources=[{"type": "fabricsim", "hosts": 8, "seed": 1}],
     )
     with TestClient(create_app(settings, run_loop=False)) as c:
         yield c
@@ -90,7 +90,11 @@ def test_nccl_directory_source_is_built_from_config(tmp_path: Path) -> None:
     from service.sources import build_sources
 
     settings = load_settings(
-        None, sources=[{"hosts": 8}, {"type": "nccl", "directory": str(tmp_path), "gpus_per_host": 8}]
+        None,
+        sources=[
+            {"type": "fabricsim", "hosts": 8},
+            {"type": "nccl", "directory": str(tmp_path), "gpus_per_host": 8},
+        ],
     )
     fabric, collectors = build_sources(settings)
     assert [c.source for c in collectors] == ["fabricsim", "nccl"]

@@ -21,7 +21,12 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         data_dir=tmp_path,
         archive={"enabled": False},
         sources=[
-            {"hosts": 8, "seed": 2, "faults": LEAF_FAULTS + ",slow_channel@15s+1h=0.3:gpu-0006/mlx5_5:1"}
+            {
+                "type": "fabricsim",
+                "hosts": 8,
+                "seed": 2,
+                "faults": LEAF_FAULTS + ",slow_channel@15s+1h=0.3:gpu-0006/mlx5_5:1",
+            }
         ],
     )
     with TestClient(create_app(settings, run_loop=False)) as c:
