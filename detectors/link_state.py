@@ -79,10 +79,14 @@ class LinkDowngradeDetector:
             fresh = bad_ent[ids] & (h.bad_run[ids] == 0) & ~h.is_open[ids]
             self.since[kind][ids[fresh]] = np.datetime64(now.replace(tzinfo=None), "us")
             opened, closed = h.update(ids, bad_ent[ids])
-            for e in opened:
-                findings.append(self._finding(kind, int(e), "firing", now, batch, idx, speed, width))
-            for e in closed:
-                findings.append(self._finding(kind, int(e), "cleared", now, batch, idx, speed, width))
+            if opened.size or closed.size:
+                # Row of each port in this batch, built once: many findings stay linear.
+                row_of = np.full(n, -1, dtype=np.int64)
+                row_of[idx[known][::-1]] = np.flatnonzero(known)[::-1]  # first row wins
+                for e in opened:
+                    findings.append(self._finding(kind, int(e), "firing", now, row_of, speed, width))
+                for e in closed:
+                    findings.append(self._finding(kind, int(e), "cleared", now, row_of, speed, width))
         return findings
 
     def _finding(
@@ -91,8 +95,7 @@ class LinkDowngradeDetector:
         ent: int,
         status: str,
         now: datetime,
-        batch: pa.RecordBatch,
-        idx: np.ndarray,
+        row_of: np.ndarray,
         speed: np.ndarray,
         width: np.ndarray,
     ) -> Finding:
@@ -101,9 +104,8 @@ class LinkDowngradeDetector:
         main = ends[0]
         readings = {}
         for p in ends:
-            rows = np.flatnonzero(idx == p)
-            if rows.size:
-                r = int(rows[0])
+            r = int(row_of[p])
+            if r >= 0:
                 readings[f.keys[p]] = {"speed_bps": int(speed[r]) if speed[r] > 0 else None,
                                        "width": int(width[r]) if width[r] > 0 else None}  # fmt: skip
             else:

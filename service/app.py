@@ -64,7 +64,7 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            runner.close()
+            await runner.aclose()
             engine.dispose()
 
     app = FastAPI(

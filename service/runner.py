@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -73,6 +74,7 @@ class Runner:
         self._last_prune = 0.0
         self._pushed: collections.deque[pa.RecordBatch] = collections.deque()
         self._unstored: list[Finding] = []
+        self._busy = threading.Lock()
 
     def push(self, batch: pa.RecordBatch) -> None:
         """Queue a batch a client pushed (NCCL timings); it is processed with the next poll."""
@@ -165,6 +167,10 @@ class Runner:
 
     # -- processing ---------------------------------------------------------------------------
     def _process(self, batches: list[pa.RecordBatch]) -> list[Finding]:
+        with self._busy:  # close() waits for a poll in flight instead of pulling the archive away
+            return self._process_locked(batches)
+
+    def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:
         t0 = time.perf_counter()
         newest = 0.0
         judged = []
@@ -256,6 +262,20 @@ class Runner:
             self.close()
 
     def close(self) -> None:
-        if self.archive is not None:
-            self.archive.close()
-            self.archive = None
+        with self._busy:
+            if self.archive is not None:
+                self.archive.close()
+                self.archive = None
+
+    async def aclose(self) -> None:
+        """Close the archive (after any poll in flight) and the collectors' connections."""
+        await asyncio.to_thread(self.close)
+        for t in self.targets:
+            c = t.collector
+            try:
+                if hasattr(c, "aclose"):
+                    await c.aclose()
+                elif hasattr(c, "session") and hasattr(c.session, "close"):
+                    c.session.close()
+            except Exception:  # closing is best effort; the process is going away
+                log.debug("closing %s %s failed", c.source, c.target, exc_info=True)
