@@ -35,6 +35,8 @@ class NcclChannelConfig:
         0.005  # floor on the peers' spread (log units): identical peers are not infinitely sure
     )
     min_peers: int = 8
+    #: An open rank not seen for this many polls (its job ended, or stopped reporting) clears.
+    expire_polls: int = 30
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=1, close_after=3)
     )
@@ -57,6 +59,9 @@ class NcclChannelOutlier:
         self._entity_label: dict[int, tuple[int, int, int]] = {}
         self._n_entities = 0
         self.rank_open: dict[tuple[int, int], set[int]] = {}  # (group, rank) -> slow channels
+        self.last_seen = np.zeros(0, dtype=np.int64)  # poll number an entity last reported
+        self.polls = 0
+        self._where: dict[tuple[int, int], tuple[str | None, str | None]] = {}  # rank -> (host, port)
         self.hist = np.full((0, self.cfg.window), np.nan)
         self.count = np.zeros(0, dtype=np.int64)
         self.hyst = Hysteresis(self.cfg.hysteresis)
@@ -115,6 +120,7 @@ class NcclChannelOutlier:
             extra = n - self.count.size
             self.hist = np.vstack([self.hist, np.full((extra, self.cfg.window), np.nan)])
             self.count = np.concatenate([self.count, np.zeros(extra, np.int64)])
+            self.last_seen = np.concatenate([self.last_seen, np.zeros(extra, np.int64)])
             self.hyst.grow(n)
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
@@ -150,6 +156,8 @@ class NcclChannelOutlier:
         slot = self.count[ids] % cfg.window
         self.hist[ids, slot] = resid
         self.count[ids] += 1
+        self.polls += 1
+        self.last_seen[ids] = self.polls
         full = self.count[ids] >= cfg.window
         wmed = np.median(self.hist[ids], axis=1)
         # Score against the spread of the peers' *windowed* medians: like against like.
@@ -164,11 +172,12 @@ class NcclChannelOutlier:
         holding = (z >= cfg.close_z) & (wmed >= math.log(cfg.close_ratio))
         bad = np.where(self.hyst.is_open[ids], holding, opening) & enough
         opened, closed = self.hyst.update(ids[enough], bad[enough])
-        if not opened.size and not closed.size:
-            return []
         now = batch.column("time")[0].as_py()
+        expired = self._expire(now)
+        if not opened.size and not closed.size:
+            return expired
         pos_of = {int(e): j for j, e in enumerate(ids.tolist())}
-        out = []
+        out = expired
         # Decisions are per channel; incidents are per rank: a slow NIC slows every channel of
         # its rank, and on-call wants one incident for it, listing the channels.
         for status, ents in (("firing", opened), ("cleared", closed)):
@@ -185,7 +194,40 @@ class NcclChannelOutlier:
                 j = pos_of[e]
                 g = g_ent[j]
                 stats = (float(np.exp(x[j])), med[g], scale[g], wmed[j], resid[j], z[j], int(peers[g]))
-                out.append(self._finding(status, e, int(first_row[j]), now, batch, *stats, sorted(channels)))
+                f = self._finding(status, e, int(first_row[j]), now, batch, *stats, sorted(channels))
+                self._where[(g_id, rank)] = (f.node, f.port)
+                out.append(f)
+        return out
+
+    def _expire(self, now: datetime) -> list[Finding]:
+        """Clear ranks whose slow channels stopped reporting: an ended job leaves no open incident."""
+        stale = np.flatnonzero(self.hyst.is_open & (self.polls - self.last_seen > self.cfg.expire_polls))
+        out = []
+        for e in stale.tolist():
+            self.hyst.is_open[e] = False
+            self.hyst.bad_run[e] = 0
+            g_id, rank, chan = self._entity_label[e]
+            channels = self.rank_open.get((g_id, rank), set())
+            channels.discard(chan)
+            if channels:
+                continue
+            self.rank_open.pop((g_id, rank), None)
+            host, port = self._where.pop((g_id, rank), (None, None))
+            out.append(
+                Finding(
+                    kind="nccl_channel_slow",
+                    entity=self.entity_name(e),
+                    status="cleared",
+                    time=now,
+                    severity="warning",
+                    summary=f"rank {rank} of {self.groups.keys[g_id].split('|')[0]} stopped reporting "
+                    f"for {self.cfg.expire_polls} polls (job ended?): closed",
+                    detector=f"{self.name}/{self.version}",
+                    node=host,
+                    port=port,
+                    evidence={"expired_after_polls": self.cfg.expire_polls},
+                )
+            )
         return out
 
     def _finding(

@@ -336,3 +336,20 @@ def test_two_collective_instances_in_one_poll_give_one_finding() -> None:
         found += det.observe(pa.Table.from_batches(seq).combine_chunks().to_batches()[0])
     assert [(f.status, f.evidence["rank"], f.evidence["channel"]) for f in found] == [("firing", 3, 1)]
     assert found[0].evidence["peers"] == 16  # ranks on the channel, not rows
+
+
+def test_a_job_that_ends_while_slow_clears_its_rank() -> None:
+    rng = np.random.default_rng(3)
+    det = NcclChannelOutlier(cfg=NcclChannelConfig(expire_polls=4))
+    found = []
+    for p in range(8):
+        d = healthy(rng, 32, 4)
+        d[21, :] *= 1.5  # rank 21: every channel slow
+        found += det.observe(nccl_batch(p, d))
+    assert [f.status for f in found] == ["firing"] * 4  # one rank incident, updated per channel
+    for p in range(8, 14):  # job-a has ended; another communicator keeps reporting
+        found += det.observe(nccl_batch(p, healthy(rng, 32, 4), comm="job-b:world"))
+    cleared = [f for f in found if f.status == "cleared"]
+    assert len(cleared) == 1
+    assert cleared[0].entity == found[0].entity
+    assert "stopped reporting" in cleared[0].summary
