@@ -24,6 +24,7 @@ from collectors.base import Collector, ScrapeResult, failed
 from collectors.dataset import DatasetWriter, prune
 from collectors.model import Fabric
 from collectors.schemas import record_kind
+from detectors.base import PortIndexer
 from detectors.findings import Finding
 from detectors.pipeline import Pipeline
 from fabricsim.faults import parse_duration
@@ -39,6 +40,7 @@ log = logging.getLogger("graywire.runner")
 class _Target:
     collector: Collector
     status: TargetStatus
+    indexer: PortIndexer
     next_attempt: float = 0.0  # monotonic seconds
     ports: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
 
@@ -58,7 +60,8 @@ class Runner:
         self.store = store
         self.metrics = metrics
         self.pipeline = pipeline or Pipeline(fabric)
-        self.targets = [_Target(c, TargetStatus(c.source, c.target)) for c in collectors]
+        self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
+        self._record_indexers: dict[str, PortIndexer] = {}
         with metrics.lock:
             metrics.targets = [t.status for t in self.targets]
         self.archive: DatasetWriter | None = None
@@ -130,7 +133,7 @@ class Runner:
                     s.error = None
                     s.consecutive_failures = 0
                     t.next_attempt = 0.0
-                    t.ports = self._ports_of(r.batches, t.ports)
+                    t.ports = self._ports_of(t, r.batches)
                 else:
                     s.failures += 1
                     s.consecutive_failures += 1
@@ -156,12 +159,11 @@ class Runner:
                     stale[t.ports] = True
             self.metrics.port_stale = stale
 
-    def _ports_of(self, batches: tuple[pa.RecordBatch, ...], previous: np.ndarray) -> np.ndarray:
-        found = [
-            self.fabric.lookup(b.column("port")) for b in batches if record_kind(b.schema) == "port_sample"
-        ]
+    def _ports_of(self, t: _Target, batches: tuple[pa.RecordBatch, ...]) -> np.ndarray:
+        """Fabric ports a target reported (cached per dictionary: collectors reuse theirs)."""
+        found = [t.indexer(b.column("port")) for b in batches if record_kind(b.schema) == "port_sample"]
         if not found:
-            return previous
+            return t.ports
         idx = np.concatenate(found)
         return np.unique(idx[idx >= 0]).astype(np.int32)
 
@@ -229,7 +231,9 @@ class Runner:
     def _record_ports(self, batch: pa.RecordBatch) -> None:
         if not self.settings.metrics.per_port:
             return
-        idx = self.fabric.lookup(batch.column("port"))
+        source = batch.column("source")[0].as_py() if batch.num_rows else ""
+        indexer = self._record_indexers.setdefault(source, PortIndexer(self.fabric))
+        idx = indexer(batch.column("port"))
         speed = batch.column("speed_bps").to_numpy(zero_copy_only=False).astype(np.float64)
         self.metrics.record_ports(idx, np.nan_to_num(speed, nan=0.0))
 
