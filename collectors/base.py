@@ -9,14 +9,19 @@ policy (the service runner), so every collector behaves the same way under failu
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from collectors.keys import normalize_guid, port_key
 from collectors.model import Fabric
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,33 @@ def failed(source: str, target: str, error: str | BaseException, duration_s: flo
     else:
         text = error
     return ScrapeResult(source, target, ok=False, error=text, duration_s=duration_s)
+
+
+async def guarded_scrape(
+    source: str,
+    target: str,
+    timeout_s: float,
+    fetch: Callable[[], Awaitable[T]],
+    parse: Callable[[T], tuple[pa.RecordBatch, ...]],
+) -> ScrapeResult:
+    """One scrape under the contract: ``fetch`` within ``timeout_s``, then ``parse`` in a worker
+    thread (CPU work off the event loop); never raises.
+
+    A timeout says how long it waited; any other error becomes a failed scrape with its reason,
+    and nothing parsed before the failure is returned.
+    """
+    t0 = time.perf_counter()
+    try:
+        async with asyncio.timeout(timeout_s):
+            payload = await fetch()
+        batches = await asyncio.to_thread(parse, payload)
+    except TimeoutError:
+        return failed(
+            source, target, f"timed out after {timeout_s:g} s fetching {target}", time.perf_counter() - t0
+        )
+    except Exception as e:  # the contract: a scrape never raises
+        return failed(source, target, e, time.perf_counter() - t0)
+    return ScrapeResult(source, target, True, batches, None, time.perf_counter() - t0)
 
 
 @dataclass(slots=True)

@@ -23,7 +23,6 @@ from typing import Any, Literal
 from collectors.model import Fabric
 
 LINK_KINDS = frozenset({"speed_downgrade", "width_downgrade", "link_flap", "ber_degradation", "pfc_storm"})
-HOST_KINDS = frozenset({"nccl_channel_slow", "port_anomaly", "ecn_hotspot"})
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 Side = Literal["host", "link", "network"]

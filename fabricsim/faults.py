@@ -47,6 +47,9 @@ DEFAULT_MAGNITUDE = {
     "checkpoint_burst": 1.0,
 }
 
+#: What `graywire fakes` injects unless told otherwise: one silent downgrade, one slow channel.
+LIVE_DEFAULT_FAULTS = "speed_downgrade@1m+1h:gpu-0003/mlx5_2,slow_channel@90s+1h=0.3"
+
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _ITEM = re.compile(

@@ -26,6 +26,7 @@ import yaml
 from fastapi import FastAPI
 
 from collectors.host.agent import AgentConfig, create_agent_app
+from fabricsim.faults import LIVE_DEFAULT_FAULTS
 from fabricsim.hostfs import HostTreeWriter
 from fabricsim.nccl_writer import InspectorWriter
 from fabricsim.sim import FabricSim, SimConfig
@@ -41,7 +42,7 @@ class FakesConfig:
     out: Path
     hosts: int = 16
     seed: int = 0
-    faults: str = "speed_downgrade@1m+1h:gpu-0003/mlx5_2,slow_channel@90s+1h=0.3"
+    faults: str = LIVE_DEFAULT_FAULTS
     interval_s: float = 10.0
     ufm_port: int = 9701
     snmp_port: int = 1161

@@ -17,9 +17,6 @@ from tqdm import tqdm
 DEMO_FAULTS = "speed_downgrade@10s+1h,slow_channel@15s+1h=0.3"
 
 
-class FakesDefaults:
-    faults = "speed_downgrade@1m+1h:gpu-0003/mlx5_2,slow_channel@90s+1h=0.3"
-
 
 def _serve(settings: Any, banner: str | None = None) -> int:
     import uvicorn
@@ -326,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_eval)
 
     from collectors.host.agent import add_agent_arguments, run_agent_from_args
+    from fabricsim.faults import LIVE_DEFAULT_FAULTS
 
     s = sub.add_parser("agent", help="the host agent: serve this host's sysfs/ethtool counters over HTTP")
     add_agent_arguments(s)
@@ -339,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--hosts", type=int, default=16)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--faults", default=FakesDefaults.faults)
+    s.add_argument("--faults", default=LIVE_DEFAULT_FAULTS)
     s.add_argument("--interval", default="10s")
     s.add_argument("--ufm-port", type=int, default=9701)
     s.add_argument("--snmp-port", type=int, default=1161)

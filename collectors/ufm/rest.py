@@ -24,9 +24,7 @@ ends enable.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +33,7 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from collectors.base import ScrapeResult, failed
+from collectors.base import ScrapeResult, guarded_scrape
 from collectors.model import Fabric
 from collectors.schemas import LINK, LOGICAL_ACTIVE, PHYS_LINK_UP, PORT_SAMPLE, TS, make_batch
 from collectors.ufm.http import REST_PREFIX, HttpSettings, UfmHttp
@@ -310,23 +308,16 @@ class UfmRestCollector:
         return out, caps
 
     async def scrape(self) -> ScrapeResult:
-        t0 = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.settings.total_timeout_s):
-                ports = await self._get_json("ports")
-                links = await self._get_json("links") if self.links else None
-            batches, caps = await asyncio.to_thread(self._parse, ports, links, self.clock())
-        except TimeoutError:
-            return failed(
-                self.source,
-                self.target,
-                f"timed out after {self.settings.total_timeout_s:g} s fetching {self.target}",
-                time.perf_counter() - t0,
-            )
-        except Exception as e:  # the contract: a scrape never raises
-            return failed(self.source, self.target, e, time.perf_counter() - t0)
-        self.capabilities = caps
-        return ScrapeResult(self.source, self.target, True, tuple(batches), None, time.perf_counter() - t0)
+        async def fetch() -> tuple[Any, Any]:
+            ports = await self._get_json("ports")
+            links = await self._get_json("links") if self.links else None
+            return ports, links
+
+        def parse(payload: tuple[Any, Any]) -> tuple[pa.RecordBatch, ...]:
+            batches, self.capabilities = self._parse(*payload, self.clock())
+            return tuple(batches)
+
+        return await guarded_scrape(self.source, self.target, self.settings.total_timeout_s, fetch, parse)
 
     async def aclose(self) -> None:
         await self.http.aclose()

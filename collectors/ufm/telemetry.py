@@ -26,7 +26,6 @@ and fails: a partial poll must not look like ports that vanished.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -42,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from collectors.base import ScrapeResult, failed
+from collectors.base import ScrapeResult, guarded_scrape
 from collectors.model import Fabric
 from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
 from collectors.ufm.counters import CounterSpec, counter_spec
@@ -733,21 +732,13 @@ class UfmTelemetryCollector:
         return _PARSERS[fmt](payload, self.keys, self.cache, now=now, source=self.source)
 
     async def scrape(self) -> ScrapeResult:
-        t0 = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.http.settings.total_timeout_s):
-                body, ctype = await self.http.get_bytes(self.path)
-            batch = await asyncio.to_thread(self.parse, body, ctype, self.clock())
-        except TimeoutError:
-            return failed(
-                self.source,
-                self.target,
-                f"timed out after {self.http.settings.total_timeout_s:g} s fetching {self.target}",
-                time.perf_counter() - t0,
-            )
-        except Exception as e:  # the contract: a scrape never raises
-            return failed(self.source, self.target, e, time.perf_counter() - t0)
-        return ScrapeResult(self.source, self.target, True, (batch,), None, time.perf_counter() - t0)
+        def parse(payload: tuple[bytes, str]) -> tuple[pa.RecordBatch, ...]:
+            return (self.parse(*payload, self.clock()),)
+
+        timeout = self.http.settings.total_timeout_s
+        return await guarded_scrape(
+            self.source, self.target, timeout, lambda: self.http.get_bytes(self.path), parse
+        )
 
     async def aclose(self) -> None:
         await self.http.aclose()
