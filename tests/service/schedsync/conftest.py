@@ -82,7 +82,7 @@ def drain_api() -> Iterator[DrainApi]:
             self.wfile.write(data)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     api.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
