@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Any
 
@@ -29,6 +30,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, backend: Backend) -> int:
     from fabricsim.faults import parse_duration
+
+    if not getattr(args, "verbose", False):  # one line per request every pass drowns the decisions
+        logging.getLogger("httpx").setLevel(logging.WARNING)
 
     interval = parse_duration(args.interval)
     if interval <= 0:

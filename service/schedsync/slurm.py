@@ -112,21 +112,34 @@ class ScontrolBackend:
         return done.stdout
 
     def nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
-        return parse_show_node(
-            self._run(["--oneliner", "show", "node", *([",".join(names)] if names else [])])
-        )
+        """All nodes, or the named ones (an unknown name is simply absent)."""
+        try:
+            out = self._run(["--oneliner", "show", "node", *([",".join(names)] if names else [])])
+        except SchedulerError as e:
+            if names and "not found" in str(e):
+                return []
+            raise
+        return parse_show_node(out)
 
     def plan(self, drain_list: DrainList) -> Plan:
         return plan_slurm(drain_list, self.nodes())
 
     def apply(self, action: Action) -> str | None:
-        """Do one action; a string says why it was skipped instead."""
-        if action.verb == "drain":
-            self._run(["update", f"NodeName={action.node}", "State=DRAIN", f"Reason={action.reason}"])
-            return None
-        # Read the node again just before resuming: a person may have re-drained it meanwhile.
+        """Do one action; a string says why it was skipped instead.
+
+        The node is read again first: a person may have drained it (a drain would overwrite
+        their reason and later resume their node) or re-drained it (a resume would undo theirs).
+        """
         current = self.nodes([action.node])
-        if not (current and current[0].drained and current[0].ours):
-            return "no longer drained by graywire"
-        self._run(["update", f"NodeName={action.node}", "State=RESUME"])
+        if not current:
+            return "no longer a Slurm node"
+        node = current[0]
+        if action.verb == "drain":
+            if node.drained or node.down:
+                return f"now {node.state} ({node.reason or 'no reason'})"
+            self._run(["update", f"NodeName={action.node}", "State=DRAIN", f"Reason={action.reason}"])
+        else:
+            if not (node.drained and node.ours):
+                return "no longer drained by graywire"
+            self._run(["update", f"NodeName={action.node}", "State=RESUME"])
         return None

@@ -8,6 +8,7 @@ import pytest
 
 from service.cli import main
 from service.schedsync.drainlist import DrainListClient
+from service.schedsync.plan import Action
 from service.schedsync.runner import run
 from service.schedsync.slurm import ScontrolBackend
 from tests.service.schedsync.conftest import DrainApi, drain_entry
@@ -54,6 +55,19 @@ def test_a_drain_set_by_a_person_is_never_undone(slurm: SlurmCluster, drain_api:
     assert sync(drain_api) == 0
     fields = slurm.node_fields()
     assert drained(fields) and fields["Reason"].startswith("bad DIMM, ticket 4711 [")
+
+
+def test_a_person_acting_between_plan_and_apply_wins(slurm: SlurmCluster, drain_api: DrainApi) -> None:
+    backend = ScontrolBackend()
+    drain_api.entries = [drain_entry(slurm.node)]
+    with DrainListClient(drain_api.url) as client:
+        (drain,) = backend.plan(client.fetch()).actions
+    slurm.scontrol("update", f"NodeName={slurm.node}", "State=DRAIN", "Reason=reseating a cable")
+    assert backend.apply(drain) == "now IDLE+DRAIN (reseating a cable)"
+    assert slurm.node_fields()["Reason"].startswith("reseating a cable [")
+    assert backend.apply(Action(slurm.node, "resume")) == "no longer drained by graywire"
+    assert drained(slurm.node_fields())
+    assert backend.apply(Action("gpu-9999", "resume")) == "no longer a Slurm node"
 
 
 def test_unreachable_api_changes_nothing_and_fails(
