@@ -42,6 +42,16 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
 
 
 def cmd_slurm_sync(args: argparse.Namespace) -> int:
+    if args.slurmrestd:
+        from service.schedsync.slurm_rest import SlurmRestBackend
+
+        rest = SlurmRestBackend(
+            args.slurmrestd, user=args.slurm_user, token=args.slurm_token, api_version=args.slurmrestd_api
+        )
+        try:
+            return _run(args, rest)
+        finally:
+            rest.close()
     from service.schedsync.slurm import ScontrolBackend
 
     return _run(args, ScontrolBackend(args.scontrol))
@@ -59,6 +69,16 @@ def add_sync_commands(sub: Any) -> None:
     s = sub.add_parser("slurm-sync", help="drain/resume Slurm nodes to match graywire's drain list")
     _common(s)
     s.add_argument("--scontrol", default="scontrol", help="scontrol binary (SLURM_CONF applies)")
+    s.add_argument("--slurmrestd", metavar="URL", help="use slurmrestd at URL instead of scontrol")
+    s.add_argument("--slurmrestd-api", default="v0.0.41", help="slurmrestd API version (default v0.0.41)")
+    s.add_argument(
+        "--slurm-user", default=os.environ.get("SLURM_USER"), help="X-SLURM-USER-NAME (default $SLURM_USER)"
+    )
+    s.add_argument(
+        "--slurm-token",
+        default=os.environ.get("SLURM_JWT"),
+        help="X-SLURM-USER-TOKEN, a JWT from `scontrol token` (default $SLURM_JWT)",
+    )
     s.set_defaults(func=cmd_slurm_sync)
 
     s = sub.add_parser("k8s-sync", help="cordon/taint Kubernetes nodes to match graywire's drain list")
