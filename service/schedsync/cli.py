@@ -28,20 +28,24 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=10.0, help="API request timeout in seconds")
 
 
-def _run(args: argparse.Namespace, backend: Backend) -> int:
+def _interval(args: argparse.Namespace) -> float:
     from fabricsim.faults import parse_duration
-
-    if not getattr(args, "verbose", False):  # one line per request every pass drowns the decisions
-        logging.getLogger("httpx").setLevel(logging.WARNING)
 
     interval = parse_duration(args.interval)
     if interval <= 0:
         raise ValueError(f"--interval must be positive, got {args.interval!r}")
+    return interval
+
+
+def _run(args: argparse.Namespace, backend: Backend, interval: float) -> int:
+    if not getattr(args, "verbose", False):  # one line per request every pass drowns the decisions
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     with DrainListClient(args.url, token=args.token, timeout=args.timeout) as client:
         return run(client, backend, once=args.once, interval_s=interval, dry_run=args.dry_run)
 
 
 def cmd_slurm_sync(args: argparse.Namespace) -> int:
+    interval = _interval(args)
     if args.slurmrestd:
         from service.schedsync.slurm_rest import SlurmRestBackend
 
@@ -49,19 +53,23 @@ def cmd_slurm_sync(args: argparse.Namespace) -> int:
             args.slurmrestd, user=args.slurm_user, token=args.slurm_token, api_version=args.slurmrestd_api
         )
         try:
-            return _run(args, rest)
+            return _run(args, rest, interval)
         finally:
             rest.close()
     from service.schedsync.slurm import ScontrolBackend
 
-    return _run(args, ScontrolBackend(args.scontrol))
+    return _run(args, ScontrolBackend(args.scontrol), interval)
 
 
 def cmd_k8s_sync(args: argparse.Namespace) -> int:
     from service.schedsync.k8s import KubernetesBackend, load_core_api
 
+    interval = _interval(args)
     api = load_core_api(kubeconfig=args.kubeconfig, context=args.context, in_cluster=args.in_cluster)
-    return _run(args, KubernetesBackend(api))
+    try:
+        return _run(args, KubernetesBackend(api), interval)
+    finally:
+        api.api_client.close()
 
 
 def add_sync_commands(sub: Any) -> None:

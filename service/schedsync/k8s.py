@@ -145,7 +145,7 @@ def undo_patches(node: KubeNode, now: str | None = None) -> tuple[dict[str, Any]
     }
     if node.condition is None:
         return node_patch, None
-    message = f"{tagged_reason('no longer on the drain list')}"
+    message = tagged_reason("no longer on the drain list")
     return node_patch, {"status": {"conditions": [_condition(node, False, message, now)]}}
 
 
