@@ -165,6 +165,9 @@ def test_unreachable_or_unauthorized_kubernetes_api_fails(
     with caplog.at_level(logging.ERROR):
         assert sync(drain_api, kubeconfig) == 3
     assert "HTTP 401" in caplog.text
+    kubeconfig.write_text(kubeconfig.read_text().replace(kube.url, "http://127.0.0.1:9"))
+    assert sync(drain_api, kubeconfig) == 3
+    assert "cannot read the scheduler's nodes: list nodes" in caplog.text
     assert main(["k8s-sync", "--url", drain_api.url, "--once", "--kubeconfig", "/nonexistent"]) == 2
 
 
