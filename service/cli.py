@@ -346,6 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--service-port", type=int, default=8000, help="port written into graywire.yaml")
     s.set_defaults(func=cmd_fakes)
 
+    from service.schedsync.cli import add_sync_commands
+
+    add_sync_commands(sub)
+
     s = sub.add_parser("db", help="database maintenance")
     dsub = s.add_subparsers(dest="db_command", required=True)
     u = dsub.add_parser("upgrade", help="apply migrations up to head (keeps data)")
