@@ -23,6 +23,7 @@ from service.db import make_engine, upgrade
 from service.ingest_api import make_ingest_router
 from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
+from service.ports_api import make_ports_router
 from service.runner import Runner
 from service.sources import build_sources
 from service.status_api import make_status_router
@@ -109,4 +110,5 @@ def create_app(
     app.include_router(make_status_router(metrics))
     app.include_router(make_nodes_router(store, fabric))
     app.include_router(make_ingest_router(runner, settings.max_push_bytes))
+    app.include_router(make_ports_router(store, fabric, metrics))
     return app
