@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, Field
 
 from collectors.model import Fabric
@@ -241,7 +242,9 @@ def make_ports_router(store: IncidentStore, fabric: Fabric, metrics: MetricsStat
         return out
 
     @router.get("/fabric/grid", response_model=GridOut, summary="Every switch's ports, coloured by health")
-    def grid() -> dict[str, Any]:
-        return view().grid()
+    def grid() -> JSONResponse:
+        # Built from plain lists and ints already: skipping re-validation keeps a 30,000-port
+        # fabric's grid at tens of milliseconds (the page asks every few seconds).
+        return JSONResponse(view().grid())
 
     return router
