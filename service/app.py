@@ -27,6 +27,7 @@ from service.ports_api import make_ports_router
 from service.runner import Runner
 from service.sources import build_sources
 from service.status_api import make_status_router
+from service.status_page import install_status_page
 from service.store import IncidentStore
 
 log = logging.getLogger("graywire.app")
@@ -111,4 +112,5 @@ def create_app(
     app.include_router(make_nodes_router(store, fabric))
     app.include_router(make_ingest_router(runner, settings.max_push_bytes))
     app.include_router(make_ports_router(store, fabric, metrics))
+    install_status_page(app)
     return app
