@@ -6,6 +6,7 @@
   const params = new URLSearchParams(window.location.search);
   const REFRESH_S = Math.max(2, Number(params.get("refresh")) || 10);
   const HEALTH = ["ok", "warning", "critical"];
+  const EVIDENCE_SHOWN = 8;
   let flags = { stale: 1, down: 2, degraded: 4, no_data: 8 };
   let capabilities = null;
   let gridShape = null;
@@ -90,8 +91,12 @@
   }
 
   function evidenceList(evidence) {
-    const lines = flatten(evidence || {}, "", [], 0);
-    return el("ul", { class: "evidence" }, ...lines.map(([k, v]) => el("li", { text: `${k} = ${v}` })));
+    const items = flatten(evidence || {}, "", [], 0).map(([k, v]) => el("li", { text: `${k} = ${v}` }));
+    const shown = el("ul", { class: "evidence" }, ...items.slice(0, EVIDENCE_SHOWN));
+    if (items.length <= EVIDENCE_SHOWN) return shown;
+    return el("div", {}, shown, el("details", {},
+      el("summary", { text: `${items.length - EVIDENCE_SHOWN} more` }),
+      el("ul", { class: "evidence" }, ...items.slice(EVIDENCE_SHOWN))));
   }
 
   function portPath(key) {
@@ -150,9 +155,24 @@
     return c;
   }
 
+  // Rows with trouble first (worst health, then down/degraded/stale), the rest in fabric order,
+  // so a problem on a large fabric is on screen without scrolling.
+  function troubleFirst(rows) {
+    const alarm = flags.down | flags.degraded | flags.stale;
+    const rank = (row) => {
+      let worst = 0, flagged = 0;
+      for (const c of row.cells) { if (c[2] > worst) worst = c[2]; if (c[3] & alarm) flagged = 1; }
+      return worst * 2 + flagged;
+    };
+    return rows.map((row, i) => [rank(row), i, row]).sort((a, b) => b[0] - a[0] || a[1] - b[1]).map((x) => x[2]);
+  }
+
   function renderGrid(grid) {
     flags = grid.flags || flags;
+    grid.rows = troubleFirst(grid.rows);
     const host = document.getElementById("grid");
+    const total = grid.rows.reduce((n, r) => n + r.cells.length, 0);
+    host.classList.toggle("dense", total > 4000);
     const shape = grid.rows.map((r) => `${r.node}:${r.cells.length}`).join("|");
     if (shape === gridShape) {
       // Same fabric: update the existing cells in place (cheap for tens of thousands).
