@@ -18,6 +18,7 @@ import numpy as np
 
 from collectors.model import Fabric
 from collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
+from service.db import ACTIVE_STATUSES
 from service.metrics import MetricsState
 from service.store import IncidentStore
 
@@ -25,14 +26,13 @@ HEALTH = ("ok", "warning", "critical")
 #: An open incident's severity as port health; ``info`` still means something is open on it.
 SEVERITY_HEALTH = {"info": 1, "warning": 1, "critical": 2}
 STATES = ("up", "init", "down", "unknown")
-ACTIVE = ("open", "acknowledged")
 #: Cell flags in the compact grid (a bit mask, so the page needs no per-cell objects).
 FLAG_STALE, FLAG_DOWN, FLAG_DEGRADED, FLAG_NO_DATA = 1, 2, 4, 8
 
 
 def active_incidents(store: IncidentStore) -> list[dict[str, Any]]:
     """Open and acknowledged incidents: what port health is judged from."""
-    return [i for status in ACTIVE for i in store.list_incidents(status=status, limit=100_000)]
+    return [i for status in ACTIVE_STATUSES for i in store.list_incidents(status=status, limit=100_000)]
 
 
 class FabricLayout:
@@ -56,10 +56,6 @@ class FabricLayout:
         self.node_is_switch = node_is_switch
         self.port_is_switch = port_is_switch
         self.port_role = np.asarray(fabric.port_role)
-
-    def is_switch(self, node: str) -> bool:
-        j = self.node_index.get(node)
-        return j is not None and bool(self.node_is_switch[j])
 
     def link_of(self, name: str) -> int | None:
         """Link number for a link label (``a<->b``) or a port key on it; None if unknown."""
@@ -276,7 +272,7 @@ def build_view(
     kinds: dict[int, set[str]] = defaultdict(set)
     by_id: dict[int, dict[str, Any]] = {}
     for inc in incidents:
-        if inc.get("status") not in ACTIVE:
+        if inc.get("status") not in ACTIVE_STATUSES:
             continue
         by_id[int(inc["id"])] = dict(inc)
         level = SEVERITY_HEALTH.get(str(inc.get("severity")), 1)

@@ -11,6 +11,7 @@
   let capabilities = null;
   let gridShape = null;
   let selectedKey = null;
+  let query = "";
   let timer = null;
 
   // -- small helpers ------------------------------------------------------------------------
@@ -152,6 +153,7 @@
     if (f & flags.down) c += " down";
     if (f & flags.stale) c += " stale";
     if (cell[0] === selectedKey) c += " selected";
+    if (query && matches(cell)) c += " match";
     return c;
   }
 
@@ -165,6 +167,22 @@
       return worst * 2 + flagged;
     };
     return rows.map((row, i) => [rank(row), i, row]).sort((a, b) => b[0] - a[0] || a[1] - b[1]).map((x) => x[2]);
+  }
+
+  function matches(cell) {
+    return cell[0].toLowerCase().includes(query) || (cell[1] || "").toLowerCase().includes(query);
+  }
+
+  function applyFind() {
+    const host = document.getElementById("grid");
+    host.classList.toggle("filtering", query !== "");
+    let n = 0;
+    for (const node of host.querySelectorAll(".cell")) {
+      const hit = query !== "" && matches([node.dataset.port, node.dataset.peer]);
+      node.classList.toggle("match", hit);
+      if (hit) n += 1;
+    }
+    document.getElementById("find-count").textContent = query ? `${n} cell${n === 1 ? "" : "s"}` : "";
   }
 
   function renderGrid(grid) {
@@ -341,6 +359,7 @@
       ]);
       renderSummary(grid, incidents.items, drain.state);
       renderGrid(grid);
+      if (query) applyFind();
       renderIncidents(incidents.items);
       renderDrains(drain.drains || [], drain.state || {}, drain.error);
       renderNodes(nodes);
@@ -358,6 +377,11 @@
     }
   }
 
+  let findTimer = null;
+  document.getElementById("find").addEventListener("input", (ev) => {
+    clearTimeout(findTimer);
+    findTimer = setTimeout(() => { query = ev.target.value.trim().toLowerCase(); applyFind(); }, 150);
+  });
   document.getElementById("grid").addEventListener("click", (ev) => {
     const cell = ev.target.closest(".cell");
     if (cell && cell.dataset.port) showPort(cell.dataset.port);

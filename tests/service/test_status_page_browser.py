@@ -213,6 +213,11 @@ def test_status_page_shows_the_injected_downgrade_without_console_errors(
     if not capabilities["drain"]:
         assert "Drain API unavailable" in _text(browser, "#drains")
 
+    # Finding a port dims every other cell.
+    browser.find_element(By.ID, "find").send_keys(PORT)
+    wait.until(lambda d: _text(d, "#find-count") == "1 cell")
+    (hit,) = browser.find_elements(By.CSS_SELECTOR, "#grid .cell.match")
+    assert hit.get_attribute("data-peer") == PORT
     # A click shows both ends of the cable, read and expected.
     cell.click()
     wait.until(lambda d: "400 Gb/s (expected 800 Gb/s)" in _text(d, "#port-detail"))
