@@ -23,9 +23,11 @@ from service.db import make_engine, upgrade
 from service.ingest_api import make_ingest_router
 from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
+from service.ports_api import make_ports_router
 from service.runner import Runner
 from service.sources import build_sources
 from service.status_api import make_status_router
+from service.status_page import install_status_page
 from service.store import IncidentStore
 
 log = logging.getLogger("graywire.app")
@@ -109,4 +111,6 @@ def create_app(
     app.include_router(make_status_router(metrics))
     app.include_router(make_nodes_router(store, fabric))
     app.include_router(make_ingest_router(runner, settings.max_push_bytes))
+    app.include_router(make_ports_router(store, fabric, metrics))
+    install_status_page(app)
     return app

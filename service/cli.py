@@ -63,6 +63,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         lines.append(f"    t+{f.start_s:.0f}s  {f.kind:<16} {where}")
     lines += [
         "  within a minute, look at:",
+        f"    {base}/  (the status page)",
         f"    curl -s {base}/api/v1/incidents | python3 -m json.tool",
         f"    curl -s {base}/metrics | grep ^graywire_",
         f"    {base}/docs  (the API)",

@@ -58,13 +58,42 @@ class MetricsState:
     open_incidents: list[tuple[str, str, int]] = field(default_factory=list)
     port_speed_bps: np.ndarray | None = None  # by fabric port index, NaN where unknown
     port_stale: np.ndarray | None = None  # by fabric port index
+    # The latest reading of each port (the ports API), by fabric port index; 0 / NaN = none yet.
+    port_width: np.ndarray | None = None
+    port_phys_state: np.ndarray | None = None
+    port_logical_state: np.ndarray | None = None
+    port_updated: np.ndarray | None = None  # unix seconds of the sample
 
-    def record_ports(self, idx: np.ndarray, speed_bps: np.ndarray) -> None:
+    def record_ports(
+        self,
+        idx: np.ndarray,
+        speed_bps: np.ndarray,
+        width: np.ndarray | None = None,
+        phys_state: np.ndarray | None = None,
+        logical_state: np.ndarray | None = None,
+        updated: np.ndarray | None = None,
+    ) -> None:
+        """Keep the latest reading per port; rows whose port the model does not know are ignored."""
+        n = self.fabric.n_ports
+        ok = idx >= 0
+        at = idx[ok]
         with self.lock:
             if self.port_speed_bps is None:
-                self.port_speed_bps = np.full(self.fabric.n_ports, np.nan)
-            ok = idx >= 0
-            self.port_speed_bps[idx[ok]] = speed_bps[ok]
+                self.port_speed_bps = np.full(n, np.nan)
+            self.port_speed_bps[at] = speed_bps[ok]
+            for name, values, empty in (
+                ("port_width", width, np.zeros(n, dtype=np.int16)),
+                ("port_phys_state", phys_state, np.zeros(n, dtype=np.uint8)),
+                ("port_logical_state", logical_state, np.zeros(n, dtype=np.uint8)),
+                ("port_updated", updated, np.full(n, np.nan)),
+            ):
+                if values is None:
+                    continue
+                current = getattr(self, name)
+                if current is None:
+                    current = empty
+                    setattr(self, name, current)
+                current[at] = values[ok]
 
 
 class GraywireCollector(Collector):

@@ -19,6 +19,7 @@ from datetime import timedelta
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collectors.base import Collector, ScrapeResult, failed
 from collectors.dataset import DatasetWriter, prune
@@ -250,13 +251,24 @@ class Runner:
         return findings
 
     def _record_ports(self, batch: pa.RecordBatch) -> None:
-        if not self.settings.metrics.per_port:
-            return
+        """The latest reading of each port, for the ports API (and per-port metrics if enabled)."""
         source = batch.column("source")[0].as_py() if batch.num_rows else ""
         indexer = self._record_indexers.setdefault(source, PortIndexer(self.fabric))
         idx = indexer(batch.column("port"))
-        speed = batch.column("speed_bps").to_numpy(zero_copy_only=False).astype(np.float64)
-        self.metrics.record_ports(idx, np.nan_to_num(speed, nan=0.0))
+
+        def column(name: str, null: float) -> np.ndarray:
+            values = batch.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+            return np.nan_to_num(values, nan=null)
+
+        micros = pc.cast(batch.column("time"), pa.int64()).to_numpy(zero_copy_only=False)
+        self.metrics.record_ports(
+            idx,
+            column("speed_bps", 0.0),
+            width=column("width", 0.0).astype(np.int16),
+            phys_state=column("phys_state", 0.0).astype(np.uint8),
+            logical_state=column("logical_state", 0.0).astype(np.uint8),
+            updated=micros / 1e6,
+        )
 
     def _maybe_prune(self) -> None:
         if self.archive is None or time.monotonic() - self._last_prune < 3600:
