@@ -17,7 +17,6 @@ from tqdm import tqdm
 DEMO_FAULTS = "speed_downgrade@10s+1h,slow_channel@15s+1h=0.3"
 
 
-
 def _serve(settings: Any, banner: str | None = None) -> int:
     import uvicorn
 
