@@ -15,8 +15,9 @@ transactions only delays them by one poll.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -92,10 +93,12 @@ class DrainEngine:
         self.hosts = sum(1 for r in fabric.node_roles if r == "host")
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
-    def _write_session(self) -> Session:
-        session = self._sessions()
-        session.connection(execution_options={SQLITE_BEGIN_IMMEDIATE: True})
-        return session
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Session]:
+        """A transaction holding the write lock from its start (SQLite ``BEGIN IMMEDIATE``)."""
+        with self._sessions.begin() as session:
+            session.connection(execution_options={SQLITE_BEGIN_IMMEDIATE: True})
+            yield session
 
     # -- inventory --------------------------------------------------------------------------
     def sync_inventory(self) -> None:
@@ -105,7 +108,7 @@ class DrainEngine:
         for i in range(self.fabric.n_ports):
             name = self.fabric.node_names[int(self.fabric.node_of_port[i])]
             ports[name] = ports.get(name, 0) + 1
-        with self._write_session() as session, session.begin():
+        with self.writing() as session:
             known = {n.name: n for n in session.scalars(sa.select(InventoryNode))}
             for name, role in zip(self.fabric.node_names, self.fabric.node_roles, strict=True):
                 row = known.get(name)
@@ -122,7 +125,7 @@ class DrainEngine:
     def evaluate(self) -> PolicyResult:
         """Decide and persist; then raise or clear the network and breaker incidents."""
         now = self.clock()
-        with self._write_session() as session, session.begin():
+        with self.writing() as session:
             state = session.scalars(
                 sa.select(DrainState).where(DrainState.id == STATE_ID).with_for_update()
             ).one()

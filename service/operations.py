@@ -17,7 +17,6 @@ from sqlalchemy.orm import Session
 from detectors.findings import Finding
 from service.audit import list_audit, record
 from service.db import (
-    SQLITE_BEGIN_IMMEDIATE,
     DrainRecommendation,
     DrainState,
     Exclusion,
@@ -63,11 +62,6 @@ class Operations:
         self.drain = drain
         self._sessions = drain._sessions
 
-    def _write(self) -> Session:
-        session = self._sessions()
-        session.connection(execution_options={SQLITE_BEGIN_IMMEDIATE: True})
-        return session
-
     def _incident(self, session: Session, incident_id: int) -> Incident:
         incident = session.scalars(
             sa.select(Incident).where(Incident.id == incident_id).with_for_update()
@@ -79,7 +73,7 @@ class Operations:
     # -- incidents --------------------------------------------------------------------------
     def acknowledge(self, incident_id: int, actor: str, comment: str = "") -> dict[str, Any]:
         now = self.drain.clock()
-        with self._write() as session, session.begin():
+        with self.drain.writing() as session:
             inc = self._incident(session, incident_id)
             if inc.status == "resolved":
                 raise Conflict(
@@ -101,7 +95,7 @@ class Operations:
 
     def resolve(self, incident_id: int, actor: str, comment: str = "") -> dict[str, Any]:
         now = self.drain.clock()
-        with self._write() as session, session.begin():
+        with self.drain.writing() as session:
             inc = self._incident(session, incident_id)
             if inc.status == "resolved":
                 raise Conflict(f"incident {incident_id} is already resolved")
@@ -121,7 +115,7 @@ class Operations:
 
     def silence(self, incident_id: int, duration: timedelta, actor: str, reason: str) -> dict[str, Any]:
         now = self.drain.clock()
-        with self._write() as session, session.begin():
+        with self.drain.writing() as session:
             inc = self._incident(session, incident_id)
             s = Silence(
                 kind=inc.kind,
@@ -156,7 +150,7 @@ class Operations:
     def exclude(self, node: str, duration: timedelta | None, actor: str, reason: str) -> dict[str, Any]:
         now = self.drain.clock()
         expires = now + duration if duration is not None else None
-        with self._write() as session, session.begin():
+        with self.drain.writing() as session:
             row = session.get(Exclusion, node)
             if row is None:
                 row = Exclusion(node=node)
@@ -175,7 +169,7 @@ class Operations:
 
     def unexclude(self, node: str, actor: str, reason: str = "") -> None:
         now = self.drain.clock()
-        with self._write() as session, session.begin():
+        with self.drain.writing() as session:
             row = session.get(Exclusion, node)
             if row is None:
                 raise NotFound(f"node {node} is not on the exclude list")
@@ -202,7 +196,7 @@ class Operations:
     def undrain(self, node: str, actor: str, reason: str) -> dict[str, Any]:
         """Return a node to service by hand; the cooldown keeps it from being drained at once again."""
         now = self.drain.clock()
-        with self._write() as session, session.begin():
+        with self.drain.writing() as session:
             row = session.get(DrainRecommendation, node, with_for_update=True)
             if row is None or row.action == "none":
                 raise Conflict(f"node {node} is not on the drain list")
@@ -228,7 +222,7 @@ class Operations:
     # -- breaker ----------------------------------------------------------------------------
     def reset_breaker(self, actor: str, reason: str) -> None:
         now = self.drain.clock()
-        with self._write() as session, session.begin():
+        with self.drain.writing() as session:
             state = session.get(DrainState, STATE_ID, with_for_update=True)
             assert state is not None
             if not state.breaker_tripped:

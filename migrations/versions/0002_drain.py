@@ -121,7 +121,15 @@ def upgrade() -> None:
         now = now.replace(tzinfo=None)  # stored as UTC text without offset, as the models do
     op.bulk_insert(
         state,
-        [{"id": 1, "breaker_tripped": False, "breaker_since": None, "breaker_message": "", "updated_at": now}],
+        [
+            {
+                "id": 1,
+                "breaker_tripped": False,
+                "breaker_since": None,
+                "breaker_message": "",
+                "updated_at": now,
+            }
+        ],
     )
 
 

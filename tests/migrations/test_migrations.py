@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.script import ScriptDirectory
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 import migrations
 from service.db import Base, alembic_config, make_engine, upgrade
