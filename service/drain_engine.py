@@ -19,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,7 +29,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from collectors.model import Fabric
 from detectors.correlate import node_verdicts
 from detectors.findings import Finding
+from fabricsim.faults import parse_duration
 from service.audit import POLICY_ACTOR, record
+from service.config import DrainSettings
 from service.db import (
     ACTIVE_STATUSES,
     SQLITE_BEGIN_IMMEDIATE,
@@ -55,6 +57,17 @@ BREAKER_ENTITY = "fabric"
 #: Incidents the policy raises itself; never input to a verdict.
 OWN_KINDS = frozenset({NETWORK_KIND, BREAKER_KIND})
 STATE_ID = 1
+
+
+def policy_from_settings(s: DrainSettings) -> DrainPolicy:
+    return DrainPolicy(
+        shadow=s.shadow,
+        max_fraction=s.max_fraction,
+        window=timedelta(seconds=parse_duration(s.window)),
+        clean_window=timedelta(seconds=parse_duration(s.clean_window)),
+        cooldown=timedelta(seconds=parse_duration(s.cooldown)),
+        min_severity=s.min_severity,
+    )
 
 
 def utcnow() -> datetime:
