@@ -227,7 +227,8 @@ class DrainRecommendation(Base):
 class Silence(Base):
     """Operator silence of one incident's ``(kind, entity)`` until ``expires_at``.
 
-    A silenced incident pages nobody and counts toward no drain; it keeps being tracked.
+    A silenced incident counts toward no drain (and is for notifiers to mute); it keeps being
+    tracked and updated like any other.
     """
 
     __tablename__ = "silences"

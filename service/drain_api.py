@@ -216,7 +216,7 @@ def make_drain_router(drain: DrainEngine, ops: Operations, auth: Auth, nodes: se
         tags=["incidents"],
     )
     def silence(incident_id: IncidentId, body: SilenceIn, who: operator) -> dict[str, Any]:
-        """Silence this incident's kind + entity for a while: no page, no drain from it."""
+        """Silence this incident's kind + entity for a while: no drain comes from it."""
         return run(ops.silence, incident_id, _duration(body.duration), who.name, body.reason)
 
     @router.get("/silences", response_model=list[SilenceOut], tags=["incidents"])
