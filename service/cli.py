@@ -63,6 +63,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     lines += [
         "  within a minute, look at:",
         f"    curl -s {base}/api/v1/incidents | python3 -m json.tool",
+        f"    curl -s {base}/api/v1/drain | python3 -m json.tool   (nodes to drain, and why)",
         f"    curl -s {base}/metrics | grep ^graywire_",
         f"    {base}/docs  (the API)",
     ]

@@ -183,3 +183,33 @@ def test_operator_actions_change_state_and_are_audited(
     assert [e["node"] for e in ops.list_excludes()] == ["gpu-0002"]
     clock.now += timedelta(minutes=2)
     assert ops.list_excludes() == []
+
+
+def test_two_replicas_deciding_at_once_share_one_cap(
+    engine: Engine, store: IncidentStore, clock: Clock
+) -> None:
+    """Replicas sharing the database serialize on the drain_state row: the cap holds fleet-wide."""
+    import threading
+
+    store.apply([downgrade(h, h % 8) for h in (0, 1, 2, 3, 4, 5, 6, 7, 32, 33)])
+    replicas = [DrainEngine(engine, store, FABRIC, DrainPolicy(), clock=clock) for _ in range(4)]
+    barrier = threading.Barrier(len(replicas))
+    errors: list[BaseException] = []
+
+    def run(r: DrainEngine) -> None:
+        barrier.wait()
+        try:
+            r.evaluate()
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in replicas]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    ops = Operations(replicas[0])
+    assert [a for a, _ in audit_actions(ops)].count("drain") == 6
+    assert [a for a, _ in audit_actions(ops)].count("breaker_trip") == 1
+    assert len(replicas[0].list_drain(action="drain")) == 6
