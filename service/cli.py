@@ -17,7 +17,6 @@ from tqdm import tqdm
 DEMO_FAULTS = "speed_downgrade@10s+1h,slow_channel@15s+1h=0.3"
 
 
-
 def _serve(settings: Any, banner: str | None = None) -> int:
     import uvicorn
 
@@ -65,6 +64,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "  within a minute, look at:",
         f"    {base}/  (the status page)",
         f"    curl -s {base}/api/v1/incidents | python3 -m json.tool",
+        f"    curl -s {base}/api/v1/drain | python3 -m json.tool   (nodes to drain, and why)",
         f"    curl -s {base}/metrics | grep ^graywire_",
         f"    {base}/docs  (the API)",
     ]

@@ -31,6 +31,7 @@ from detectors.pipeline import Pipeline
 from fabricsim.faults import parse_duration
 from fabricsim.output import INVENTORY
 from service.config import Settings
+from service.drain_engine import DrainEngine
 from service.metrics import MetricsState, TargetStatus
 from service.store import IncidentStore
 
@@ -56,12 +57,14 @@ class Runner:
         store: IncidentStore,
         metrics: MetricsState,
         pipeline: Pipeline | None = None,
+        drain: DrainEngine | None = None,
     ) -> None:
         self.settings = settings
         self.fabric = fabric
         self.store = store
         self.metrics = metrics
         self.pipeline = pipeline or Pipeline(fabric)
+        self.drain = drain
         self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
         self._record_indexers: dict[str, PortIndexer] = {}
         with metrics.lock:
@@ -236,6 +239,11 @@ class Runner:
                 for f in self._unstored:
                     log.info("%s %s %s: %s", f.status, f.kind, f.node or f.entity, f.summary)
                 self._unstored.clear()
+        if self.drain is not None:
+            try:  # every poll, findings or not: clean windows and expiries run on time
+                self.drain.evaluate()
+            except Exception:
+                log.exception("drain policy run failed; the next poll retries from the stored state")
         open_counts = self.store.open_counts()
         self._maybe_prune()
         with self.metrics.lock:
