@@ -24,6 +24,7 @@ from collectors.nccl import NcclSourceConfig
 from collectors.snmp import SnmpSourceConfig
 from collectors.ufm import UfmSourceConfig
 from fabricsim.faults import parse_duration, parse_spec
+from service.alerts.config import AlertsSettings
 
 
 class FabricSimSource(BaseModel):
@@ -128,6 +129,7 @@ class Settings(BaseSettings):
     max_push_bytes: int = Field(16 * 2**20, ge=1024)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    alerts: AlertsSettings = Field(default_factory=AlertsSettings)
 
     @field_validator("poll_interval", "scrape_timeout", "max_backoff")
     @classmethod
