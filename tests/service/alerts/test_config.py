@@ -92,3 +92,13 @@ def test_duplicate_names_and_bad_durations_are_rejected(tmp_path: Path) -> None:
         load_settings(write(tmp_path, {"alerts": {"receivers": [hook, hook]}}))
     with pytest.raises(ValueError, match=r"alerts\.alertmanager\.refresh_interval"):
         load_settings(write(tmp_path, {"alerts": {"alertmanager": {"refresh_interval": "0s"}}}))
+
+
+def test_the_readme_alerts_example_is_a_valid_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    start = readme.index("```yaml", readme.index("## Alerts")) + len("```yaml")
+    monkeypatch.setenv("GRAYWIRE_PD_ROUTING_KEY", "R0UT1NGKEY0000000000000000000000")
+    monkeypatch.setenv("GRAYWIRE_NOC_HMAC", "s")
+    alerts = load_settings(write(tmp_path, yaml.safe_load(readme[start : readme.index("```", start)]))).alerts
+    assert [r.type for r in alerts.receivers] == ["pagerduty", "webhook", "slack"]
+    assert len(alerts.alertmanager.urls) == 2
