@@ -167,7 +167,7 @@ class Dispatcher:
                     await self.deliver_due()
                 except Exception:  # a database hiccup must not end alerting for good
                     log.exception("alert dispatch cycle failed; retrying")
-                await asyncio.sleep(min(interval, 1.0))
+                await asyncio.sleep(interval)
         finally:
             await self.aclose()
 
