@@ -201,6 +201,12 @@ class Dispatcher:
         now = self.clock()
         try:
             body, headers = dest.render(batch, now)
+        except Exception as e:  # a message that cannot be rendered never will be: set it aside
+            log.exception("alerts: cannot render messages %s for %s", ids, dest.name)
+            await asyncio.to_thread(outbox.give_up, self.engine, ids, f"render failed: {e!r}")
+            self.dead += len(ids)
+            return True
+        try:
             response = await self.client.post(dest.url, content=body, headers=headers, timeout=dest.timeout_s)
         except httpx.HTTPError as e:
             error = f"{type(e).__name__}: {e}"

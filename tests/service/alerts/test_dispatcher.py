@@ -123,3 +123,16 @@ def test_slack_and_unreachable_receiver(store: IncidentStore, engine: Engine, re
     with Session(engine) as session:
         gone = session.scalars(sa.select(OutboxMessage).where(OutboxMessage.receiver == "gone")).one()
     assert gone.status == "pending" and gone.attempts >= 2 and "Connect" in (gone.last_error or "")
+
+
+def test_unrenderable_message_is_set_aside_not_retried_forever(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    dispatcher = Dispatcher(engine, settings(recorder, {"name": "noc", "type": "webhook", "url": "/hook"}))
+    store.apply([finding(entity="p1", t=0), finding(entity="p2", t=1)])
+    asyncio.run(asyncio.to_thread(dispatcher.sync))
+    with Session(engine) as session, session.begin():  # e.g. written by an incompatible version
+        session.execute(sa.update(OutboxMessage).where(OutboxMessage.incident_id == 1).values(event={}))
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/hook")) == 1)
+    assert recorder.delivered("/hook")[0].json()["groupLabels"] == {"incident_id": "2"}
+    assert dispatcher.dead == 1

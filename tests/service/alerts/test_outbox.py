@@ -103,3 +103,20 @@ def test_a_later_message_in_backoff_ends_the_batch(engine: Engine, limit: int) -
     outbox.retry(engine, [ids[1]], "x", T0, delay=60)  # e.g. left over from a smaller batch
     got = outbox.claim_head(engine, "a", T0, lease_s=5, limit=limit)
     assert [m.id for m in got] == [ids[0]]
+
+
+def test_concurrent_dispatchers_never_claim_the_same_message(engine: Engine) -> None:
+    """Replicas sharing one database: each message is claimed by exactly one of them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ids = fill(engine, [("a", i) for i in range(20)])
+    claimed: list[int] = []
+    for round_ in range(len(ids)):
+        now = T0 + timedelta(seconds=round_)
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(outbox.claim_head, [engine] * 4, ["a"] * 4, [now] * 4, [30.0] * 4))
+        winners = [r for r in results if r]
+        assert len(winners) == 1, f"round {round_}: {len(winners)} dispatchers claimed the head"
+        claimed.append(winners[0][0].id)
+        outbox.ack(engine, [winners[0][0].id], now)
+    assert claimed == ids
