@@ -18,6 +18,7 @@ from collectors.model import Fabric
 from detectors.ber_thresholds import ThresholdTable
 from detectors.pipeline import Pipeline, default_detectors
 from service.alerts.dispatcher import Dispatcher
+from service.alerts.metrics import AlertsCollector
 from service.api import make_router
 from service.config import Settings
 from service.db import make_engine, upgrade
@@ -59,6 +60,8 @@ def create_app(
     dispatcher = (
         Dispatcher(engine, settings.alerts, default_external_url=own_url) if settings.alerts.enabled else None
     )
+    if dispatcher is not None:
+        registry.register(AlertsCollector(dispatcher))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -139,9 +140,12 @@ class Dispatcher:
         self._own_client = client is None
         self.rng = rng or random.Random()
         self.clock = clock
-        self.delivered = 0
-        self.failed_attempts = 0
-        self.dead = 0
+        #: Per receiver, since start: messages delivered, failed attempts, messages set aside.
+        self.delivered: Counter[str] = Counter()
+        self.failed_attempts: Counter[str] = Counter()
+        self.dead: Counter[str] = Counter()
+        #: The outbox as of the last cycle (for /metrics, which never queries the database).
+        self.backlog: dict[str, outbox.Backlog] = {}
         self._warned_unknown: set[str] = set()
 
     @property
@@ -173,7 +177,8 @@ class Dispatcher:
 
     async def deliver_due(self) -> int:
         """Send everything due now, receivers concurrently; returns messages delivered."""
-        receivers = await asyncio.to_thread(outbox.pending_receivers, self.engine)
+        self.backlog = await asyncio.to_thread(outbox.backlog, self.engine)
+        receivers = [name for name, b in self.backlog.items() if b.pending]
         for name in receivers:
             if name not in self.destinations and name not in self._warned_unknown:
                 self._warned_unknown.add(name)
@@ -204,7 +209,7 @@ class Dispatcher:
         except Exception as e:  # a message that cannot be rendered never will be: set it aside
             log.exception("alerts: cannot render messages %s for %s", ids, dest.name)
             await asyncio.to_thread(outbox.give_up, self.engine, ids, f"render failed: {e!r}")
-            self.dead += len(ids)
+            self.dead[dest.name] += len(ids)
             return True
         try:
             response = await self.client.post(dest.url, content=body, headers=headers, timeout=dest.timeout_s)
@@ -214,14 +219,14 @@ class Dispatcher:
         else:
             if response.is_success:
                 await asyncio.to_thread(outbox.ack, self.engine, ids, self.clock())
-                self.delivered += len(ids)
+                self.delivered[dest.name] += len(ids)
                 return True
             status = response.status_code
             error = f"HTTP {status}: {response.text[:500]}"
         if status in REFUSED:
             log.error("alerts: %s refused messages %s for good: %s", dest.name, ids, error)
             await asyncio.to_thread(outbox.give_up, self.engine, ids, error)
-            self.dead += len(ids)
+            self.dead[dest.name] += len(ids)
             return True  # the next message may go now
         attempts = max(m.attempts for m in batch) + 1
         retry = self.settings.retry
@@ -240,7 +245,7 @@ class Dispatcher:
             error,
         )
         await asyncio.to_thread(outbox.retry, self.engine, ids, error, self.clock(), delay)
-        self.failed_attempts += len(ids)
+        self.failed_attempts[dest.name] += len(ids)
         return False
 
     async def aclose(self) -> None:

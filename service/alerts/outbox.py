@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -93,14 +94,47 @@ def claim_head(
         return batch
 
 
-def pending_receivers(engine: Engine) -> list[str]:
-    """Receivers with anything pending (including ones no longer configured)."""
-    with Session(engine) as session:
-        return list(
-            session.scalars(
-                sa.select(OutboxMessage.receiver).where(OutboxMessage.status == "pending").distinct()
-            )
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """Undelivered messages of one receiver: pending ones (and since when the oldest waits),
+    and dead ones (refused for good, kept for inspection)."""
+
+    pending: int
+    oldest_pending: datetime | None
+    dead: int
+
+
+def _utc(value: object) -> datetime:
+    """An aggregate (min) loses the column type on SQLite: parse and tag it as UTC."""
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def backlog(engine: Engine) -> dict[str, Backlog]:
+    """Per receiver with anything undelivered, including receivers no longer configured."""
+    query = (
+        sa.select(
+            OutboxMessage.receiver,
+            OutboxMessage.status,
+            sa.func.count(),
+            sa.func.min(OutboxMessage.created_at),
         )
+        .where(OutboxMessage.status != "delivered")
+        .group_by(OutboxMessage.receiver, OutboxMessage.status)
+    )
+    pending: dict[str, tuple[int, datetime]] = {}
+    dead: dict[str, int] = {}
+    with Session(engine) as session:
+        for receiver, status, count, oldest in session.execute(query):
+            if status == "pending":
+                pending[receiver] = (int(count), _utc(oldest))
+            else:
+                dead[receiver] = int(count)
+    out = {}
+    for receiver in sorted(set(pending) | set(dead)):
+        count, oldest = pending.get(receiver, (0, None))
+        out[receiver] = Backlog(count, oldest, dead.get(receiver, 0))
+    return out
 
 
 def ack(engine: Engine, ids: Sequence[int], now: datetime) -> None:

@@ -95,9 +95,9 @@ def _sync_receiver(session: Session, target: SyncTarget, now: datetime, result: 
         .where(sa.or_(Incident.status.in_(ACTIVE_STATUSES), AlertState.state == "firing"))
         .order_by(Incident.id)
     ).all()
-    pending_refresh: set[int] = set()
+    has_pending: set[int] = set()
     if target.refresh_s is not None:
-        pending_refresh = set(
+        has_pending = set(
             session.scalars(
                 sa.select(outbox.OutboxMessage.incident_id).where(
                     outbox.OutboxMessage.receiver == name,
@@ -114,11 +114,11 @@ def _sync_receiver(session: Session, target: SyncTarget, now: datetime, result: 
 
         if firing and (not active or not same_episode):
             # Resolved, or resolved and reopened between two syncs: close what was sent first.
-            sent = AlertEvent.from_dict(state.event)
-            outbox.enqueue(session, name, "resolve", _resolve_of(sent, inc, now), now)
+            resolve = _resolve_of(AlertEvent.from_dict(state.event), inc, now)
+            outbox.enqueue(session, name, "resolve", resolve, now)
             result.resolved += 1
             state.state = "resolved"
-            state.event = _resolve_of(sent, inc, now).to_dict()
+            state.event = resolve.to_dict()
             state.last_enqueued_at = now
             firing = False
 
@@ -158,7 +158,7 @@ def _sync_receiver(session: Session, target: SyncTarget, now: datetime, result: 
         elif (
             target.refresh_s is not None
             and (now - state.last_enqueued_at).total_seconds() >= target.refresh_s
-            and inc.id not in pending_refresh  # an unreachable Alertmanager gets no pile-up
+            and inc.id not in has_pending  # an unreachable Alertmanager gets no pile-up
         ):
             outbox.enqueue(session, name, "refresh", current, now)
             state.event = current.to_dict()

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from service.alerts.config import AlertsSettings
 from service.alerts.dispatcher import Dispatcher
+from service.alerts.metrics import AlertsCollector
 from service.alerts.models import OutboxMessage
 from service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from service.store import IncidentStore
@@ -106,7 +109,7 @@ def test_pagerduty_events_and_a_refused_event_set_aside(
     cycle_until(dispatcher, lambda: len(recorder.delivered("/v2/enqueue")) == 1)
     (ok,) = recorder.delivered("/v2/enqueue")
     assert ok.json()["dedup_key"] == "graywire-incident-2" and ok.json()["routing_key"] == rk
-    assert dispatcher.dead == 1
+    assert dispatcher.dead["pd"] == 1
     with Session(engine) as session:
         dead = session.scalars(sa.select(OutboxMessage).where(OutboxMessage.status == "dead")).one()
     assert dead.incident_id == 1 and dead.last_error.startswith("HTTP 400")
@@ -119,10 +122,21 @@ def test_slack_and_unreachable_receiver(store: IncidentStore, engine: Engine, re
     store.apply([finding(t=0)])
     cycle_until(dispatcher, lambda: len(recorder.delivered("/services/")) == 1)
     assert recorder.delivered("/services/")[0].json()["text"].startswith(":red_circle: CRITICAL")
-    cycle_until(dispatcher, lambda: dispatcher.failed_attempts >= 2)
+    cycle_until(dispatcher, lambda: dispatcher.failed_attempts["gone"] >= 2)
     with Session(engine) as session:
         gone = session.scalars(sa.select(OutboxMessage).where(OutboxMessage.receiver == "gone")).one()
     assert gone.status == "pending" and gone.attempts >= 2 and "Connect" in (gone.last_error or "")
+
+    registry = CollectorRegistry()
+    registry.register(AlertsCollector(dispatcher))
+    text = generate_latest(registry).decode()
+    assert 'graywire_alert_messages_total{receiver="chat",result="delivered"} 1.0' in text
+    assert 'graywire_alert_outbox_pending{receiver="gone"} 1.0' in text
+    assert 'graywire_alert_outbox_pending{receiver="chat"} 0.0' in text
+    failures = re.search(r'graywire_alert_delivery_failures_total\{receiver="gone"\} (\S+)', text)
+    assert failures and float(failures.group(1)) >= 2
+    age = re.search(r'graywire_alert_outbox_oldest_pending_seconds\{receiver="gone"\} (\S+)', text)
+    assert age and float(age.group(1)) > 0
 
 
 def test_unrenderable_message_is_set_aside_not_retried_forever(
@@ -135,4 +149,4 @@ def test_unrenderable_message_is_set_aside_not_retried_forever(
         session.execute(sa.update(OutboxMessage).where(OutboxMessage.incident_id == 1).values(event={}))
     cycle_until(dispatcher, lambda: len(recorder.delivered("/hook")) == 1)
     assert recorder.delivered("/hook")[0].json()["groupLabels"] == {"incident_id": "2"}
-    assert dispatcher.dead == 1
+    assert dispatcher.dead["noc"] == 1

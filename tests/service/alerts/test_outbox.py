@@ -85,6 +85,7 @@ def test_refused_message_is_set_aside_and_the_next_goes(engine: Engine) -> None:
     outbox.give_up(engine, [ids[0]], "HTTP 400: invalid event")
     assert [m.id for m in outbox.claim_head(engine, "a", T0, lease_s=5)] == [ids[1]]
     assert status(engine)[ids[0]] == ("dead", 1)
+    assert outbox.backlog(engine) == {"a": outbox.Backlog(pending=1, oldest_pending=T0, dead=1)}
 
 
 def test_prune_deletes_only_old_delivered_messages(engine: Engine) -> None:
@@ -94,7 +95,7 @@ def test_prune_deletes_only_old_delivered_messages(engine: Engine) -> None:
     with Session(engine) as session, session.begin():
         assert outbox.prune_delivered(session, T0 + timedelta(days=1)) == 1
     assert set(status(engine)) == {ids[1], ids[2]}
-    assert outbox.pending_receivers(engine) == ["a"]
+    assert outbox.backlog(engine) == {"a": outbox.Backlog(pending=1, oldest_pending=T0, dead=0)}
 
 
 @pytest.mark.parametrize("limit", [1, 3])
