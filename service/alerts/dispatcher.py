@@ -1,4 +1,4 @@
-"""Deliver the outbox: one async task, receivers in parallel, each receiver strictly in order.
+"""Deliver the outbox: receivers in parallel, each receiver strictly in order.
 
 Every cycle runs the sync step (new triggers, resolves, refreshes) and then sends what is due.
 A 2xx acknowledges; a timeout, transport error, 408, 429 or 5xx retries with backoff; any
@@ -163,29 +163,53 @@ class Dispatcher:
         )
 
     async def run(self) -> None:
+        """Sync every ``sync_interval`` and keep one sender task per receiver with work.
+
+        Senders run apart from the sync loop, so a slow or hanging receiver delays neither
+        the sync nor any other receiver.
+        """
         interval = parse_duration(self.settings.sync_interval)
+        senders: dict[str, asyncio.Task[int]] = {}
         try:
             while True:
                 try:
                     await asyncio.to_thread(self.sync)
-                    await self.deliver_due()
+                    for dest in await self._due_destinations():
+                        task = senders.get(dest.name)
+                        if task is None or task.done():
+                            senders[dest.name] = asyncio.create_task(self._drain_logged(dest))
                 except Exception:  # a database hiccup must not end alerting for good
                     log.exception("alert dispatch cycle failed; retrying")
                 await asyncio.sleep(interval)
         finally:
+            for task in senders.values():
+                task.cancel()
+            await asyncio.gather(*senders.values(), return_exceptions=True)
             await self.aclose()
 
     async def deliver_due(self) -> int:
-        """Send everything due now, receivers concurrently; returns messages delivered."""
+        """Send everything due now and wait for it, receivers concurrently (tests, tools)."""
+        counts = await asyncio.gather(*(self._drain(d) for d in await self._due_destinations()))
+        return sum(counts)
+
+    async def _due_destinations(self) -> list[Destination]:
+        """Configured receivers with pending messages; refreshes the backlog snapshot."""
         self.backlog = await asyncio.to_thread(outbox.backlog, self.engine)
         receivers = [name for name, b in self.backlog.items() if b.pending]
         for name in receivers:
             if name not in self.destinations and name not in self._warned_unknown:
                 self._warned_unknown.add(name)
                 log.warning("alerts: receiver %r has pending messages but is no longer configured", name)
-        known = [self.destinations[n] for n in receivers if n in self.destinations]
-        counts = await asyncio.gather(*(self._drain(d) for d in known))
-        return sum(counts)
+        return [self.destinations[n] for n in receivers if n in self.destinations]
+
+    async def _drain_logged(self, dest: Destination) -> int:
+        try:
+            return await self._drain(dest)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the lease runs out and the next cycle retries
+            log.exception("alerts: sending to %s failed unexpectedly", dest.name)
+            return 0
 
     async def _drain(self, dest: Destination) -> int:
         """Send ``dest``'s due messages in order until it is empty or a send fails."""

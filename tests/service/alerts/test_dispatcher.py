@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -150,3 +151,29 @@ def test_unrenderable_message_is_set_aside_not_retried_forever(
     cycle_until(dispatcher, lambda: len(recorder.delivered("/hook")) == 1)
     assert recorder.delivered("/hook")[0].json()["groupLabels"] == {"incident_id": "2"}
     assert dispatcher.dead["noc"] == 1
+
+
+def test_service_loop_keeps_a_hanging_receiver_from_delaying_the_others(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    recorder.on("/slow", delay_s=3.0)
+    s = settings(recorder, {"name": "slow", "type": "webhook", "url": "/slow", "timeout": "5s"},
+                 {"name": "fast", "type": "webhook", "url": "/fast"})  # fmt: skip
+    s = s.model_copy(update={"sync_interval": "0.05s"})
+    dispatcher = Dispatcher(engine, s)
+
+    async def go() -> None:
+        task = asyncio.create_task(dispatcher.run())
+        try:
+            store.apply([finding(entity="p1", t=0)])
+            await asyncio.to_thread(recorder.wait_for, lambda: recorder.started.count("/slow") == 1)
+            # While the slow receiver holds its first message, new incidents still go out elsewhere.
+            store.apply([finding(entity="p2", t=1), finding(entity="p3", t=2)])
+            await asyncio.to_thread(recorder.wait_for, lambda: len(recorder.delivered("/fast")) == 3, 2.5)
+            assert recorder.delivered("/slow") == []
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(go())
