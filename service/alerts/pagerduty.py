@@ -28,7 +28,7 @@ def event(ev: AlertEvent, routing_key: str, external_url: str | None) -> dict[st
             "summary": ev.summary[:SUMMARY_LIMIT],
             "source": ev.node or ev.entity,
             "severity": SEVERITY.get(ev.severity, "error"),
-            "timestamp": rfc3339(when) if when else None,
+            **({"timestamp": rfc3339(when)} if when else {}),
             "component": ev.port or ev.link or ev.entity,
             "group": ev.detector,
             "class": ev.kind,

@@ -6,6 +6,8 @@ from typing import Any
 
 from service.alerts.events import AlertEvent, generator_url
 
+#: Slack rejects a section text over 3,000 characters.
+SECTION_LIMIT = 3000
 _ICON = {"critical": ":red_circle:", "warning": ":large_orange_circle:", "info": ":large_blue_circle:"}
 
 
@@ -28,13 +30,11 @@ def message(ev: AlertEvent, external_url: str | None) -> dict[str, Any]:
     ]
     if ev.status == "resolved" and ev.resolved_at:
         fields.append(f"*Resolved* {ev.resolved_at}")
+    title = f"*{_escape(head)}*\n{_escape(ev.summary)}"[:SECTION_LIMIT]
     return {
         "text": f"{head}: {ev.summary}",
         "blocks": [
-            {
-                "type": "section",
-                "text": {"type": "mrkdwn", "text": f"*{_escape(head)}*\n{_escape(ev.summary)}"},
-            },
+            {"type": "section", "text": {"type": "mrkdwn", "text": title}},
             *([{"type": "context", "elements": [{"type": "mrkdwn", "text": where}]}] if where else []),
             {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
         ],

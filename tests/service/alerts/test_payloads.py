@@ -165,3 +165,8 @@ def test_slack_message_has_text_and_blocks_with_escaped_user_text() -> None:
     assert f"<{EXTERNAL}/api/v1/incidents/42|#42>" in json.dumps(msg)
     done = slack.message(RESOLVED, EXTERNAL)
     assert done["text"].startswith(":white_check_mark: RESOLVED")
+
+
+def test_slack_section_text_stays_within_slack_limit() -> None:
+    msg = slack.message(dataclasses.replace(FIRING, summary="y" * 10_000), EXTERNAL)
+    assert len(msg["blocks"][0]["text"]["text"]) <= slack.SECTION_LIMIT
