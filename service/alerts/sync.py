@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from service.alerts import outbox
 from service.alerts.events import AlertEvent
 from service.alerts.models import AlertState
-from service.db import ACTIVE_STATUSES, SEVERITIES, SQLITE_BEGIN_IMMEDIATE, Incident
+from service.db import ACTIVE_STATUSES, SEVERITIES, SQLITE_BEGIN_IMMEDIATE, Incident, Silence
 
 log = logging.getLogger("graywire.alerts")
 
@@ -76,8 +76,16 @@ def sync_alerts(
         conn = session.connection(execution_options={SQLITE_BEGIN_IMMEDIATE: True})
         if conn.dialect.name == "postgresql":
             session.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_LOCK_ID)))
+        # An operator's silence (POST /api/v1/incidents/{id}/silence) mutes new pages and
+        # escalations; what was already sent still refreshes and resolves as usual.
+        silenced = {
+            (kind, entity)
+            for kind, entity in session.execute(
+                sa.select(Silence.kind, Silence.entity).where(Silence.expires_at > now)
+            )
+        }
         for target in targets:
-            _sync_receiver(session, target, now, result)
+            _sync_receiver(session, target, now, result, silenced)
         if retention_s is not None:
             result.pruned = outbox.prune_delivered(session, now - timedelta(seconds=retention_s))
     if result.triggered or result.resolved:
@@ -85,7 +93,9 @@ def sync_alerts(
     return result
 
 
-def _sync_receiver(session: Session, target: SyncTarget, now: datetime, result: SyncResult) -> None:
+def _sync_receiver(
+    session: Session, target: SyncTarget, now: datetime, result: SyncResult, silenced: set[tuple[str, str]]
+) -> None:
     name = target.name
     floor = SEVERITY_RANK[target.min_severity]
     state_join = sa.and_(AlertState.incident_id == Incident.id, AlertState.receiver == name)
@@ -108,7 +118,8 @@ def _sync_receiver(session: Session, target: SyncTarget, now: datetime, result: 
 
     for inc, state in rows:
         active = inc.status in ACTIVE_STATUSES
-        eligible = active and SEVERITY_RANK.get(inc.severity, 0) >= floor
+        muted = (inc.kind, inc.entity) in silenced
+        eligible = active and not muted and SEVERITY_RANK.get(inc.severity, 0) >= floor
         firing = state is not None and state.state == "firing"
         same_episode = firing and state.episode == inc.reopen_count
 
@@ -150,7 +161,7 @@ def _sync_receiver(session: Session, target: SyncTarget, now: datetime, result: 
                 outbox.enqueue(session, name, "trigger", current, now)
                 result.resolved += 1
                 result.triggered += 1
-            elif SEVERITY_RANK.get(current.severity, 0) > SEVERITY_RANK.get(sent.severity, 0):
+            elif not muted and SEVERITY_RANK.get(current.severity, 0) > SEVERITY_RANK.get(sent.severity, 0):
                 outbox.enqueue(session, name, "trigger", current, now)  # escalation: same dedup key
                 result.triggered += 1
             state.event = current.to_dict()

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from service.alerts.models import AlertState, OutboxMessage
 from service.alerts.sync import SyncTarget, sync_alerts
+from service.db import Silence
 from service.store import IncidentStore
 from tests.service.alerts.conftest import T0, finding
 
@@ -116,3 +117,28 @@ def test_delivered_messages_are_pruned_after_retention(store: IncidentStore, eng
         session.execute(sa.update(OutboxMessage).values(status="delivered", delivered_at=at(1)))
     assert sync_alerts(engine, [PD], at(100), retention_s=3600).pruned == 0
     assert sync_alerts(engine, [PD], at(3602), retention_s=3600).pruned == 1
+
+
+def test_a_silenced_incident_pages_nobody_until_the_silence_expires(
+    store: IncidentStore, engine: Engine
+) -> None:
+    store.apply([finding(entity="muted", severity="warning"), finding(entity="loud")])
+    with Session(engine) as session, session.begin():
+        session.add(
+            Silence(
+                kind="speed_downgrade",
+                entity="muted",
+                reason="cable swap tonight",
+                created_by="alice",
+                created_at=at(0),
+                expires_at=at(100),
+            )
+        )
+    sync_alerts(engine, [PD], at(1))
+    assert [m[1] for m in messages(engine)] == [2]
+    # Escalating a silenced incident pages nobody either.
+    store.apply([finding(entity="muted", severity="critical", t=10)])
+    assert sync_alerts(engine, [PD], at(11)).triggered == 0
+    # Once the silence expires the incident, still open, is paged.
+    assert sync_alerts(engine, [PD], at(101)).triggered == 1
+    assert [m[1] for m in messages(engine)] == [2, 1]
