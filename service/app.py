@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 
 from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from collectors.base import Collector
@@ -20,6 +19,7 @@ from detectors.pipeline import Pipeline, default_detectors
 from service.api import make_router
 from service.config import Settings
 from service.db import make_engine, upgrade
+from service.exposition import CONTENT_TYPE, render
 from service.ingest_api import make_ingest_router
 from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
@@ -103,7 +103,7 @@ def create_app(
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def prometheus_metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(render(registry), media_type=CONTENT_TYPE)
 
     app.include_router(make_router(store))
     app.include_router(make_status_router(metrics))

@@ -61,7 +61,6 @@ class Runner:
         self.metrics = metrics
         self.pipeline = pipeline or Pipeline(fabric)
         self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
-        self._record_indexers: dict[str, PortIndexer] = {}
         with metrics.lock:
             metrics.targets = [t.status for t in self.targets]
         self.archive: DatasetWriter | None = None
@@ -192,10 +191,9 @@ class Runner:
             with self.metrics.lock:
                 self.metrics.rows_dropped[kind] += rows
         findings = result.findings
+        self.metrics.observe_poll(judged, result.port_rates)
         for batch in judged:
             kind = record_kind(batch.schema)
-            if kind == "port_sample":
-                self._record_ports(batch)
             if self.archive is not None:
                 try:
                     self.archive.write(batch)
@@ -214,7 +212,7 @@ class Runner:
                 for f in self._unstored:
                     log.info("%s %s %s: %s", f.status, f.kind, f.node or f.entity, f.summary)
                 self._unstored.clear()
-        open_counts = self.store.open_counts()
+        self.metrics.set_incidents(self.store.open_counts(), self.store.active_on_ports())
         self._maybe_prune()
         with self.metrics.lock:
             m = self.metrics
@@ -225,17 +223,7 @@ class Runner:
             for f in findings:
                 m.findings[(f.kind, f.status)] += 1
             m.stages = dict(self.pipeline.stats)
-            m.open_incidents = open_counts
         return findings
-
-    def _record_ports(self, batch: pa.RecordBatch) -> None:
-        if not self.settings.metrics.per_port:
-            return
-        source = batch.column("source")[0].as_py() if batch.num_rows else ""
-        indexer = self._record_indexers.setdefault(source, PortIndexer(self.fabric))
-        idx = indexer(batch.column("port"))
-        speed = batch.column("speed_bps").to_numpy(zero_copy_only=False).astype(np.float64)
-        self.metrics.record_ports(idx, np.nan_to_num(speed, nan=0.0))
 
     def _maybe_prune(self) -> None:
         if self.archive is None or time.monotonic() - self._last_prune < 3600:
