@@ -88,11 +88,28 @@ def prom(tmp_path_factory: pytest.TempPathFactory, deploy_dir: Path) -> Iterator
             stdout=subprocess.DEVNULL,
             stderr=log,
         )
+        base = f"http://127.0.0.1:{prom_port}"
         try:
-            yield f"http://127.0.0.1:{prom_port}"
+            wait_ready(base, proc, tmp / "prometheus.log")
+            yield base
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def wait_ready(base: str, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
+    """Until Prometheus answers /-/ready (it serves 503 while it starts)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"prometheus exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{base}/-/ready", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"prometheus not ready after {timeout:g} s: {log.read_text()[-2000:]}")
 
 
 def query(base: str, expr: str) -> list[dict[str, Any]]:
