@@ -1,9 +1,16 @@
 """Silent speed and width downgrades: a link that is up, but slower than it should be.
 
 Nothing goes down when an 800G link renegotiates to 400G or a 4x cable comes up 2x, so no
-alarm fires; the job just gets slower. This is deterministic state, judged at once against
-the inventory's expected speed and width on both ends of each link, with a two-poll
-confirmation so a reading taken mid-retrain does not page anyone.
+alarm fires; the job just gets slower. This is deterministic state, judged on both ends of each
+link with a two-poll confirmation so a reading taken mid-retrain does not page anyone.
+
+The expected speed and width of a port come, in order of trust, from the inventory; else from
+what the port and its link peer enable or support (UFM's capabilities, fed with
+:meth:`LinkDowngradeDetector.set_capabilities`); else from the consensus of its peers: ports of
+the same role and label (``mlx5_2`` on every host, ``p4`` on every leaf) are the same part
+wired the same way, so when a clear majority of them runs at one speed, the odd one out below
+it has downgraded. A group without a clear majority sets no expectation for its ports nor for
+their link peers: mixed NIC generations must not page anyone.
 """
 
 from __future__ import annotations
@@ -28,6 +35,70 @@ class LinkDowngradeConfig:
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=2, close_after=2)
     )
+    #: Peer consensus needs at least this many up ports of the same role and label in a poll...
+    consensus_min_peers: int = 4
+    #: ...and this share of them at one value; otherwise the group sets no expectation.
+    consensus_min_share: float = 0.75
+
+
+#: Where a port's expectation came from, by code (evidence names it).
+_FROM = ("none", "inventory", "capabilities", "peers")
+
+
+def capability_expectations(fabric: Fabric, caps: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Per fabric port, the speed and width its link can train to: the lower of both ends' maxima.
+
+    ``caps`` follows UFM's capabilities schema (``port``, ``max_speed_bps``, ``enabled_width``,
+    ``supported_width``); a port it does not list, or lists without values, stays 0 (unknown).
+    """
+    n = fabric.n_ports
+    speed = np.zeros(n, np.int64)
+    width = np.zeros(n, np.int64)
+    if caps.num_rows:
+        idx = fabric.lookup(caps.column("port"))
+        known = idx >= 0
+        speed[idx[known]] = caps.column("max_speed_bps").fill_null(0).to_numpy()[known]
+        enabled = caps.column("enabled_width").fill_null(0).to_numpy().astype(np.int64)
+        supported = caps.column("supported_width").fill_null(0).to_numpy().astype(np.int64)
+        width[idx[known]] = np.where(enabled > 0, enabled, supported)[known]
+    peer = fabric.peer
+    out = []
+    for own in (speed, width):
+        other = np.where(peer >= 0, own[np.maximum(peer, 0)], 0)
+        out.append(np.where((own > 0) & (other > 0), np.minimum(own, other), own))
+    return out[0], out[1]
+
+
+def group_consensus(
+    groups: np.ndarray, values: np.ndarray, n_groups: int, min_peers: int, min_share: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group: the most common value, how many share it, and the group's size.
+
+    The value is 0 for a group smaller than ``min_peers`` or whose most common value is held by
+    less than ``min_share`` of it. Vectorized: a port's speed takes one of a handful of values,
+    so one ``bincount`` over (group, value code) pairs counts them all.
+    """
+    if groups.size == 0:
+        zeros = np.zeros(n_groups, np.int64)
+        return zeros, zeros.copy(), zeros.copy()
+    uniq, code = np.unique(values, return_inverse=True)
+    k = uniq.size
+    counts = np.bincount(groups * k + code.ravel(), minlength=n_groups * k).reshape(n_groups, k)
+    best = counts.argmax(axis=1)
+    mode_n = counts.max(axis=1).astype(np.int64)
+    total = counts.sum(axis=1).astype(np.int64)
+    ok = (total > 0) & (total >= min_peers) & (mode_n >= min_share * total)
+    mode = np.where(ok, uniq[best], 0).astype(np.int64)
+    return mode, mode_n, total
+    pairs, counts = np.unique(np.stack([groups, values], axis=1), axis=0, return_counts=True)
+    order = np.lexsort((counts, pairs[:, 0]))  # by group, then count: the last of a group wins
+    g_sorted = pairs[order, 0]
+    last = np.flatnonzero(np.r_[g_sorted[1:] != g_sorted[:-1], True])
+    g = g_sorted[last]
+    mode_n[g] = counts[order][last]
+    ok = (total[g] >= min_peers) & (mode_n[g] >= min_share * total[g])
+    mode[g[ok]] = pairs[order, 1][last][ok]
+    return mode, mode_n, total
 
 
 class LinkDowngradeDetector:
@@ -46,6 +117,57 @@ class LinkDowngradeDetector:
         self.kinds = ("width_downgrade", "speed_downgrade")
         self.hyst = {k: Hysteresis(self.cfg.hysteresis, fabric.n_ports) for k in self.kinds}
         self.since = {k: np.zeros(fabric.n_ports, dtype="datetime64[us]") for k in self.kinds}
+        n = fabric.n_ports
+        self.cap_speed = np.zeros(n, np.int64)
+        self.cap_width = np.zeros(n, np.int64)
+        labels = [k.rsplit("/", 1)[-1] for k in fabric.keys]
+        roles = fabric.port_role.tolist() if n else []
+        _, self.group = np.unique(np.array([f"{r}|{lab}" for r, lab in zip(roles, labels, strict=True)],
+                                           dtype=object), return_inverse=True)  # fmt: skip
+        self.group = self.group.astype(np.int64)
+        self.n_groups = int(self.group.max()) + 1 if n else 0
+        #: The expectation used for each port at its last judgement, and where it came from.
+        self.exp_speed = fabric.expected_speed_bps.astype(np.int64).copy()
+        self.exp_width = fabric.expected_width.astype(np.int64).copy()
+        self.speed_from = np.where(self.exp_speed > 0, 1, 0).astype(np.int8)
+        self.width_from = np.where(self.exp_width > 0, 1, 0).astype(np.int8)
+
+    def set_capabilities(self, caps: pa.Table) -> None:
+        """Take the ports' enabled/supported maxima (UFM REST) as the second source of expectations."""
+        speed, width = capability_expectations(self.fabric, caps)
+        # A port UFM stops listing keeps what it last said: the cable did not change.
+        self.cap_speed = np.where(speed > 0, speed, self.cap_speed)
+        self.cap_width = np.where(width > 0, width, self.cap_width)
+
+    def _expected(self, idx: np.ndarray, judged: np.ndarray, speed: np.ndarray, width: np.ndarray) -> None:
+        """Refresh ``exp_speed``/``exp_width`` per port: inventory, else capabilities, else peers."""
+        f = self.fabric
+        rows = np.flatnonzero(judged)
+        grp = self.group[idx[rows]]
+        for inv, cap, val, exp, src in (
+            (f.expected_speed_bps, self.cap_speed, speed, self.exp_speed, self.speed_from),
+            (f.expected_width, self.cap_width, width, self.exp_width, self.width_from),
+        ):
+            has = val[rows] > 0
+            mode, _, total = group_consensus(
+                grp[has],
+                val[rows][has],
+                self.n_groups,
+                self.cfg.consensus_min_peers,
+                self.cfg.consensus_min_share,
+            )
+            peers = mode[self.group]
+            # A link trains to the lower of its ends, and an end whose group is split (mixed
+            # parts) vetoes the link: the other end's group alone cannot say what it should be.
+            linked = f.peer >= 0
+            peer_of = np.maximum(f.peer, 0)
+            mixed = (total[self.group] >= self.cfg.consensus_min_peers) & (peers == 0)
+            other = np.where(linked, peers[peer_of], 0)
+            vetoed = mixed | (linked & mixed[peer_of])
+            peers = np.where(vetoed, 0, np.where(other > 0, np.minimum(peers, other), peers))
+            inv = inv.astype(np.int64)
+            exp[:] = np.where(inv > 0, inv, np.where(cap > 0, cap, peers))
+            src[:] = np.where(inv > 0, 1, np.where(cap > 0, 2, np.where(peers > 0, 3, 0)))
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         if batch.num_rows == 0:
@@ -56,10 +178,11 @@ class LinkDowngradeDetector:
         phys = column(batch, "phys_state", 0)
         speed = column(batch, "speed_bps", -1).astype(np.int64)
         width = column(batch, "width", 0).astype(np.int64)
-        exp_speed = np.where(known, f.expected_speed_bps[idx], 0)
-        exp_width = np.where(known, f.expected_width[idx], 0)
         # Only a port that is up with a reading can be judged; down or unread says nothing.
         judged = known & (phys == PHYS_LINK_UP) & (speed > 0)
+        self._expected(idx, judged, speed, width)
+        exp_speed = np.where(known, self.exp_speed[idx], 0)
+        exp_width = np.where(known, self.exp_width[idx], 0)
         width_bad = judged & (exp_width > 0) & (width > 0) & (width < exp_width)
         ent = self.links.of_port[np.where(known, idx, 0)]
         # Width is decided per link first: a 4x->2x cable is slower too, but it is one problem,
@@ -110,7 +233,8 @@ class LinkDowngradeDetector:
                                        "width": int(width[r]) if width[r] > 0 else None}  # fmt: skip
             else:
                 readings[f.keys[p]] = None
-        exp_s, exp_w = int(f.expected_speed_bps[main]), int(f.expected_width[main])
+        exp_s, exp_w = int(self.exp_speed[main]), int(self.exp_width[main])
+        source = _FROM[int(self.width_from[main] if kind == "width_downgrade" else self.speed_from[main])]
         actual = readings.get(f.keys[main]) or next((v for v in readings.values() if v), {})
         since = self.since[kind][ent].astype(datetime).replace(tzinfo=UTC)
         peer_txt = ""
@@ -126,6 +250,8 @@ class LinkDowngradeDetector:
             what = f"negotiated {actual.get('width')}x, expected {exp_w}x"
         else:
             what = f"negotiated {format_speed(actual.get('speed_bps') or 0)}, expected {format_speed(exp_s)}"
+        if source != "inventory":
+            what += f" (from {'peer consensus' if source == 'peers' else 'port capabilities'})"
         if status == "firing":
             summary = f"{f.keys[main]} {what} since {since:%H:%M:%S}{peer_txt}"
         else:
@@ -144,6 +270,7 @@ class LinkDowngradeDetector:
             score=1.0,
             evidence={
                 "expected": {"speed_bps": exp_s, "width": exp_w},
+                "expected_from": source,
                 "actual": readings,
                 "since": since.isoformat(),
                 "peer_port": f.keys[ends[1]] if len(ends) > 1 else None,

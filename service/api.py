@@ -90,7 +90,7 @@ def make_router(store: IncidentStore) -> APIRouter:
         kind: Annotated[str | None, Query(description="Only this kind.")] = None,
         node: Annotated[str | None, Query(description="Only incidents on this node.")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     ) -> dict[str, Any]:
         items = store.list_incidents(status=status, kind=kind, node=node, limit=limit, offset=offset)
         return {"items": items, "count": len(items), "limit": limit, "offset": offset}

@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
-from fastapi import FastAPI, Response
+from fastapi import Depends, FastAPI, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
@@ -17,15 +17,23 @@ from collectors.model import Fabric
 from detectors.ber_thresholds import ThresholdTable
 from detectors.pipeline import Pipeline, default_detectors
 from service.api import make_router
+from service.auth import Auth
 from service.config import Settings
 from service.db import make_engine, upgrade
+from service.drain_api import make_drain_router
+from service.drain_engine import DrainEngine, policy_from_settings
+from service.drain_metrics import DrainCollector
 from service.exposition import CONTENT_TYPE, render
 from service.ingest_api import make_ingest_router
+from service.input_guard import reject_nul
 from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
+from service.operations import Operations
+from service.ports_api import make_ports_router
 from service.runner import Runner
 from service.sources import build_sources
 from service.status_api import make_status_router
+from service.status_page import install_status_page
 from service.store import IncidentStore
 
 log = logging.getLogger("graywire.app")
@@ -44,6 +52,10 @@ def create_app(
     store = IncidentStore(engine)
     metrics = MetricsState(fabric, per_port=settings.metrics.per_port)
     registry = make_registry(metrics)
+    drain = DrainEngine(engine, store, fabric, policy_from_settings(settings.drain))
+    drain.sync_inventory()
+    registry.register(DrainCollector(drain))
+    auth = Auth(settings.auth)
     table = ThresholdTable.load(settings.ber_thresholds) if settings.ber_thresholds else None
     runner = Runner(
         settings,
@@ -52,6 +64,7 @@ def create_app(
         store,
         metrics,
         Pipeline(fabric, default_detectors(fabric, table, settings.multivariate_outliers)),
+        drain,
     )
 
     @contextlib.asynccontextmanager
@@ -72,10 +85,13 @@ def create_app(
         version="0.1.0",
         summary="Fabric telemetry and gray-failure detection for GPU training clusters",
         lifespan=lifespan,
+        dependencies=[Depends(reject_nul), Depends(auth.read_guard())],
     )
     app.state.runner = runner
     app.state.store = store
     app.state.metrics = metrics
+    app.state.drain = drain
+    app.state.auth = auth
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> JSONResponse:
@@ -107,6 +123,11 @@ def create_app(
 
     app.include_router(make_router(store))
     app.include_router(make_status_router(metrics))
-    app.include_router(make_nodes_router(store, fabric))
-    app.include_router(make_ingest_router(runner, settings.max_push_bytes))
+    app.include_router(make_nodes_router(store, fabric, drain.recommendation))
+    app.include_router(
+        make_ingest_router(runner, settings.max_push_bytes), dependencies=[Depends(auth.require("ingest"))]
+    )
+    app.include_router(make_drain_router(drain, Operations(drain), auth, set(fabric.node_names)))
+    app.include_router(make_ports_router(store, fabric, metrics))
+    install_status_page(app)
     return app

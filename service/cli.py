@@ -17,7 +17,6 @@ from tqdm import tqdm
 DEMO_FAULTS = "speed_downgrade@10s+1h,slow_channel@15s+1h=0.3"
 
 
-
 def _serve(settings: Any, banner: str | None = None) -> int:
     import uvicorn
 
@@ -63,7 +62,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         lines.append(f"    t+{f.start_s:.0f}s  {f.kind:<16} {where}")
     lines += [
         "  within a minute, look at:",
+        f"    {base}/  (the status page)",
         f"    curl -s {base}/api/v1/incidents | python3 -m json.tool",
+        f"    curl -s {base}/api/v1/drain | python3 -m json.tool   (nodes to drain, and why)",
         f"    curl -s {base}/metrics | grep ^graywire_",
         f"    {base}/docs  (the API)",
     ]
@@ -345,6 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--agent-hosts", type=int, default=4, help="hosts that get an agent")
     s.add_argument("--service-port", type=int, default=8000, help="port written into graywire.yaml")
     s.set_defaults(func=cmd_fakes)
+
+    from service.schedsync.cli import add_sync_commands
+
+    add_sync_commands(sub)
 
     s = sub.add_parser("db", help="database maintenance")
     dsub = s.add_subparsers(dest="db_command", required=True)

@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -85,6 +94,54 @@ class MetricsSettings(BaseModel):
     per_port: bool = True
 
 
+class DrainSettings(BaseModel):
+    """The drain policy (docs/drain.md): shadow mode, circuit breaker, clean window, cooldown."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: Recommend, never act: every item says ``shadow: true`` and the sync tools only report.
+    shadow: bool = False
+    #: Circuit breaker: at most this fraction of the hosts newly drained within ``window``.
+    max_fraction: float = Field(0.10, gt=0, le=1)
+    window: str = "10m"
+    #: A drained node returns to service after this long without any verdict.
+    clean_window: str = "10m"
+    #: A node that returned to service is only watched, not drained, for this long.
+    cooldown: str = "30m"
+    #: Host and link verdicts at or above this severity drain; below it they are watched.
+    min_severity: Literal["info", "warning", "critical"] = "warning"
+
+    @field_validator("window", "clean_window", "cooldown")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+
+class ApiToken(BaseModel):
+    """A bearer token and what it may do. ``token`` or ``token_file`` (one line), not both."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, description="who the token belongs to; named in the audit log")
+    role: Literal["reader", "ingest", "operator"]
+    token: str | None = Field(None, min_length=16)
+    token_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> ApiToken:
+        if (self.token is None) == (self.token_file is None):
+            raise ValueError(f"token {self.name!r}: give exactly one of token and token_file")
+        return self
+
+
+class AuthSettings(BaseModel):
+    """Bearer tokens for the API (docs/api.md). Changing state always needs a token."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: Whether read endpoints (GET) answer without a token.
+    read_open: bool = True
+    tokens: list[ApiToken] = Field(default_factory=list)
+
+
 _FILE_SETTINGS: ContextVar[dict[str, Any] | None] = ContextVar("graywire_file_settings", default=None)
 
 
@@ -128,6 +185,8 @@ class Settings(BaseSettings):
     max_push_bytes: int = Field(16 * 2**20, ge=1024)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    drain: DrainSettings = Field(default_factory=DrainSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
 
     @field_validator("poll_interval", "scrape_timeout", "max_backoff")
     @classmethod

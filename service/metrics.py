@@ -88,6 +88,12 @@ class MetricsState:
     port_stale: np.ndarray | None = None  # by fabric port index
     port_severity: np.ndarray | None = None  # worst open incident on the port: 0 ok, 1 warning, 2 critical
     nccl: NcclSnapshot | None = None
+    #: The latest raw reading of each port, for the ports API, by fabric port index (0 / NaN = none).
+    port_speed_bps: np.ndarray | None = None
+    port_width: np.ndarray | None = None
+    port_phys_state: np.ndarray | None = None
+    port_logical_state: np.ndarray | None = None
+    port_updated: np.ndarray | None = None  # unix seconds of the sample
 
     @cached_property
     def leaf_of_port(self) -> np.ndarray:
@@ -156,6 +162,37 @@ class MetricsState:
         with self.lock:
             self.open_incidents = counts
             self.port_severity = sev
+
+    def record_ports(
+        self,
+        idx: np.ndarray,
+        speed_bps: np.ndarray,
+        width: np.ndarray | None = None,
+        phys_state: np.ndarray | None = None,
+        logical_state: np.ndarray | None = None,
+        updated: np.ndarray | None = None,
+    ) -> None:
+        """Keep the latest reading per port; rows whose port the model does not know are ignored."""
+        n = self.fabric.n_ports
+        ok = idx >= 0
+        at = idx[ok]
+        with self.lock:
+            if self.port_speed_bps is None:
+                self.port_speed_bps = np.full(n, np.nan)
+            self.port_speed_bps[at] = speed_bps[ok]
+            for name, values, empty in (
+                ("port_width", width, np.zeros(n, dtype=np.int16)),
+                ("port_phys_state", phys_state, np.zeros(n, dtype=np.uint8)),
+                ("port_logical_state", logical_state, np.zeros(n, dtype=np.uint8)),
+                ("port_updated", updated, np.full(n, np.nan)),
+            ):
+                if values is None:
+                    continue
+                current = getattr(self, name)
+                if current is None:
+                    current = empty
+                    setattr(self, name, current)
+                current[at] = values[ok]
 
 
 def _counter(name: str, doc: str, values: Iterable[tuple[list[str], float]], labels: list[str]) -> Metric:

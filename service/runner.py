@@ -19,6 +19,7 @@ from datetime import timedelta
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collectors.base import Collector, ScrapeResult, failed
 from collectors.dataset import DatasetWriter, prune
@@ -30,6 +31,7 @@ from detectors.pipeline import Pipeline
 from fabricsim.faults import parse_duration
 from fabricsim.output import INVENTORY
 from service.config import Settings
+from service.drain_engine import DrainEngine
 from service.metrics import MetricsState, TargetStatus
 from service.store import IncidentStore
 
@@ -43,6 +45,7 @@ class _Target:
     indexer: PortIndexer
     next_attempt: float = 0.0  # monotonic seconds
     ports: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    capabilities: pa.Table | None = None  # what the detectors last got from this target
 
 
 class Runner:
@@ -54,13 +57,16 @@ class Runner:
         store: IncidentStore,
         metrics: MetricsState,
         pipeline: Pipeline | None = None,
+        drain: DrainEngine | None = None,
     ) -> None:
         self.settings = settings
         self.fabric = fabric
         self.store = store
         self.metrics = metrics
         self.pipeline = pipeline or Pipeline(fabric)
+        self.drain = drain
         self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
+        self._record_indexers: dict[str, PortIndexer] = {}
         with metrics.lock:
             metrics.targets = [t.status for t in self.targets]
         self.archive: DatasetWriter | None = None
@@ -109,7 +115,21 @@ class Runner:
         batches = [b for r in results if r.ok for b in r.batches]
         while self._pushed:
             batches.append(self._pushed.popleft())
-        return await asyncio.to_thread(self._process, batches)
+        caps = self._new_capabilities(due, results)
+        return await asyncio.to_thread(self._process, batches, caps)
+
+    @staticmethod
+    def _new_capabilities(due: list[_Target], results: list[ScrapeResult]) -> list[pa.Table]:
+        """Port capabilities (UFM's enabled/supported maxima) that changed since a target's last scrape."""
+        out = []
+        for t, r in zip(due, results, strict=True):
+            caps = getattr(t.collector, "capabilities", None)
+            if not r.ok or not isinstance(caps, pa.Table) or caps.num_rows == 0:
+                continue
+            if t.capabilities is None or not caps.equals(t.capabilities):
+                t.capabilities = caps
+                out.append(caps)
+        return out
 
     def tick(self) -> list[Finding]:
         """One poll, synchronously (tests and tools; the service uses :meth:`run`)."""
@@ -167,8 +187,14 @@ class Runner:
         return np.unique(idx[idx >= 0]).astype(np.int32)
 
     # -- processing ---------------------------------------------------------------------------
-    def _process(self, batches: list[pa.RecordBatch]) -> list[Finding]:
+    def _process(self, batches: list[pa.RecordBatch], caps: list[pa.Table] | None = None) -> list[Finding]:
         with self._busy:  # close() waits for a poll in flight instead of pulling the archive away
+            for table in caps or ():
+                # The second source of expected speed and width, after the inventory.
+                for det in self.pipeline.detectors:
+                    setter = getattr(det, "set_capabilities", None)
+                    if setter is not None:
+                        setter(table)
             return self._process_locked(batches)
 
     def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:
@@ -194,6 +220,8 @@ class Runner:
         self.metrics.observe_poll(judged, result.port_rates)
         for batch in judged:
             kind = record_kind(batch.schema)
+            if kind == "port_sample":
+                self._record_ports(batch)
             if self.archive is not None:
                 try:
                     self.archive.write(batch)
@@ -212,6 +240,11 @@ class Runner:
                 for f in self._unstored:
                     log.info("%s %s %s: %s", f.status, f.kind, f.node or f.entity, f.summary)
                 self._unstored.clear()
+        if self.drain is not None:
+            try:  # every poll, findings or not: clean windows and expiries run on time
+                self.drain.evaluate()
+            except Exception:
+                log.exception("drain policy run failed; the next poll retries from the stored state")
         self.metrics.set_incidents(self.store.open_counts(), self.store.active_on_ports())
         self._maybe_prune()
         with self.metrics.lock:
@@ -224,6 +257,26 @@ class Runner:
                 m.findings[(f.kind, f.status)] += 1
             m.stages = dict(self.pipeline.stats)
         return findings
+
+    def _record_ports(self, batch: pa.RecordBatch) -> None:
+        """The latest reading of each port, for the ports API (and per-port metrics if enabled)."""
+        source = batch.column("source")[0].as_py() if batch.num_rows else ""
+        indexer = self._record_indexers.setdefault(source, PortIndexer(self.fabric))
+        idx = indexer(batch.column("port"))
+
+        def column(name: str, null: float) -> np.ndarray:
+            values = batch.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+            return np.nan_to_num(values, nan=null)
+
+        micros = pc.cast(batch.column("time"), pa.int64()).to_numpy(zero_copy_only=False)
+        self.metrics.record_ports(
+            idx,
+            column("speed_bps", 0.0),
+            width=column("width", 0.0).astype(np.int16),
+            phys_state=column("phys_state", 0.0).astype(np.uint8),
+            logical_state=column("logical_state", 0.0).astype(np.uint8),
+            updated=micros / 1e6,
+        )
 
     def _maybe_prune(self) -> None:
         if self.archive is None or time.monotonic() - self._last_prune < 3600:

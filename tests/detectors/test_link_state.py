@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
@@ -14,7 +14,7 @@ import pytest
 from collectors.model import Fabric
 from collectors.schemas import PHYS_LINK_UP, PHYS_POLLING, PORT_SAMPLE, TS, make_batch
 from detectors.findings import Finding
-from detectors.link_state import LinkDowngradeConfig, LinkDowngradeDetector
+from detectors.link_state import LinkDowngradeConfig, LinkDowngradeDetector, group_consensus
 from detectors.pipeline import Pipeline
 from fabricsim.sim import EPOCH, FabricSim, SimConfig
 from fabricsim.topology import TopologySpec, build_fabric
@@ -308,3 +308,91 @@ def test_since_survives_a_single_good_poll_while_open(fabric: Fabric) -> None:
     cleared = feed(det, col, {}, 2)
     assert [f.status for f in cleared] == ["cleared"]
     assert cleared[0].evidence["since"] == T0.isoformat()
+
+
+# -- expectations without an inventory: capabilities, then peer consensus ---------------------------
+def blind(fabric: Fabric) -> Fabric:
+    """The same fabric with no expected speed or width anywhere (an inventory without levels)."""
+    return replace(
+        fabric,
+        expected_speed_bps=np.zeros_like(fabric.expected_speed_bps),
+        expected_width=np.zeros_like(fabric.expected_width),
+    )
+
+
+def capabilities(entries: Mapping[str, tuple[int | None, int | None]]) -> pa.Table:
+    """UFM's capabilities table: ``port -> (max_speed_bps, enabled_width)``."""
+    keys = list(entries)
+    return pa.table(
+        {
+            "port": pa.array(keys, pa.string()),
+            "enabled_speed_bps": pa.array([entries[k][0] for k in keys], pa.int64()),
+            "enabled_width": pa.array([entries[k][1] for k in keys], pa.uint8()),
+            "supported_speed_bps": pa.array([None] * len(keys), pa.int64()),
+            "supported_width": pa.array([None] * len(keys), pa.uint8()),
+            "max_speed_bps": pa.array([entries[k][0] for k in keys], pa.int64()),
+        }
+    )
+
+
+@pytest.mark.parametrize("kind", ["speed_downgrade", "width_downgrade"])
+def test_peer_consensus_finds_a_downgrade_without_inventory(kind: str) -> None:
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=8), duration_s=240.0, seed=0,
+                              faults=f"{kind}@30s+120s:{HOST}"))  # fmt: skip
+    det = LinkDowngradeDetector(blind(sim.fabric))
+    found = [f for st in sim.run() for f in det.observe(st.port_sample)]
+    assert [(f.kind, f.status, f.link) for f in found] == [(kind, "firing", LINK), (kind, "cleared", LINK)]
+    f = found[0]
+    assert f.evidence["expected_from"] == "peers"
+    assert f.evidence["expected"] == {"speed_bps": 800 * G, "width": 4}
+    assert "peer consensus" in f.summary
+    assert 30.0 <= rel(f) <= 30.0 + 2 * POLL
+
+
+def test_peer_consensus_stays_quiet_on_a_healthy_blind_fabric() -> None:
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=8), duration_s=300.0, seed=1, faults="none"))
+    det = LinkDowngradeDetector(blind(sim.fabric))
+    assert [f for st in sim.run() for f in det.observe(st.port_sample)] == []
+
+
+def test_mixed_generations_without_a_clear_majority_set_no_expectation(fabric: Fabric) -> None:
+    det = LinkDowngradeDetector(blind(fabric))
+    col = Collector(fabric)
+    # Half the hosts' mlx5_2 links (both ends) run at 400G: no 75% majority, so nobody is judged.
+    hosts = sorted({k for k in fabric.keys if k.endswith("/mlx5_2")})
+    half = {}
+    for k in hosts[: len(hosts) // 2]:
+        p = int(fabric.peer[fabric.keys.index(k)])
+        half[k] = half[fabric.keys[p]] = (PHYS_LINK_UP, 400 * G, 4)
+    assert feed(det, col, half, 4) == []
+
+
+def test_capabilities_set_the_expectation_where_the_inventory_has_none(fabric: Fabric) -> None:
+    det = LinkDowngradeDetector(blind(fabric))
+    # Every port enables 400G only: a 400G link is healthy, whatever its peers run at.
+    det.set_capabilities(capabilities({k: (400 * G, 4) for k in fabric.keys}))
+    col = Collector(fabric)
+    at_400 = {k: (PHYS_LINK_UP, 400 * G, 4) for k in fabric.keys}
+    assert feed(det, col, at_400, 3) == []
+    # A port enabled for 800G whose link trains at 400G is a downgrade, judged on capabilities.
+    det.set_capabilities(capabilities({HOST: (800 * G, 4), LEAF: (800 * G, 4)}))
+    found = feed(det, col, at_400, 2)
+    assert [(f.kind, f.status, f.link) for f in found] == [("speed_downgrade", "firing", LINK)]
+    assert found[0].evidence["expected_from"] == "capabilities"
+    assert found[0].evidence["expected"]["speed_bps"] == 800 * G
+
+
+def test_inventory_wins_over_capabilities(fabric: Fabric) -> None:
+    det = LinkDowngradeDetector(fabric)  # the inventory expects 800G 4x
+    det.set_capabilities(capabilities({HOST: (400 * G, 4), LEAF: (400 * G, 4)}))
+    found = feed(det, Collector(fabric), {HOST: (PHYS_LINK_UP, 400 * G, 4)}, 2)
+    assert [(f.kind, f.evidence["expected_from"]) for f in found] == [("speed_downgrade", "inventory")]
+
+
+def test_group_consensus_needs_quorum_and_share() -> None:
+    groups = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+    values = np.array([8, 8, 8, 4, 8, 8, 8, 8, 8, 4, 4])
+    mode, mode_n, total = group_consensus(groups, values, 4, min_peers=4, min_share=0.75)
+    assert mode.tolist() == [8, 0, 0, 0]  # group 1 too small, group 2 split, group 3 empty
+    assert mode_n.tolist() == [3, 3, 2, 0]
+    assert total.tolist() == [4, 3, 4, 0]

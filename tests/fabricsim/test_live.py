@@ -74,7 +74,7 @@ def test_serve_reads_every_fake_source_and_finds_the_downgrade(tmp_path: Path) -
         assert set(by_source) == {"ufm", "snmp", "agent", "nccl"}
         assert len(by_source["snmp"]) == 9 and len(by_source["agent"]) == 4 and len(by_source["ufm"]) == 2
         for t in targets:
-            assert t["ok"], t
+            assert t["ok"], (t.get("error"), t)
             assert t["samples"] > 0, t
         items = client.get("/api/v1/incidents", params={"kind": "speed_downgrade"}).json()["items"]
         assert [(i["node"], i["port"], i["status"]) for i in items] == [

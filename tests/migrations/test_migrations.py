@@ -12,11 +12,22 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 import migrations
 from service.db import Base, alembic_config, make_engine, upgrade
 
-TABLES = {"incidents", "findings", "alembic_version"}
+TABLES = {
+    "incidents", "findings", "alembic_version", "inventory_nodes", "node_verdicts",
+    "drain_recommendations", "silences", "drain_excludes", "audit_log", "drain_state",
+}  # fmt: skip
+
+
+def head_revision() -> str:
+    """The newest revision, read from the scripts: tests keep passing as migrations are added."""
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert head is not None
+    return head
 
 
 def tables_and_version(url: str) -> tuple[set[str], list[str]]:
@@ -43,7 +54,7 @@ def test_upgrade_creates_schema_and_is_idempotent(
     upgrade(db_url)
     tables, versions = tables_and_version(db_url)
     assert tables >= TABLES
-    assert versions == ["0001"]
+    assert versions == [head_revision()]
 
     engine = make_engine(db_url)
     try:
@@ -57,7 +68,7 @@ def test_upgrade_creates_schema_and_is_idempotent(
                 {"t": "2025-03-01 12:00:00+00:00"},
             )
         upgrade(db_url)  # already at head: nothing to do, nothing lost
-        assert tables_and_version(db_url)[1] == ["0001"]
+        assert tables_and_version(db_url)[1] == [head_revision()]
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM incidents")).scalar_one() == 1
     finally:
@@ -86,7 +97,7 @@ def test_downgrade_to_base_removes_tables(db_url: str) -> None:
     finally:
         engine.dispose()
     tables, versions = tables_and_version(db_url)
-    assert not tables & {"incidents", "findings"}
+    assert not tables & (TABLES - {"alembic_version"})
     assert versions == []
 
 
@@ -115,4 +126,66 @@ def test_alembic_cli_with_shipped_ini(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert tables_and_version(url) == (TABLES, ["0001"])
+    assert tables_and_version(url) == (TABLES, [head_revision()])
+
+
+def test_upgrade_from_0001_keeps_incidents_and_findings(db_url: str) -> None:
+    """A database holding data at the first revision is upgraded in place, nothing lost."""
+    upgrade(db_url, "0001")
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO incidents (kind, entity, status, severity, summary, detector, score,"
+                    " confidence, evidence, opened_at, last_seen_at, finding_count)"
+                    " VALUES ('speed_downgrade', 'gpu-0001/mlx5_2', 'acknowledged', 'critical',"
+                    " 'negotiated 400G', 'link_state/1', 1, 1, '{\"since\": \"x\"}', :t, :t, 3)"
+                ),
+                {"t": "2025-03-01 12:00:00+00:00"},
+            )
+            incident_id = conn.execute(sa.text("SELECT id FROM incidents")).scalar_one()
+            conn.execute(
+                sa.text(
+                    "INSERT INTO findings (incident_id, kind, entity, status, time, severity, summary,"
+                    " detector, score, confidence, evidence)"
+                    " VALUES (:i, 'speed_downgrade', 'gpu-0001/mlx5_2', 'firing', :t, 'critical', 's',"
+                    " 'link_state/1', 1, 1, '{}')"
+                ),
+                {"i": incident_id, "t": "2025-03-01 12:00:00+00:00"},
+            )
+        upgrade(db_url)
+        assert tables_and_version(db_url) == (TABLES, [head_revision()])
+        with engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT kind, status, finding_count FROM incidents")).one()
+            assert tuple(row) == ("speed_downgrade", "acknowledged", 3)
+            assert conn.execute(sa.text("SELECT incident_id FROM findings")).scalar_one() == incident_id
+            # The fleet-wide drain state row every policy run locks is there from the start.
+            state = conn.execute(sa.text("SELECT id, breaker_tripped FROM drain_state")).one()
+            assert (state[0], bool(state[1])) == (1, False)
+        from service.store import IncidentStore
+
+        assert IncidentStore(engine).get_incident(incident_id)["evidence"] == {"since": "x"}
+    finally:
+        engine.dispose()
+
+
+def test_audit_log_is_append_only(db_url: str) -> None:
+    upgrade(db_url)
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO audit_log (time, actor, action, message, evidence)"
+                    " VALUES (:t, 'policy', 'drain', 'm', '{}')"
+                ),
+                {"t": "2025-03-01 12:00:00"},
+            )
+        for statement in ("UPDATE audit_log SET message = 'rewritten'", "DELETE FROM audit_log"):
+            with pytest.raises(sa.exc.DatabaseError, match="append-only"), engine.begin() as conn:
+                conn.execute(sa.text(statement))
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT message FROM audit_log")).scalar_one() == "m"
+    finally:
+        engine.dispose()

@@ -56,6 +56,31 @@ def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
     assert {"incidents", "findings", "alembic_version"} <= tables
 
 
+def test_db_upgrade_of_a_database_holding_data_keeps_it(db_url: str) -> None:
+    from service.db import upgrade
+
+    upgrade(db_url, "0001")  # a database from before the drain tables, with an incident in it
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO incidents (kind, entity, status, severity, summary, detector, score,"
+                    " confidence, evidence, opened_at, last_seen_at)"
+                    " VALUES ('link_flap', 'gpu-0002/mlx5_1', 'open', 'warning', 'flapping', 'link_flap/1',"
+                    " 1, 1, '{}', '2025-03-01 12:00:00+00:00', '2025-03-01 12:00:00+00:00')"
+                )
+            )
+        assert main(["db", "upgrade", "--database-url", db_url]) == 0
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT entity FROM incidents")).scalars().all() == [
+                "gpu-0002/mlx5_1"
+            ]
+            assert conn.execute(sa.text("SELECT count(*) FROM drain_state")).scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

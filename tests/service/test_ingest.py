@@ -14,6 +14,8 @@ from fabricsim.topology import TopologySpec
 from service.app import create_app
 from service.config import load_settings
 
+INGEST_TOKEN = "ingest-token-0123456789"
+
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
@@ -24,8 +26,10 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         max_push_bytes=4 * 2**20,
         archive={"enabled": False},
         sources=[{"type": "fabricsim", "hosts": 8, "seed": 1}],
+        auth={"tokens": [{"name": "trainer", "role": "ingest", "token": INGEST_TOKEN}]},
     )
     with TestClient(create_app(settings, run_loop=False)) as c:
+        c.headers["authorization"] = f"Bearer {INGEST_TOKEN}"
         yield c
 
 
@@ -84,6 +88,15 @@ def test_bad_pushes_are_refused_with_a_reason(
     assert r.status_code == status
     assert message in str(r.json()["detail"])
     assert client.get("/api/v1/incidents").json()["count"] == 0
+
+
+def test_push_needs_an_ingest_token(client: TestClient) -> None:
+    anonymous = TestClient(client.app)
+    body = b'{"header": {"id": 1}}\n'
+    for headers in ({}, {"authorization": "Bearer not-a-known-token-at-all"}):
+        r = anonymous.post("/api/v1/ingest/nccl", params={"job": "j"}, content=body, headers=headers)
+        assert r.status_code == 401
+        assert "token" in r.json()["detail"]
 
 
 def test_nccl_directory_source_is_built_from_config(tmp_path: Path) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from collectors.base import ScrapeResult, failed
@@ -89,3 +92,47 @@ def test_a_counter_reset_is_no_finding(tmp_path: Path) -> None:
     runner, _, metrics = make_runner(tmp_path, "counter_reset@30s:gpu-0002", {})
     assert [f for _ in range(8) for f in runner.tick()] == []
     assert metrics.targets[0].failures == 0
+
+
+class WithCapabilities:
+    """A source that, like UFM REST, also says how fast each port is enabled to run."""
+
+    def __init__(self, inner: FabricSimCollector, caps: pa.Table) -> None:
+        self.inner, self.capabilities = inner, caps
+        self.source, self.target = "ufm", "caps"
+
+    async def scrape(self) -> ScrapeResult:
+        return await self.inner.scrape()
+
+
+def test_capabilities_reach_the_downgrade_detector(tmp_path: Path) -> None:
+    settings: Settings = load_settings(
+        None, data_dir=tmp_path, poll_interval="10s", archive={"enabled": False}
+    )
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    upgrade(url)
+    sim = FabricSimCollector(FabricSimSource(hosts=8, seed=4, faults="none"), 10.0)
+    # An inventory without levels: expectations come from the source's capabilities.
+    fabric = replace(
+        sim.fabric,
+        expected_speed_bps=np.zeros_like(sim.fabric.expected_speed_bps),
+        expected_width=np.zeros_like(sim.fabric.expected_width),
+    )
+    host, leaf = "gpu-0003/mlx5_2", "leaf-r2-000/p4"
+    caps = pa.table(
+        {
+            "port": [host, leaf],
+            "enabled_speed_bps": pa.array([1600 * 10**9] * 2, pa.int64()),
+            "enabled_width": pa.array([4, 4], pa.uint8()),
+            "supported_speed_bps": pa.array([1600 * 10**9] * 2, pa.int64()),
+            "supported_width": pa.array([4, 4], pa.uint8()),
+            "max_speed_bps": pa.array([1600 * 10**9] * 2, pa.int64()),
+        }
+    )
+    runner = Runner(settings, fabric, [WithCapabilities(sim, caps)], IncidentStore(make_engine(url)),
+                    MetricsState(fabric))  # fmt: skip
+    found = [f for _ in range(3) for f in runner.tick()]
+    # The link is enabled for 1.6T on both ends and trained at 800G: a downgrade, and only that one.
+    assert [(f.kind, f.link, f.evidence["expected_from"]) for f in found] == [
+        ("speed_downgrade", f"{host}<->{leaf}", "capabilities")
+    ]

@@ -1,0 +1,41 @@
+"""Prometheus gauges of the drain policy, read from the database at scrape time.
+
+A custom collector (not gauges set by the poll loop) so every replica sharing a database
+reports the same fleet-wide numbers, and a restarted process reports them at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from service.drain_engine import DrainEngine
+
+log = logging.getLogger("graywire.drain")
+
+
+class DrainCollector(Collector):
+    def __init__(self, drain: DrainEngine) -> None:
+        self.drain = drain
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            counts = self.drain.counts()
+            tripped = self.drain.breaker().tripped
+        except Exception as e:  # a database hiccup must not fail the whole scrape
+            log.warning("drain metrics unavailable: %s", e)
+            return
+        nodes = GaugeMetricFamily(
+            "graywire_drain_nodes", "Nodes the drain policy recommends, by action.", labels=["action"]
+        )
+        for action in ("drain", "watch"):
+            nodes.add_metric([action], counts.get(action, 0))
+        yield nodes
+        yield GaugeMetricFamily(
+            "graywire_drain_circuit_breaker_tripped",
+            "1 while the drain circuit breaker is tripped (no new drains), else 0.",
+            value=1 if tripped else 0,
+        )

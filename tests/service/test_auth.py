@@ -1,0 +1,72 @@
+"""Token roles and their configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi import HTTPException
+
+from service.auth import Auth
+from service.config import AuthSettings, load_settings
+
+
+def auth(tmp_path: Path) -> Auth:
+    secret = tmp_path / "ops.token"
+    secret.write_text("operator-secret-from-a-file\n")
+    return Auth(
+        AuthSettings(
+            tokens=[
+                {"name": "alice", "role": "operator", "token_file": secret},
+                {"name": "grafana", "role": "reader", "token": "reader-token-0123456789"},
+                {"name": "jobs", "role": "ingest", "token": "ingest-token-0123456789"},
+            ]
+        )
+    )
+
+
+def test_roles_grant_what_they_say(tmp_path: Path) -> None:
+    a = auth(tmp_path)
+    assert a.check("operator-secret-from-a-file", "operator").name == "alice"
+    assert a.check("operator-secret-from-a-file", "ingest").name == "alice"
+    assert a.check("reader-token-0123456789", "reader").role == "reader"
+    for token, role, status in [
+        ("reader-token-0123456789", "operator", 403),
+        ("ingest-token-0123456789", "reader", 403),
+        ("reader-token-0123456789", "ingest", 403),
+        ("nope-nope-nope-nope", "reader", 401),
+        (None, "operator", 401),
+    ]:
+        with pytest.raises(HTTPException) as e:
+            a.check(token, role)  # type: ignore[arg-type]
+        assert e.value.status_code == status
+
+
+@pytest.mark.parametrize(
+    ("auth_cfg", "message"),
+    [
+        ({"tokens": [{"name": "a", "role": "operator", "token": "short"}]}, "at least 16"),
+        ({"tokens": [{"name": "a", "role": "operator"}]}, "exactly one of token and token_file"),
+        ({"tokens": [{"name": "a", "role": "root", "token": "x" * 20}]}, "auth.tokens.0.role"),
+        ({"read_open": "perhaps"}, "auth.read_open"),
+    ],
+)
+def test_bad_auth_config_is_refused_naming_the_key(auth_cfg: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_settings(None, auth=auth_cfg)
+
+
+@pytest.mark.parametrize(
+    ("drain_cfg", "message"),
+    [({"max_fraction": 0}, "drain.max_fraction"), ({"window": "soon"}, "not a duration"),
+     ({"min_severity": "high"}, "drain.min_severity")],
+)  # fmt: skip
+def test_bad_drain_config_is_refused(drain_cfg: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_settings(None, drain=drain_cfg)
+
+
+def test_unreadable_token_file_stops_start_up(tmp_path: Path) -> None:
+    settings = AuthSettings(tokens=[{"name": "a", "role": "operator", "token_file": tmp_path / "missing"}])
+    with pytest.raises(ValueError, match="cannot read token_file"):
+        Auth(settings)

@@ -1,0 +1,118 @@
+"""The drain policy's rules, one at a time, on hand-made verdicts (no database, no clock)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from detectors.correlate import NodeVerdict
+from service.drain_policy import Breaker, Current, DrainPolicy, decide
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+POLICY = DrainPolicy(max_fraction=0.1, window=timedelta(minutes=10), clean_window=timedelta(minutes=10),
+                     cooldown=timedelta(minutes=30))  # fmt: skip
+OPEN = Breaker(tripped=False, since=None, recent_drains=0)
+
+
+def link(node: str, iid: int, severity: str = "critical") -> NodeVerdict:
+    return NodeVerdict(
+        node, "host", "link", severity, [f"{node}/mlx5_3 negotiated 400G, expected 800G"], [iid]
+    )
+
+
+def incidents(*ids: int) -> dict[int, dict]:
+    return {
+        i: {"id": i, "opened_at": (T0 - timedelta(minutes=i)).isoformat(), "node": f"gpu-{i:04d}"}
+        for i in ids
+    }
+
+
+def by_node(result) -> dict:
+    return {d.node: d for d in result.decisions}
+
+
+def test_a_bad_link_drains_with_a_readable_reason_and_its_incident() -> None:
+    r = decide([link("gpu-0001", 1)], incidents(1), {}, {}, OPEN, hosts=64, policy=POLICY, now=T0)
+    d = by_node(r)["gpu-0001"]
+    assert (d.action, d.event, d.incident_ids) == ("drain", "drain", [1])
+    assert "negotiated 400G, expected 800G" in d.reason
+    assert d.since == T0 - timedelta(minutes=1)  # when the incident opened, not when we decided
+    assert d.evidence["verdict"]["side"] == "link"
+
+
+def test_below_min_severity_is_watched_and_switches_and_network_hosts_are_not_drained() -> None:
+    verdicts = [
+        NodeVerdict("leaf-r2-000", "leaf", "network", "critical", ["links to 3 hosts"], [2, 3, 4]),
+        NodeVerdict("gpu-0002", "host", "network", "critical", ["x (one of many)"], [2], "leaf-r2-000"),
+        link("gpu-0005", 5, severity="info"),
+    ]
+    r = decide(verdicts, incidents(2, 3, 4, 5), {}, {}, OPEN, hosts=64, policy=POLICY, now=T0)
+    d = by_node(r)
+    assert "leaf-r2-000" not in d and "gpu-0002" not in d
+    assert d["gpu-0005"].action == "watch"
+    assert r.network == {"leaf-r2-000": (["gpu-0002", "gpu-0003", "gpu-0004"], [2, 3, 4])}
+
+
+def test_excluded_node_is_watched_never_drained_and_an_existing_drain_is_lifted() -> None:
+    excluded = {"gpu-0001": "by ops until removed: burn-in"}
+    r = decide([link("gpu-0001", 1)], incidents(1), {}, excluded, OPEN, hosts=64, policy=POLICY, now=T0)
+    d = by_node(r)["gpu-0001"]
+    assert d.action == "watch" and "excluded" in d.reason and "burn-in" in d.reason
+    cur = {"gpu-0001": Current("gpu-0001", "drain", T0, "r", (1,))}
+    r = decide([link("gpu-0001", 1)], incidents(1), cur, excluded, OPEN, hosts=64, policy=POLICY, now=T0)
+    assert (by_node(r)["gpu-0001"].action, by_node(r)["gpu-0001"].event) == ("watch", "lift_excluded")
+
+
+def test_drained_node_returns_only_after_a_clean_window() -> None:
+    cur = {"gpu-0001": Current("gpu-0001", "drain", T0, "bad link", (1,))}
+    r = decide([], {}, cur, {}, OPEN, hosts=64, policy=POLICY, now=T0)
+    d = by_node(r)["gpu-0001"]
+    assert (d.action, d.clean_since, d.event) == ("drain", T0, None)
+    assert "clean window" in d.reason
+    # Still inside the window: drained. A verdict coming back restarts the wait.
+    cur = {"gpu-0001": Current("gpu-0001", "drain", T0, "bad link", (1,), clean_since=T0)}
+    r = decide([], {}, cur, {}, OPEN, hosts=64, policy=POLICY, now=T0 + timedelta(minutes=9))
+    assert by_node(r)["gpu-0001"].action == "drain"
+    r = decide([link("gpu-0001", 1)], incidents(1), cur, {}, OPEN, 64, POLICY, T0 + timedelta(minutes=9))
+    assert (by_node(r)["gpu-0001"].action, by_node(r)["gpu-0001"].clean_since) == ("drain", None)
+    later = T0 + timedelta(minutes=10)
+    r = decide([], {}, cur, {}, OPEN, hosts=64, policy=POLICY, now=later)
+    d = by_node(r)["gpu-0001"]
+    assert (d.action, d.event, d.released_at) == ("none", "return_to_service", later)
+
+
+def test_cooldown_after_return_to_service_watches_instead_of_draining() -> None:
+    cur = {"gpu-0001": Current("gpu-0001", "none", T0, "back", (), released_at=T0)}
+    r = decide([link("gpu-0001", 1)], incidents(1), cur, {}, OPEN, 64, POLICY, T0 + timedelta(minutes=5))
+    d = by_node(r)["gpu-0001"]
+    assert d.action == "watch" and "cooldown" in d.reason
+    r = decide([link("gpu-0001", 1)], incidents(1), cur, {}, OPEN, 64, POLICY, T0 + timedelta(minutes=31))
+    assert by_node(r)["gpu-0001"].action == "drain"
+
+
+def test_circuit_breaker_caps_new_drains_and_trips_once() -> None:
+    verdicts = [link(f"gpu-{i:04d}", i) for i in range(1, 11)]  # 10 bad hosts of 64: cap is 6
+    r = decide(verdicts, incidents(*range(1, 11)), {}, {}, OPEN, hosts=64, policy=POLICY, now=T0)
+    drains = [d for d in r.decisions if d.action == "drain"]
+    held = [d for d in r.decisions if d.action == "watch"]
+    assert (len(drains), len(held), r.cap, r.recent_drains) == (6, 4, 6, 6)
+    assert r.tripped_now and "cap of 6" in r.breaker_message
+    # Oldest incidents first: ids 10..5 opened earliest.
+    assert sorted(d.node for d in drains) == [f"gpu-{i:04d}" for i in range(5, 11)]
+    assert all(d.event == "hold" and "circuit breaker" in d.reason for d in held)
+    # Tripped: nothing new is drained even when the window has room again.
+    tripped = Breaker(tripped=True, since=T0, recent_drains=0)
+    r = decide([link("gpu-0030", 30)], incidents(30), {}, {}, tripped, hosts=64, policy=POLICY, now=T0)
+    assert [d.action for d in r.decisions] == ["watch"] and not r.tripped_now
+
+
+def test_cap_counts_drains_already_made_in_the_window() -> None:
+    br = Breaker(tripped=False, since=None, recent_drains=6)
+    r = decide([link("gpu-0001", 1)], incidents(1), {}, {}, br, hosts=64, policy=POLICY, now=T0)
+    assert by_node(r)["gpu-0001"].action == "watch" and r.tripped_now
+    assert DrainPolicy(max_fraction=0.1).cap(5) == 1  # a tiny cluster may still drain one node
+
+
+def test_watch_clears_when_the_incident_goes() -> None:
+    cur = {"gpu-0001": Current("gpu-0001", "watch", T0, "meh", (1,))}
+    r = decide([], {}, cur, {}, OPEN, hosts=64, policy=POLICY, now=T0)
+    assert (by_node(r)["gpu-0001"].action, by_node(r)["gpu-0001"].event) == ("none", "clear")

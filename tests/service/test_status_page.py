@@ -1,0 +1,49 @@
+"""The status page's files and the capabilities route it reads first (the browser test drives it)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.config import load_settings
+from service.status_page import STATIC_DIR
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    settings = load_settings(
+        None, data_dir=tmp_path, archive={"enabled": False}, sources=[{"type": "fabricsim", "hosts": 2}]
+    )
+    with TestClient(create_app(settings, run_loop=False)) as c:
+        yield c
+
+
+def test_the_page_and_its_files_are_served_from_the_package(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'src="static/status.js"' in page.text and 'href="static/status.css"' in page.text
+    assert "http://" not in page.text and "https://" not in page.text  # nothing from the internet
+    js = client.get("/static/status.js")
+    assert js.status_code == 200 and "javascript" in js.headers["content-type"]
+    assert client.get("/static/status.css").headers["content-type"].startswith("text/css")
+    assert client.get("/static/nope.js").status_code == 404
+    assert "/" not in client.get("/openapi.json").json()["paths"]  # the page is not an API route
+
+
+def test_no_data_reaches_the_dom_as_html() -> None:
+    js = (STATIC_DIR / "status.js").read_text()
+    assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(", js)
+
+
+def test_capabilities_follow_the_routes_the_service_has(client: TestClient) -> None:
+    assert client.get("/api/v1/capabilities").json() == {"drain": False}
+    app = client.app
+    app.add_api_route("/api/v1/drain", lambda: [], methods=["GET"])  # type: ignore[attr-defined]
+    assert client.get("/api/v1/capabilities").json() == {"drain": False}  # needs its state route too
+    app.add_api_route("/api/v1/drain/state", lambda: {}, methods=["GET"])  # type: ignore[attr-defined]
+    assert client.get("/api/v1/capabilities").json() == {"drain": True}
