@@ -16,6 +16,8 @@ from collectors.base import Collector
 from collectors.model import Fabric
 from detectors.ber_thresholds import ThresholdTable
 from detectors.pipeline import Pipeline, default_detectors
+from service.alerts.dispatcher import Dispatcher
+from service.alerts.metrics import AlertsCollector
 from service.api import make_router
 from service.auth import Auth
 from service.config import Settings
@@ -67,12 +69,24 @@ def create_app(
         drain,
     )
 
+    own_url = f"http://{settings.host}:{settings.port}"
+    dispatcher = (
+        Dispatcher(engine, settings.alerts, default_external_url=own_url) if settings.alerts.enabled else None
+    )
+    if dispatcher is not None:
+        registry.register(AlertsCollector(dispatcher))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         task = asyncio.create_task(runner.run()) if run_loop else None
+        alerts = asyncio.create_task(dispatcher.run()) if run_loop and dispatcher else None
         try:
             yield
         finally:
+            if alerts is not None:
+                alerts.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await alerts
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

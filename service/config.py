@@ -33,6 +33,7 @@ from collectors.nccl import NcclSourceConfig
 from collectors.snmp import SnmpSourceConfig
 from collectors.ufm import UfmSourceConfig
 from fabricsim.faults import parse_duration, parse_spec
+from service.alerts.config import AlertsSettings
 
 
 class FabricSimSource(BaseModel):
@@ -187,6 +188,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    alerts: AlertsSettings = Field(default_factory=AlertsSettings)
 
     @field_validator("poll_interval", "scrape_timeout", "max_backoff")
     @classmethod

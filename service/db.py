@@ -401,3 +401,6 @@ def upgrade(url: str | URL, revision: str = "head") -> None:
             command.upgrade(cfg, revision)
     finally:
         engine.dispose()
+
+
+import service.alerts.models  # noqa: E402, F401  (the outbox tables join Base.metadata)

@@ -111,7 +111,7 @@ class GridOut(BaseModel):
 
 
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Page size, at most {MAX_PAGE}.")]
-Offset = Annotated[int, Query(ge=0)]
+Offset = Annotated[int, Query(ge=0, le=2**63 - 1)]
 HealthFilter = Annotated[list[Health] | None, Query(description="Only these health values (repeatable).")]
 KindFilter = Annotated[str | None, Query(description="Only ports with an open incident of this kind.")]
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse
-from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
@@ -25,7 +24,8 @@ class CapabilitiesOut(BaseModel):
 
 
 def _serves(app: FastAPI, path: str) -> bool:
-    return any(isinstance(r, APIRoute) and r.path == path and "GET" in r.methods for r in app.routes)
+    # The OpenAPI document, not app.routes: included routers are not flattened into the latter.
+    return "get" in app.openapi().get("paths", {}).get(path, {})
 
 
 def install_status_page(app: FastAPI) -> None:

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.config import load_settings
-from service.status_page import STATIC_DIR
+from service.status_page import STATIC_DIR, install_status_page
 
 
 @pytest.fixture
@@ -41,9 +42,14 @@ def test_no_data_reaches_the_dom_as_html() -> None:
 
 
 def test_capabilities_follow_the_routes_the_service_has(client: TestClient) -> None:
-    assert client.get("/api/v1/capabilities").json() == {"drain": False}
-    app = client.app
-    app.add_api_route("/api/v1/drain", lambda: [], methods=["GET"])  # type: ignore[attr-defined]
-    assert client.get("/api/v1/capabilities").json() == {"drain": False}  # needs its state route too
-    app.add_api_route("/api/v1/drain/state", lambda: {}, methods=["GET"])  # type: ignore[attr-defined]
     assert client.get("/api/v1/capabilities").json() == {"drain": True}
+    # A service built without the drain API says so, and the page shows "unavailable".
+    bare = FastAPI()
+    install_status_page(bare)
+    assert TestClient(bare).get("/api/v1/capabilities").json() == {"drain": False}
+    bare = FastAPI()
+    bare.add_api_route("/api/v1/drain", lambda: [], methods=["GET"])
+    install_status_page(bare)
+    assert TestClient(bare).get("/api/v1/capabilities").json() == {
+        "drain": False
+    }  # needs its state route too

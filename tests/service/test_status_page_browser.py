@@ -231,7 +231,20 @@ def test_status_page_shows_the_injected_downgrade_without_console_errors(
     assert console_errors(browser) == []
 
     if capabilities["drain"]:
-        return  # the real drain API is served: its own tests cover its answers
+        # The real drain API: every node on its list has a row, and the breaker banner follows it.
+        browser.refresh()
+        drain = httpx.get(f"{url}/api/v1/drain").json()
+        state = httpx.get(f"{url}/api/v1/drain/state").json()
+        assert any(item["node"] == incident["node"] for item in drain), drain
+        for item in drain:
+            wait.until(
+                lambda d, n=item["node"]: d.find_elements(By.CSS_SELECTOR, f'#drains tr[data-node="{n}"]')
+            )
+        if state["circuit_breaker"]["tripped"]:
+            assert "circuit breaker tripped" in _text(browser, "#breaker").lower()
+        full_page_screenshot(browser, shot)
+        assert console_errors(browser) == []
+        return
     add_drain_contract(app, incident["node"], incident["id"])
     browser.refresh()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f'#drains tr[data-node="{incident["node"]}"]'))

@@ -1,0 +1,185 @@
+"""Alerting configuration: where incidents are sent, how hard delivery is retried.
+
+Secrets (webhook HMAC keys, PagerDuty routing keys) may be given inline or, better, by naming
+an environment variable (``secret_env``, ``routing_key_env``) so the YAML file holds none.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from fabricsim.faults import parse_duration
+
+Severity = Literal["info", "warning", "critical"]
+ReceiverType = Literal["alertmanager", "webhook", "pagerduty", "slack"]
+PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,127}$")
+
+
+def _duration(v: str) -> str:
+    if parse_duration(v) <= 0:
+        raise ValueError("must be a positive duration such as 10s or 5m")
+    return v
+
+
+def _http_url(v: str) -> str:
+    if not re.match(r"^https?://[^\s/]+", v):
+        raise ValueError(f"{v!r} is not an http(s) URL")
+    return v.rstrip("/")
+
+
+def _from_env(inline: SecretStr | None, env: str | None, what: str) -> str | None:
+    if inline is not None:
+        return inline.get_secret_value()
+    if env is None:
+        return None
+    value = os.environ.get(env)
+    if not value:
+        raise ValueError(f"{what}: environment variable {env} is not set")
+    return value
+
+
+class ReceiverConfig(BaseModel):
+    """One direct webhook: a generic Alertmanager-v4-style webhook, PagerDuty or Slack."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    type: Literal["webhook", "pagerduty", "slack"]
+    #: PagerDuty defaults to the public Events API v2 endpoint.
+    url: str | None = None
+    #: HMAC-SHA256 key for generic webhooks (``X-Graywire-Signature: sha256=<hex>``).
+    secret: SecretStr | None = None
+    secret_env: str | None = None
+    #: PagerDuty integration (routing) key.
+    routing_key: SecretStr | None = None
+    routing_key_env: str | None = None
+    #: Overrides ``alerts.min_severity`` for this receiver.
+    min_severity: Severity | None = None
+    timeout: str = "10s"
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, v: str) -> str:
+        return _duration(v)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("use letters, digits and _.:/@- (at most 128 characters)")
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else _http_url(v)
+
+    @model_validator(mode="after")
+    def _complete(self) -> ReceiverConfig:
+        if self.type != "pagerduty" and self.url is None:
+            raise ValueError(f"receiver {self.name}: url is required for type {self.type}")
+        if self.type == "pagerduty":
+            if self.routing_key is None and self.routing_key_env is None:
+                raise ValueError(f"receiver {self.name}: pagerduty needs routing_key or routing_key_env")
+            self.routing_key_value()  # a named but unset variable fails at start-up, not at 3 am
+        if (self.secret or self.secret_env) and self.type != "webhook":
+            raise ValueError(f"receiver {self.name}: secret applies to type webhook only")
+        self.secret_value()
+        return self
+
+    def secret_value(self) -> str | None:
+        return _from_env(self.secret, self.secret_env, f"receiver {self.name} secret")
+
+    def routing_key_value(self) -> str | None:
+        return _from_env(self.routing_key, self.routing_key_env, f"receiver {self.name} routing_key")
+
+    @property
+    def endpoint(self) -> str:
+        return self.url or PAGERDUTY_EVENTS_URL
+
+
+class AlertmanagerConfig(BaseModel):
+    """Alertmanager instances; each gets every alert (send to all members of an HA cluster)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    urls: list[str] = Field(default_factory=list)
+    #: Firing alerts are re-posted this often; each carries endsAt = now + 4 × this interval,
+    #: so Alertmanager resolves them by itself if graywire stops refreshing (as with Prometheus).
+    refresh_interval: str = "1m"
+    timeout: str = "10s"
+
+    @field_validator("refresh_interval", "timeout")
+    @classmethod
+    def _durations(cls, v: str) -> str:
+        return _duration(v)
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        urls = [_http_url(u) for u in v]
+        if len(set(urls)) != len(urls):
+            raise ValueError("duplicate Alertmanager URL")
+        return urls
+
+
+class RetryConfig(BaseModel):
+    """Exponential backoff between delivery attempts of one message, capped, with jitter."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    initial_backoff: str = "2s"
+    max_backoff: str = "5m"
+    #: Each delay is shortened by a random fraction up to this, so receivers that come back
+    #: are not hit by every sender at once; the cap is never exceeded.
+    jitter: float = Field(0.2, ge=0.0, le=1.0)
+
+    @field_validator("initial_backoff", "max_backoff")
+    @classmethod
+    def _durations(cls, v: str) -> str:
+        return _duration(v)
+
+
+class AlertsSettings(BaseModel):
+    """The ``alerts:`` section of the service configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Base URL of this service as on-call reaches it (generatorURL, links in messages).
+    external_url: str | None = None
+    #: Incidents below this severity are not sent anywhere.
+    min_severity: Severity = "warning"
+    alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
+    receivers: list[ReceiverConfig] = Field(default_factory=list)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    #: How often incidents are compared with what was sent (new triggers, resolves, refreshes).
+    sync_interval: str = "2s"
+    #: Delivered messages are deleted after this long.
+    retention: str = "7d"
+
+    @field_validator("sync_interval", "retention")
+    @classmethod
+    def _durations(cls, v: str) -> str:
+        return _duration(v)
+
+    @field_validator("external_url")
+    @classmethod
+    def _external(cls, v: str | None) -> str | None:
+        return None if v is None else _http_url(v)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> AlertsSettings:
+        names = [r.name for r in self.receivers]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"receiver names must be unique: {', '.join(dup)}")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.alertmanager.urls or self.receivers)

@@ -1,0 +1,279 @@
+"""Deliver the outbox: receivers in parallel, each receiver strictly in order.
+
+Every cycle runs the sync step (new triggers, resolves, refreshes) and then sends what is due.
+A 2xx acknowledges; a timeout, transport error, 408, 429 or 5xx retries with backoff; any
+other 4xx except 400, 413 and 422 retries too (a wrong URL or key gets fixed, the page must
+not be lost meanwhile); 400, 413 and 422 mean the payload itself was refused and the message is
+set aside as ``dead`` (logged, counted) so it does not block the receiver forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from sqlalchemy.engine import Engine
+
+from fabricsim.faults import parse_duration
+from service.alerts import alertmanager, outbox, pagerduty, slack, webhook
+from service.alerts.config import AlertsSettings, ReceiverConfig
+from service.alerts.events import AlertEvent
+from service.alerts.models import OutboxMessage
+from service.alerts.sync import SyncTarget, sync_alerts
+
+log = logging.getLogger("graywire.alerts")
+
+REFUSED = frozenset({400, 413, 422})
+ALERTMANAGER_BATCH = 64
+
+Render = Callable[[Sequence[OutboxMessage], datetime], tuple[bytes, dict[str, str]]]
+
+
+def _json(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _events(messages: Sequence[OutboxMessage]) -> list[AlertEvent]:
+    return [AlertEvent.from_dict(m.event) for m in messages]
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """A configured receiver, ready to send to."""
+
+    name: str
+    type: str
+    url: str
+    timeout_s: float
+    batch: int
+    render: Render
+    sync: SyncTarget
+
+
+def _delivery_headers(messages: Sequence[OutboxMessage]) -> dict[str, str]:
+    ids = ",".join(str(m.id) for m in messages)
+    return {"Content-Type": "application/json", webhook.DELIVERY_HEADER: ids}
+
+
+def _alertmanager_destination(url: str, settings: AlertsSettings) -> Destination:
+    refresh_s = parse_duration(settings.alertmanager.refresh_interval)
+
+    def render(messages: Sequence[OutboxMessage], now: datetime) -> tuple[bytes, dict[str, str]]:
+        body = alertmanager.postable_alerts(_events(messages), settings.external_url, now, refresh_s)
+        return _json(body), _delivery_headers(messages)
+
+    name = f"alertmanager {url}"
+    return Destination(
+        name=name,
+        type="alertmanager",
+        url=url + alertmanager.ALERTS_PATH,
+        timeout_s=parse_duration(settings.alertmanager.timeout),
+        batch=ALERTMANAGER_BATCH,
+        render=render,
+        sync=SyncTarget(name, settings.min_severity, refresh_s),
+    )
+
+
+def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings) -> Destination:
+    external = settings.external_url
+    secret = rc.secret_value()
+    routing_key = rc.routing_key_value()
+
+    def render(messages: Sequence[OutboxMessage], now: datetime) -> tuple[bytes, dict[str, str]]:
+        (event,) = _events(messages)
+        headers = _delivery_headers(messages)
+        if rc.type == "webhook":
+            body = _json(webhook.payload(event, rc.name, external))
+            if secret:
+                headers[webhook.SIGNATURE_HEADER] = webhook.signature(secret, body)
+        elif rc.type == "pagerduty":
+            body = _json(pagerduty.event(event, routing_key or "", external))
+        else:
+            body = _json(slack.message(event, external))
+        return body, headers
+
+    return Destination(
+        name=rc.name,
+        type=rc.type,
+        url=rc.endpoint,
+        timeout_s=parse_duration(rc.timeout),
+        batch=1,
+        render=render,
+        sync=SyncTarget(rc.name, rc.min_severity or settings.min_severity),
+    )
+
+
+def destinations(settings: AlertsSettings) -> list[Destination]:
+    return [
+        *(_alertmanager_destination(u, settings) for u in settings.alertmanager.urls),
+        *(_receiver_destination(rc, settings) for rc in settings.receivers),
+    ]
+
+
+class Dispatcher:
+    """Syncs incidents into the outbox and delivers it, until cancelled."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        settings: AlertsSettings,
+        client: httpx.AsyncClient | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        default_external_url: str | None = None,
+    ) -> None:
+        self.engine = engine
+        if settings.external_url is None and default_external_url:
+            settings = settings.model_copy(update={"external_url": default_external_url.rstrip("/")})
+        self.settings = settings
+        self.destinations = {d.name: d for d in destinations(settings)}
+        self._client = client
+        self._own_client = client is None
+        self.rng = rng or random.Random()
+        self.clock = clock
+        #: Per receiver, since start: messages delivered, failed attempts, messages set aside.
+        self.delivered: Counter[str] = Counter()
+        self.failed_attempts: Counter[str] = Counter()
+        self.dead: Counter[str] = Counter()
+        #: The outbox as of the last cycle (for /metrics, which never queries the database).
+        self.backlog: dict[str, outbox.Backlog] = {}
+        self._warned_unknown: set[str] = set()
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(follow_redirects=False)
+        return self._client
+
+    def sync(self) -> None:
+        sync_alerts(
+            self.engine,
+            [d.sync for d in self.destinations.values()],
+            self.clock(),
+            parse_duration(self.settings.retention),
+        )
+
+    async def run(self) -> None:
+        """Sync every ``sync_interval`` and keep one sender task per receiver with work.
+
+        Senders run apart from the sync loop, so a slow or hanging receiver delays neither
+        the sync nor any other receiver.
+        """
+        interval = parse_duration(self.settings.sync_interval)
+        senders: dict[str, asyncio.Task[int]] = {}
+        try:
+            while True:
+                try:
+                    await asyncio.to_thread(self.sync)
+                    for dest in await self._due_destinations():
+                        task = senders.get(dest.name)
+                        if task is None or task.done():
+                            senders[dest.name] = asyncio.create_task(self._drain_logged(dest))
+                except Exception:  # a database hiccup must not end alerting for good
+                    log.exception("alert dispatch cycle failed; retrying")
+                await asyncio.sleep(interval)
+        finally:
+            for task in senders.values():
+                task.cancel()
+            await asyncio.gather(*senders.values(), return_exceptions=True)
+            await self.aclose()
+
+    async def deliver_due(self) -> int:
+        """Send everything due now and wait for it, receivers concurrently (tests, tools)."""
+        counts = await asyncio.gather(*(self._drain(d) for d in await self._due_destinations()))
+        return sum(counts)
+
+    async def _due_destinations(self) -> list[Destination]:
+        """Configured receivers with pending messages; refreshes the backlog snapshot."""
+        self.backlog = await asyncio.to_thread(outbox.backlog, self.engine)
+        receivers = [name for name, b in self.backlog.items() if b.pending]
+        for name in receivers:
+            if name not in self.destinations and name not in self._warned_unknown:
+                self._warned_unknown.add(name)
+                log.warning("alerts: receiver %r has pending messages but is no longer configured", name)
+        return [self.destinations[n] for n in receivers if n in self.destinations]
+
+    async def _drain_logged(self, dest: Destination) -> int:
+        try:
+            return await self._drain(dest)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the lease runs out and the next cycle retries
+            log.exception("alerts: sending to %s failed unexpectedly", dest.name)
+            return 0
+
+    async def _drain(self, dest: Destination) -> int:
+        """Send ``dest``'s due messages in order until it is empty or a send fails."""
+        sent = 0
+        lease_s = 2 * dest.timeout_s + 1.0
+        while True:
+            batch = await asyncio.to_thread(
+                outbox.claim_head, self.engine, dest.name, self.clock(), lease_s, dest.batch
+            )
+            if not batch:
+                return sent
+            if not await self._send(dest, batch):
+                return sent
+            sent += len(batch)
+
+    async def _send(self, dest: Destination, batch: list[OutboxMessage]) -> bool:
+        ids = [m.id for m in batch]
+        now = self.clock()
+        try:
+            body, headers = dest.render(batch, now)
+        except Exception as e:  # a message that cannot be rendered never will be: set it aside
+            log.exception("alerts: cannot render messages %s for %s", ids, dest.name)
+            await asyncio.to_thread(outbox.give_up, self.engine, ids, f"render failed: {e!r}")
+            self.dead[dest.name] += len(ids)
+            return True
+        try:
+            response = await self.client.post(dest.url, content=body, headers=headers, timeout=dest.timeout_s)
+        except httpx.HTTPError as e:
+            error = f"{type(e).__name__}: {e}"
+            status = None
+        else:
+            if response.is_success:
+                await asyncio.to_thread(outbox.ack, self.engine, ids, self.clock())
+                self.delivered[dest.name] += len(ids)
+                return True
+            status = response.status_code
+            error = f"HTTP {status}: {response.text[:500]}"
+        if status in REFUSED:
+            log.error("alerts: %s refused messages %s for good: %s", dest.name, ids, error)
+            await asyncio.to_thread(outbox.give_up, self.engine, ids, error)
+            self.dead[dest.name] += len(ids)
+            return True  # the next message may go now
+        attempts = max(m.attempts for m in batch) + 1
+        retry = self.settings.retry
+        delay = outbox.backoff_seconds(
+            attempts,
+            parse_duration(retry.initial_backoff),
+            parse_duration(retry.max_backoff),
+            retry.jitter,
+            self.rng,
+        )
+        log.warning(
+            "alerts: delivery to %s failed (attempt %d), retrying in %.1f s: %s",
+            dest.name,
+            attempts,
+            delay,
+            error,
+        )
+        await asyncio.to_thread(outbox.retry, self.engine, ids, error, self.clock(), delay)
+        self.failed_attempts[dest.name] += len(ids)
+        return False
+
+    async def aclose(self) -> None:
+        if self._own_client and self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.aclose()
+            self._client = None

@@ -1,0 +1,50 @@
+"""PagerDuty Events API v2 (``POST https://events.pagerduty.com/v2/enqueue``).
+
+Every event of one incident carries the same ``dedup_key``, so a redelivered trigger updates
+the open PagerDuty alert instead of paging again, and the resolve closes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.alerts.events import AlertEvent, generator_url, rfc3339
+
+#: PagerDuty's own severities; graywire's map onto them one to one.
+SEVERITY = {"critical": "critical", "warning": "warning", "info": "info"}
+SUMMARY_LIMIT = 1024
+
+
+def event(ev: AlertEvent, routing_key: str, external_url: str | None) -> dict[str, Any]:
+    if ev.status == "resolved":
+        return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": ev.dedup_key}
+    when = ev.time("last_seen_at") or ev.time("started_at")
+    link = generator_url(external_url, ev.incident_id)
+    return {
+        "routing_key": routing_key,
+        "event_action": "trigger",
+        "dedup_key": ev.dedup_key,
+        "payload": {
+            "summary": ev.summary[:SUMMARY_LIMIT],
+            "source": ev.node or ev.entity,
+            "severity": SEVERITY.get(ev.severity, "error"),
+            **({"timestamp": rfc3339(when)} if when else {}),
+            "component": ev.port or ev.link or ev.entity,
+            "group": ev.detector,
+            "class": ev.kind,
+            "custom_details": {
+                "incident_id": ev.incident_id,
+                "entity": ev.entity,
+                "node": ev.node,
+                "port": ev.port,
+                "link": ev.link,
+                "score": ev.score,
+                "confidence": ev.confidence,
+                "opened_at": ev.opened_at,
+                "reopen_count": ev.reopen_count,
+            },
+        },
+        "client": "graywire",
+        "client_url": link,
+        "links": [{"href": link, "text": "graywire incident and evidence"}],
+    }

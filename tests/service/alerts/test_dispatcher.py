@@ -1,0 +1,179 @@
+"""The dispatcher against a real local HTTP server: signatures, retries, ordering, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, generate_latest
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from service.alerts.config import AlertsSettings
+from service.alerts.dispatcher import Dispatcher
+from service.alerts.metrics import AlertsCollector
+from service.alerts.models import OutboxMessage
+from service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
+from service.store import IncidentStore
+from tests.service.alerts.conftest import finding
+from tests.service.alerts.receiver import Recorder
+
+FAST_RETRY = {"initial_backoff": "0.05s", "max_backoff": "0.2s", "jitter": 0.0}
+
+
+def settings(recorder: Recorder, *receivers: dict[str, Any]) -> AlertsSettings:
+    return AlertsSettings(
+        external_url="https://graywire.example.com",
+        min_severity="info",
+        receivers=[{**r, "url": recorder.url + r["url"]} for r in receivers],
+        retry=FAST_RETRY,
+    )
+
+
+def cycle_until(dispatcher: Dispatcher, done: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Run sync + delivery cycles (as the service loop does) until ``done``."""
+
+    async def go() -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, "timed out waiting for delivery"
+            await asyncio.to_thread(dispatcher.sync)
+            await dispatcher.deliver_due()
+            await asyncio.sleep(0.02)
+        await dispatcher.aclose()
+
+    asyncio.run(go())
+
+
+def test_webhook_is_signed_and_carries_the_v4_payload(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    dispatcher = Dispatcher(engine, settings(recorder, {"name": "noc", "type": "webhook", "url": "/hook",
+                                                        "secret": "s3cret"}))  # fmt: skip
+    store.apply([finding(t=0)])
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/hook")) == 1)
+    store.apply([finding(status="cleared", t=30)])
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/hook")) == 2)
+    first, second = recorder.delivered("/hook")
+    for r in (first, second):
+        assert verify("s3cret", r.body, r.headers[SIGNATURE_HEADER])
+        assert r.headers["Content-Type"] == "application/json"
+    assert [r.json()["status"] for r in (first, second)] == ["firing", "resolved"]
+    assert first.json()["version"] == "4" and first.json()["receiver"] == "noc"
+    assert first.json()["alerts"][0]["labels"]["alertname"] == "GraywireSpeedDowngrade"
+    assert int(first.headers[DELIVERY_HEADER]) < int(second.headers[DELIVERY_HEADER])
+
+
+def test_failing_receiver_retries_in_order_and_does_not_block_the_others(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    recorder.on("/flaky", statuses=[503, 503, 429])
+    dispatcher = Dispatcher(
+        engine,
+        settings(recorder, {"name": "flaky", "type": "webhook", "url": "/flaky"},
+                 {"name": "steady", "type": "webhook", "url": "/steady"}),
+    )  # fmt: skip
+    store.apply([finding(entity="p1", t=0), finding(entity="p2", t=1)])
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/steady")) == 2)
+    assert recorder.delivered("/flaky") == []  # still backing off
+    store.apply([finding(entity="p1", status="cleared", t=5)])
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/flaky")) == 3)
+
+    def story(prefix: str) -> list[tuple[str, str]]:
+        return [(r.json()["commonLabels"]["entity"], r.json()["status"]) for r in recorder.delivered(prefix)]
+
+    expected = [("p1", "firing"), ("p2", "firing"), ("p1", "resolved")]
+    assert story("/flaky") == story("/steady") == expected
+    assert [r.status for r in recorder.all("/flaky")][:3] == [503, 503, 429]
+    with Session(engine) as session:
+        flaky = list(session.scalars(sa.select(OutboxMessage).where(OutboxMessage.receiver == "flaky")))
+    assert all(m.status == "delivered" for m in flaky)
+    assert max(m.attempts for m in flaky) == 3
+
+
+def test_pagerduty_events_and_a_refused_event_set_aside(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    # PagerDuty answers 202 with its dedup_key; 400 means the event is invalid (won't improve).
+    recorder.on("/v2/enqueue", statuses=[400], ok_status=202, ok_body=b'{"status":"success"}')
+    rk = "R0UT1NGKEY0000000000000000000000"
+    dispatcher = Dispatcher(
+        engine,
+        settings(recorder, {"name": "pd", "type": "pagerduty", "url": "/v2/enqueue", "routing_key": rk}),
+    )
+    store.apply([finding(entity="p1", t=0), finding(entity="p2", t=1)])
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/v2/enqueue")) == 1)
+    (ok,) = recorder.delivered("/v2/enqueue")
+    assert ok.json()["dedup_key"] == "graywire-incident-2" and ok.json()["routing_key"] == rk
+    assert dispatcher.dead["pd"] == 1
+    with Session(engine) as session:
+        dead = session.scalars(sa.select(OutboxMessage).where(OutboxMessage.status == "dead")).one()
+    assert dead.incident_id == 1 and dead.last_error.startswith("HTTP 400")
+
+
+def test_slack_and_unreachable_receiver(store: IncidentStore, engine: Engine, recorder: Recorder) -> None:
+    s = settings(recorder, {"name": "chat", "type": "slack", "url": "/services/T0/B0/x"})
+    s.receivers.append(s.receivers[0].model_copy(update={"name": "gone", "url": "http://127.0.0.1:9"}))
+    dispatcher = Dispatcher(engine, s)
+    store.apply([finding(t=0)])
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/services/")) == 1)
+    assert recorder.delivered("/services/")[0].json()["text"].startswith(":red_circle: CRITICAL")
+    cycle_until(dispatcher, lambda: dispatcher.failed_attempts["gone"] >= 2)
+    with Session(engine) as session:
+        gone = session.scalars(sa.select(OutboxMessage).where(OutboxMessage.receiver == "gone")).one()
+    assert gone.status == "pending" and gone.attempts >= 2 and "Connect" in (gone.last_error or "")
+
+    registry = CollectorRegistry()
+    registry.register(AlertsCollector(dispatcher))
+    text = generate_latest(registry).decode()
+    assert 'graywire_alert_messages_total{receiver="chat",result="delivered"} 1.0' in text
+    assert 'graywire_alert_outbox_pending{receiver="gone"} 1.0' in text
+    assert 'graywire_alert_outbox_pending{receiver="chat"} 0.0' in text
+    failures = re.search(r'graywire_alert_delivery_failures_total\{receiver="gone"\} (\S+)', text)
+    assert failures and float(failures.group(1)) >= 2
+    age = re.search(r'graywire_alert_outbox_oldest_pending_seconds\{receiver="gone"\} (\S+)', text)
+    assert age and float(age.group(1)) > 0
+
+
+def test_unrenderable_message_is_set_aside_not_retried_forever(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    dispatcher = Dispatcher(engine, settings(recorder, {"name": "noc", "type": "webhook", "url": "/hook"}))
+    store.apply([finding(entity="p1", t=0), finding(entity="p2", t=1)])
+    asyncio.run(asyncio.to_thread(dispatcher.sync))
+    with Session(engine) as session, session.begin():  # e.g. written by an incompatible version
+        session.execute(sa.update(OutboxMessage).where(OutboxMessage.incident_id == 1).values(event={}))
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/hook")) == 1)
+    assert recorder.delivered("/hook")[0].json()["groupLabels"] == {"incident_id": "2"}
+    assert dispatcher.dead["noc"] == 1
+
+
+def test_service_loop_keeps_a_hanging_receiver_from_delaying_the_others(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    recorder.on("/slow", delay_s=3.0)
+    s = settings(recorder, {"name": "slow", "type": "webhook", "url": "/slow", "timeout": "5s"},
+                 {"name": "fast", "type": "webhook", "url": "/fast"})  # fmt: skip
+    s = s.model_copy(update={"sync_interval": "0.05s"})
+    dispatcher = Dispatcher(engine, s)
+
+    async def go() -> None:
+        task = asyncio.create_task(dispatcher.run())
+        try:
+            store.apply([finding(entity="p1", t=0)])
+            await asyncio.to_thread(recorder.wait_for, lambda: recorder.started.count("/slow") == 1)
+            # While the slow receiver holds its first message, new incidents still go out elsewhere.
+            store.apply([finding(entity="p2", t=1), finding(entity="p3", t=2)])
+            await asyncio.to_thread(recorder.wait_for, lambda: len(recorder.delivered("/fast")) == 3, 2.5)
+            assert recorder.delivered("/slow") == []
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(go())
