@@ -16,6 +16,8 @@ from service.config import load_settings
 PROMTOOL = "promtool"
 #: A downgraded NIC (a critical incident on both ends of its link) and a slower NCCL channel.
 FAULTS = "speed_downgrade@15s+300s:gpu-0002/mlx5_5,slow_channel@5s+300s=0.3"
+#: Alerting on, towards a port nothing listens on: the outbox metrics are exported (and grow).
+ALERTS = {"alertmanager": {"urls": ["http://127.0.0.1:9/"]}}
 
 
 def in_ci() -> bool:
@@ -51,6 +53,7 @@ def scrape(data_dir: Path, *, per_port: bool = True, polls: int = 4, hosts: int 
         poll_interval="10s",
         sources=[{"type": "fabricsim", "hosts": hosts, "seed": 3, "faults": FAULTS}],
         metrics={"per_port": per_port},
+        alerts=ALERTS,
     )
     app = create_app(settings, run_loop=False)
     with TestClient(app) as client:

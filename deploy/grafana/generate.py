@@ -286,7 +286,46 @@ def fabric_overview() -> dict:
             [target("sum by (leaf) (graywire_leaf_ports_below_expected_speed) > 0", "{{leaf}}")],
             (16, 22, 8, 8),
         ),
-        row("graywire", 30),
+        row("Drains", 30),
+        panel(
+            "stat",
+            "Drain recommendations",
+            [target("max by (action) (graywire_drain_nodes)", "{{action}}")],
+            (0, 31, 8, 8),
+            description="Nodes the drain policy recommends draining or watching (fleet-wide: replicas "
+            "share the database, so the maximum, not the sum).",
+            options={
+                "reduceOptions": {"calcs": ["lastNotNull"]},
+                "colorMode": "background",
+                "textMode": "value_and_name",
+            },
+            thresholds=[(None, "green"), (1, "orange")],
+        ),
+        panel(
+            "stat",
+            "Circuit breaker",
+            [target("max(graywire_drain_circuit_breaker_tripped)", "breaker")],
+            (8, 31, 4, 8),
+            description="Tripped: more nodes wanted draining within the window than the cap allows; "
+            "no new drains until an operator resets it.",
+            options={"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "background"},
+            mappings=[
+                {
+                    "type": "value",
+                    "options": {
+                        "0": {"text": "closed", "color": "green", "index": 0},
+                        "1": {"text": "TRIPPED", "color": "red", "index": 1},
+                    },
+                }
+            ],
+        ),
+        panel(
+            "timeseries",
+            "Drain recommendations over time",
+            [target("max by (action) (graywire_drain_nodes)", "{{action}}")],
+            (12, 31, 12, 8),
+        ),
+        row("graywire", 38),
         panel(
             "table",
             "Scrape targets",
@@ -295,7 +334,7 @@ def fabric_overview() -> dict:
                 target("graywire_scrape_staleness_seconds", table=True),
                 target("graywire_stale_ports", table=True),
             ],
-            (0, 31, 12, 8),
+            (0, 39, 12, 8),
             transformations=[
                 {"id": "merge", "options": {}},
                 {
@@ -318,14 +357,14 @@ def fabric_overview() -> dict:
                 target("graywire_pipeline_lag_seconds", "lag {{instance}}"),
                 target("graywire_poll_duration_seconds", "poll {{instance}}"),
             ],
-            (12, 31, 12, 8),
+            (12, 39, 12, 8),
             unit="s",
         ),
         panel(
             "timeseries",
             "Rows per poll",
             [target("sum by (record) (graywire_poll_batch_rows)", "{{record}}")],
-            (0, 39, 8, 7),
+            (0, 47, 8, 7),
         ),
         panel(
             "timeseries",
@@ -336,7 +375,7 @@ def fabric_overview() -> dict:
                     "{{stage}}",
                 )
             ],
-            (8, 39, 8, 7),
+            (8, 47, 8, 7),
             unit="percentunit",
             custom=STACKED,
         ),
@@ -349,7 +388,37 @@ def fabric_overview() -> dict:
                     "{{kind}} {{status}}",
                 )
             ],
-            (16, 39, 8, 7),
+            (16, 47, 8, 7),
+        ),
+        panel(
+            "timeseries",
+            "Notification outbox",
+            [
+                target(
+                    "max by (receiver) (graywire_alert_outbox_oldest_pending_seconds)", "oldest {{receiver}}"
+                ),
+                target("sum by (receiver) (graywire_alert_outbox_pending)", "pending {{receiver}}"),
+            ],
+            (0, 54, 12, 7),
+            description="Incident notifications waiting per receiver (Alertmanager, webhooks, PagerDuty, "
+            "Slack): a growing age means pages are not getting through. Present when alerts are configured.",
+            overrides=[
+                {
+                    "matcher": {"id": "byRegexp", "options": "oldest .*"},
+                    "properties": [{"id": "unit", "value": "s"}],
+                }
+            ],
+        ),
+        panel(
+            "timeseries",
+            "Notifications by result",
+            [
+                target(
+                    "sum by (receiver, result) (increase(graywire_alert_messages_total[$__rate_interval]))",
+                    "{{receiver}} {{result}}",
+                )
+            ],
+            (12, 54, 12, 7),
         ),
     ]
     return dashboard(

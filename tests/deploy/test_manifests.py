@@ -110,6 +110,9 @@ def test_compose_wires_the_stack_together(deploy_dir: Path, tmp_path: Path) -> N
     mounts = {m.split(":")[1]: (cdir / m.split(":")[0]) for m in gw["volumes"] if m.startswith(".")}
     settings = load_settings(mounts[CONFIG_PATH])
     assert (settings.host, settings.port, str(settings.data_dir)) == ("0.0.0.0", SERVICE_PORT, DATA_DIR)
+    # graywire posts incidents to the stack's Alertmanager, where Prometheus sends its alerts too.
+    am_port = services["alertmanager"]["ports"][0].split(":")[1]
+    assert settings.alerts.alertmanager.urls == [f"http://alertmanager:{am_port}"]
     # Every bind mount of the other services exists in the repository.
     for name in ("prometheus", "alertmanager", "grafana"):
         for m in services[name]["volumes"]:
@@ -156,6 +159,7 @@ def test_kubernetes_configmap_loads_as_settings_and_inventory(deploy_dir: Path, 
     cm = k8s(deploy_dir)["ConfigMap/graywire-config"]
     settings = settings_from_text(cm["data"]["graywire.yaml"], tmp_path)
     assert (settings.host, settings.port, str(settings.data_dir)) == ("0.0.0.0", SERVICE_PORT, DATA_DIR)
+    assert settings.alerts.enabled and settings.alerts.alertmanager.urls
     (agent,) = [s for s in settings.sources if s.type == "agent"]
     assert agent.url_template == f"http://{{host}}:{AGENT_PORT}"
     inv = tmp_path / "inventory.yaml"

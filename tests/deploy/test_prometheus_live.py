@@ -20,7 +20,7 @@ import yaml
 from fabricsim.live import serve_app
 from service.app import create_app
 from service.config import load_settings
-from tests.scrape import in_ci
+from tests.scrape import ALERTS, in_ci
 
 PROMETHEUS = "prometheus"
 
@@ -60,6 +60,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory, deploy_dir: Path) -> Iterator
                 "faults": "speed_downgrade@1s+3600s:gpu-0002/mlx5_5,slow_channel@1s+3600s=0.3",
             }
         ],
+        alerts=ALERTS,
     )
     gw_port, prom_port = free_port(), free_port()
     rules = []
