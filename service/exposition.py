@@ -1,7 +1,7 @@
 """Prometheus text exposition that stays fast for per-port series.
 
 ``prometheus_client.generate_latest`` formats every sample from a label dict (sort, escape,
-join): about 15 µs a line, 2 s for a 16,000-port fabric's 150,000 series. Per-port families
+join): about 12 µs a line, 1.7 s for an 8,192-port fabric's 140,000 series. Per-port families
 here are :class:`ArrayGauge`: numpy values plus label strings rendered once per fabric, written
 with one f-string per sample. Every other family goes through ``generate_latest`` unchanged,
 and an ``ArrayGauge`` still materializes ordinary samples for any other consumer of the registry.
