@@ -125,6 +125,8 @@ class Pipeline:
             if not parts:
                 continue
             inputs = _one_batch(parts)
+            if consumes == "port_rates":
+                result.port_rates = inputs
             for det in self.detectors:
                 if det.consumes != consumes:
                     continue
@@ -142,6 +144,8 @@ class PollResult:
     findings: list[Finding] = field(default_factory=list)
     #: (record, rows, reason) of batches left out
     dropped: list[tuple[str, int, str]] = field(default_factory=list)
+    #: The poll's port rates, every source in one batch (what the metrics snapshot shows)
+    port_rates: pa.RecordBatch | None = None
 
 
 def _one_batch(parts: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 
 from fastapi import Depends, FastAPI, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from collectors.base import Collector
@@ -26,6 +25,7 @@ from service.db import make_engine, upgrade
 from service.drain_api import make_drain_router
 from service.drain_engine import DrainEngine, policy_from_settings
 from service.drain_metrics import DrainCollector
+from service.exposition import CONTENT_TYPE, render
 from service.ingest_api import make_ingest_router
 from service.input_guard import reject_nul
 from service.metrics import MetricsState, make_registry
@@ -133,7 +133,7 @@ def create_app(
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def prometheus_metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(render(registry), media_type=CONTENT_TYPE)
 
     app.include_router(make_router(store))
     app.include_router(make_status_router(metrics))

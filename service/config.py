@@ -91,7 +91,7 @@ class ArchiveSettings(BaseModel):
 
 class MetricsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    #: Per-port series (speed, expected speed). Turn off on very large fabrics.
+    #: Per-port and per-rank series. Off on very large fabrics: leaf/rail/channel aggregates stay.
     per_port: bool = True
 
 

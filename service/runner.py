@@ -217,6 +217,7 @@ class Runner:
             with self.metrics.lock:
                 self.metrics.rows_dropped[kind] += rows
         findings = result.findings
+        self.metrics.observe_poll(judged, result.port_rates)
         for batch in judged:
             kind = record_kind(batch.schema)
             if kind == "port_sample":
@@ -244,7 +245,7 @@ class Runner:
                 self.drain.evaluate()
             except Exception:
                 log.exception("drain policy run failed; the next poll retries from the stored state")
-        open_counts = self.store.open_counts()
+        self.metrics.set_incidents(self.store.open_counts(), self.store.active_on_ports())
         self._maybe_prune()
         with self.metrics.lock:
             m = self.metrics
@@ -255,7 +256,6 @@ class Runner:
             for f in findings:
                 m.findings[(f.kind, f.status)] += 1
             m.stages = dict(self.pipeline.stats)
-            m.open_incidents = open_counts
         return findings
 
     def _record_ports(self, batch: pa.RecordBatch) -> None:

@@ -338,3 +338,12 @@ class IncidentStore:
         )
         with self._sessions() as session:
             return [(kind, severity, int(count)) for kind, severity, count in session.execute(query)]
+
+    def active_on_ports(self) -> list[tuple[str | None, str | None, str]]:
+        """``(port, link, severity)`` of open and acknowledged incidents, for per-port health."""
+        query = sa.select(Incident.port, Incident.link, Incident.severity).where(
+            Incident.status.in_(ACTIVE_STATUSES),
+            sa.or_(Incident.port.is_not(None), Incident.link.is_not(None)),
+        )
+        with self._sessions() as session:
+            return [(port, link, severity) for port, link, severity in session.execute(query)]

@@ -343,6 +343,24 @@ def test_open_counts(store: IncidentStore, engine: Engine) -> None:
     ]
 
 
+def test_active_on_ports(store: IncidentStore) -> None:
+    """Port, link and severity of active incidents: what per-port health in /metrics is built from."""
+    assert store.active_on_ports() == []
+    store.apply(
+        [
+            finding("a", t=0, severity="critical", port="gpu001/mlx5_0", link="gpu001/mlx5_0<->leaf01/p1"),
+            finding("b", t=0, severity="warning", port="gpu002/mlx5_1", link=None),
+            finding("c", t=0, severity="warning", port=None, link=None, node="gpu003"),
+            finding("d", t=0, severity="critical", port="gpu004/mlx5_0"),
+        ]
+    )
+    store.apply([finding("d", status="cleared", t=1)])
+    assert sorted(store.active_on_ports()) == [
+        ("gpu001/mlx5_0", "gpu001/mlx5_0<->leaf01/p1", "critical"),
+        ("gpu002/mlx5_1", None, "warning"),
+    ]
+
+
 def test_concurrent_writers_lose_no_updates(store: IncidentStore) -> None:
     """Writers racing on one incident queue up (row locks / SQLite write lock) instead of
     overwriting each other's counts or failing with 'database is locked'."""

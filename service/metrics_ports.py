@@ -1,0 +1,183 @@
+"""Per-port figures of the latest poll, and their leaf and rail aggregates, for ``/metrics``.
+
+The pipeline already turns counters into per-second rates with wraps, resets and saturation
+handled; exporting those rates (rather than raw counters for ``rate()``) keeps one truth for
+the detectors and the dashboards. Values live in numpy arrays indexed by fabric port, so a
+poll of 500,000 ports updates them with a handful of vectorized assignments. NaN means
+unknown (the source lacks the counter, or the first poll has no rate yet): such a port gets
+no sample, never a zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.model import Fabric
+from collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
+from detectors.base import column
+
+#: Aggregate health of a port, in order of precedence (a stale port with a critical incident
+#: is critical). ``graywire_port_health`` uses the incident part: 0 ok, 1 warning, 2 critical.
+HEALTH_STATES: tuple[str, ...] = ("ok", "stale", "warning", "critical")
+SEVERITY_CODE = {"info": 0, "warning": 1, "critical": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class PortSeries:
+    """One per-port gauge: the figure it shows, its metric name and a fixed extra label."""
+
+    figure: str
+    metric: str
+    help: str
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+PORT_SERIES: tuple[PortSeries, ...] = (
+    PortSeries("speed", "graywire_port_speed_bytes_per_second", "Negotiated link speed"),
+    PortSeries("link_up", "graywire_port_link_up", "1 while the physical link is up, else 0"),
+    PortSeries("rx_bytes", "graywire_port_receive_bytes_per_second", "Data received over the last poll"),
+    PortSeries("tx_bytes", "graywire_port_transmit_bytes_per_second", "Data sent over the last poll"),
+    PortSeries(
+        "pre_fec_ber",
+        "graywire_port_pre_fec_bit_error_ratio",
+        "Bits the FEC corrected per bit received over the last poll (pre-FEC BER)",
+    ),
+    PortSeries(
+        "fec_uncorrectable",
+        "graywire_port_fec_uncorrectable_blocks_per_second",
+        "FEC blocks the code could not correct (post-FEC errors)",
+    ),
+    PortSeries("symbol_errors", "graywire_port_symbol_errors_per_second", "Physical-layer symbol errors"),
+    PortSeries("rcv_errors", "graywire_port_receive_errors_per_second", "Packets received with errors"),
+    PortSeries(
+        "pause_ratio_rx",
+        "graywire_port_pfc_pause_ratio",
+        "Share of time paused by PFC (busiest priority); rx: paused by the peer, tx: pausing it",
+        (("direction", "rx"),),
+    ),
+    PortSeries(
+        "pause_ratio_tx",
+        "graywire_port_pfc_pause_ratio",
+        "Share of time paused by PFC (busiest priority); rx: paused by the peer, tx: pausing it",
+        (("direction", "tx"),),
+    ),
+    PortSeries(
+        "pause_frames_rx",
+        "graywire_port_pfc_pause_frames_per_second",
+        "PFC pause frames, all priorities",
+        (("direction", "rx"),),
+    ),
+    PortSeries(
+        "pause_frames_tx",
+        "graywire_port_pfc_pause_frames_per_second",
+        "PFC pause frames, all priorities",
+        (("direction", "tx"),),
+    ),
+    PortSeries(
+        "ecn_marked",
+        "graywire_port_ecn_marked_packets_per_second",
+        "Packets the switch marked congestion-experienced (ECN)",
+    ),
+    PortSeries("cnp_sent", "graywire_port_cnp_sent_per_second", "RoCE congestion notification packets sent"),
+)
+
+FIGURES: tuple[str, ...] = tuple(dict.fromkeys(s.figure for s in PORT_SERIES))
+
+
+def _max_or_nan(rows: np.ndarray) -> np.ndarray:
+    """Column-wise max over stacked rows, NaN only where every row is NaN."""
+    out = np.full(rows.shape[1], np.nan)
+    have = ~np.isnan(rows).all(axis=0)
+    out[have] = np.nanmax(rows[:, have], axis=0)
+    return out
+
+
+def _sum_or_nan(rows: np.ndarray) -> np.ndarray:
+    out = np.nansum(rows, axis=0)
+    out[np.isnan(rows).all(axis=0)] = np.nan
+    return out
+
+
+def port_figures(rates: pa.RecordBatch) -> dict[str, np.ndarray]:
+    """Every figure of :data:`FIGURES` for each row of a ``port_rate`` batch (NaN = unknown)."""
+    phys = column(rates, "phys_state")
+    bits = column(rates, "phy_received_bits_per_second")
+    corrected = column(rates, "fec_corrected_bits_per_second")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ber = np.where(bits > 0, corrected / bits, np.nan)
+    out = {
+        "speed": column(rates, "speed_bps") / 8,
+        "link_up": np.where(np.isnan(phys), np.nan, (phys == PHYS_LINK_UP).astype(np.float64)),
+        "rx_bytes": column(rates, "rx_bytes_per_second"),
+        "tx_bytes": column(rates, "tx_bytes_per_second"),
+        "pre_fec_ber": ber,
+        "fec_uncorrectable": column(rates, "fec_uncorrectable_blocks_per_second"),
+        "symbol_errors": column(rates, "symbol_errors_per_second"),
+        "rcv_errors": column(rates, "rcv_errors_per_second"),
+        "ecn_marked": column(rates, "ecn_marked_packets_per_second"),
+        "cnp_sent": column(rates, "cnp_sent_per_second"),
+    }
+    for d in ("rx", "tx"):
+        secs = np.vstack([column(rates, f"pfc{p}_{d}_pause_seconds_per_second") for p in PFC_PRIORITIES])
+        frames = np.vstack([column(rates, f"pfc{p}_{d}_pause_frames_per_second") for p in PFC_PRIORITIES])
+        out[f"pause_ratio_{d}"] = np.clip(_max_or_nan(secs), 0.0, 1.0)
+        out[f"pause_frames_{d}"] = _sum_or_nan(frames)
+    return out
+
+
+def leaf_of_ports(fabric: Fabric) -> np.ndarray:
+    """Node index of the leaf each port belongs to: its own node, or the leaf it is cabled to.
+
+    Host NICs and spine downlinks count under the leaf at their other end; ports touching no
+    leaf get -1 and appear only in the rail and fabric-wide figures.
+    """
+    is_leaf = np.array([r == "leaf" for r in fabric.node_roles], dtype=bool)
+    own = fabric.node_of_port
+    out = np.where(is_leaf[own], own, -1).astype(np.int32)
+    peer = fabric.peer
+    linked = (out < 0) & (peer >= 0)
+    peer_node = own[np.where(peer >= 0, peer, 0)]
+    via_peer = linked & is_leaf[peer_node]
+    out[via_peer] = peer_node[via_peer]
+    return out
+
+
+@dataclass
+class GroupFigures:
+    """Aggregates of one grouping (leaf or rail): label values and per-group arrays."""
+
+    names: list[str]
+    ports_by_health: np.ndarray  # (groups, len(HEALTH_STATES)) counts
+    below_expected_speed: np.ndarray  # ports running slower than the inventory says
+    pre_fec_ber_max: np.ndarray  # NaN where unknown
+    pfc_pause_ratio_max: np.ndarray
+
+
+def group_figures(
+    group: np.ndarray,
+    names: list[str],
+    health: np.ndarray,
+    reported: np.ndarray,
+    below: np.ndarray,
+    ber: np.ndarray,
+    pause: np.ndarray,
+) -> GroupFigures:
+    """Aggregate per-port arrays into groups; ports with ``group < 0`` or never reported are left out."""
+    n = len(names)
+    keep = (group >= 0) & reported
+    g = group[keep]
+    counts = np.bincount(g * len(HEALTH_STATES) + health[keep], minlength=n * len(HEALTH_STATES))
+    ber_max = np.full(n, np.nan)
+    pause_max = np.full(n, np.nan)
+    np.fmax.at(ber_max, g, ber[keep])
+    np.fmax.at(pause_max, g, pause[keep])
+    return GroupFigures(
+        names=names,
+        ports_by_health=counts.reshape(n, len(HEALTH_STATES)),
+        below_expected_speed=np.bincount(g, weights=below[keep], minlength=n),
+        pre_fec_ber_max=ber_max,
+        pfc_pause_ratio_max=pause_max,
+    )

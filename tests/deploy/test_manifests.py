@@ -1,0 +1,266 @@
+"""deploy/: the Dockerfile, compose stack, Kubernetes manifests and systemd units agree with each
+other and with the code: configs load, commands parse with the real CLI, ports and paths match.
+
+No container engine or cluster runs here; these tests check what can be checked without one.
+"""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from collectors.model import load_inventory
+from service.cli import build_parser
+from service.config import Settings, load_settings
+
+SERVICE_PORT = 8000
+AGENT_PORT = 9470
+CONFIG_PATH = "/etc/graywire/graywire.yaml"
+DATA_DIR = "/var/lib/graywire"
+
+
+def yaml_docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def k8s(deploy_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every manifest the kustomization lists, by kind/name."""
+    kdir = deploy_dir / "kubernetes"
+    kust = yaml.safe_load((kdir / "kustomization.yaml").read_text())
+    out = {}
+    for res in kust["resources"]:
+        for doc in yaml_docs(kdir / res):
+            out[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
+    return out
+
+
+def parses(argv: list[str]) -> None:
+    """The command line is one the real ``graywire`` CLI accepts (argparse exits otherwise)."""
+    args = build_parser().parse_args(argv)
+    assert callable(args.func)
+
+
+def settings_from_text(text: str, tmp_path: Path) -> Settings:
+    path = tmp_path / "graywire.yaml"
+    path.write_text(text)
+    return load_settings(path)
+
+
+def dockerfile_instructions(deploy_dir: Path) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    text = (deploy_dir / "Dockerfile").read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.setdefault(word.upper(), []).append(rest.strip())
+    return out
+
+
+# -- Dockerfile -----------------------------------------------------------------------------------
+def test_dockerfile_runs_as_non_root_from_a_slim_base(deploy_dir: Path) -> None:
+    ins = dockerfile_instructions(deploy_dir)
+    assert all("slim" in base for base in ins["FROM"])
+    (user,) = ins["USER"]
+    assert user.split(":")[0] not in {"root", "0"}
+    assert ins["EXPOSE"] == [f"{SERVICE_PORT} {AGENT_PORT}"]
+    assert f"GRAYWIRE_DATA_DIR={DATA_DIR}" in ins["ENV"][-1]
+    entry = yaml.safe_load(ins["ENTRYPOINT"][0])
+    cmd = yaml.safe_load(ins["CMD"][0])
+    assert entry == ["graywire"]
+    parses(cmd)
+    assert cmd[-1] == CONFIG_PATH
+    # Only what the image needs is copied, and every package the project declares is.
+    root = deploy_dir.parent
+    copied = {c.split()[0] for c in ins["COPY"] if not c.startswith("--from")}
+    for pkg in ("collectors", "detectors", "service", "fabricsim", "migrations"):
+        assert pkg in copied and (root / pkg / "__init__.py").exists()
+
+
+def test_dockerignore_keeps_the_context_small(deploy_dir: Path) -> None:
+    ignored = (deploy_dir.parent / ".dockerignore").read_text().split()
+    assert {".git", ".venv", "tests"} <= set(ignored)
+
+
+# -- compose --------------------------------------------------------------------------------------
+def test_compose_wires_the_stack_together(deploy_dir: Path, tmp_path: Path) -> None:
+    cdir = deploy_dir / "compose"
+    compose = yaml.safe_load((cdir / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"graywire", "postgres", "prometheus", "alertmanager", "grafana"}
+    gw = services["graywire"]
+    assert (cdir / gw["build"]["context"] / gw["build"]["dockerfile"]).resolve() == (
+        deploy_dir / "Dockerfile"
+    )
+    parses(gw["command"])
+    assert f"{SERVICE_PORT}:{SERVICE_PORT}" in gw["ports"]
+    assert gw["environment"]["GRAYWIRE_DATABASE_URL"].startswith("postgresql+psycopg://")
+    pg = services["postgres"]["environment"]
+    assert (
+        f"{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{pg['POSTGRES_DB']}"
+        in (gw["environment"]["GRAYWIRE_DATABASE_URL"])
+    )
+    mounts = {m.split(":")[1]: (cdir / m.split(":")[0]) for m in gw["volumes"] if m.startswith(".")}
+    settings = load_settings(mounts[CONFIG_PATH])
+    assert (settings.host, settings.port, str(settings.data_dir)) == ("0.0.0.0", SERVICE_PORT, DATA_DIR)
+    # graywire posts incidents to the stack's Alertmanager, where Prometheus sends its alerts too.
+    am_port = services["alertmanager"]["ports"][0].split(":")[1]
+    assert settings.alerts.alertmanager.urls == [f"http://alertmanager:{am_port}"]
+    # Every bind mount of the other services exists in the repository.
+    for name in ("prometheus", "alertmanager", "grafana"):
+        for m in services[name]["volumes"]:
+            src = m.split(":")[0]
+            if src.startswith("."):
+                assert (cdir / src).exists(), (name, src)
+    # Prometheus scrapes graywire by its compose name and port, and alerts to Alertmanager.
+    prom_mount = next(m for m in services["prometheus"]["volumes"] if m.endswith(":/etc/prometheus:ro"))
+    prom = yaml.safe_load((cdir / prom_mount.split(":")[0] / "prometheus.yml").read_text())
+    (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "graywire"]
+    assert job["static_configs"][0]["targets"] == [f"graywire:{SERVICE_PORT}"]
+    am = prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert am == ["alertmanager:9093"] and "9093:9093" in services["alertmanager"]["ports"]
+    # Grafana reads the dashboards where the provisioning provider looks for them.
+    prov = yaml.safe_load((deploy_dir / "grafana/provisioning/dashboards/graywire.yml").read_text())
+    path = prov["providers"][0]["options"]["path"]
+    assert any(m.endswith(f":{path}:ro") for m in services["grafana"]["volumes"])
+    ds = yaml.safe_load((deploy_dir / "grafana/provisioning/datasources/graywire.yml").read_text())
+    assert ds["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+def has_compose() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    r = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
+    return r.returncode == 0
+
+
+def test_compose_config_is_valid(deploy_dir: Path) -> None:
+    """Compose's own validation, where the compose plugin is installed (it needs no engine)."""
+    if not has_compose():
+        pytest.skip("docker compose plugin not installed")
+    r = subprocess.run(
+        ["docker", "compose", "-f", str(deploy_dir / "compose/docker-compose.yml"), "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+# -- Kubernetes -----------------------------------------------------------------------------------
+def test_kubernetes_configmap_loads_as_settings_and_inventory(deploy_dir: Path, tmp_path: Path) -> None:
+    cm = k8s(deploy_dir)["ConfigMap/graywire-config"]
+    settings = settings_from_text(cm["data"]["graywire.yaml"], tmp_path)
+    assert (settings.host, settings.port, str(settings.data_dir)) == ("0.0.0.0", SERVICE_PORT, DATA_DIR)
+    assert settings.alerts.enabled and settings.alerts.alertmanager.urls
+    (agent,) = [s for s in settings.sources if s.type == "agent"]
+    assert agent.url_template == f"http://{{host}}:{AGENT_PORT}"
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(cm["data"]["inventory.yaml"])
+    fabric = load_inventory(inv)
+    assert fabric.n_ports > 0 and fabric.link_a.size > 0
+    # The ConfigMap is mounted where the inventory path and the container's --config point.
+    dep = k8s(deploy_dir)["Deployment/graywire"]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "config"]
+    assert str(settings.inventory) == f"{mount['mountPath']}/inventory.yaml"
+    assert c["args"][-1] == f"{mount['mountPath']}/graywire.yaml" == CONFIG_PATH
+    parses(c["args"])
+
+
+def test_kubernetes_service_monitor_and_ports_match(deploy_dir: Path) -> None:
+    m = k8s(deploy_dir)
+    dep, svc, mon = m["Deployment/graywire"], m["Service/graywire"], m["ServiceMonitor/graywire"]
+    pod = dep["spec"]["template"]
+    (c,) = pod["spec"]["containers"]
+    (port,) = c["ports"]
+    assert port["containerPort"] == SERVICE_PORT
+    assert dep["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (sport,) = svc["spec"]["ports"]
+    assert sport["targetPort"] == port["name"] and sport["port"] == SERVICE_PORT
+    assert mon["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    (ep,) = mon["spec"]["endpoints"]
+    assert ep["port"] == sport["name"] and ep["path"] == "/metrics"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"]["path"] == "/healthz"
+    env = {e["name"]: e for e in c["env"]}
+    ref = env["GRAYWIRE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    secret = m[f"Secret/{ref['name']}"]
+    assert secret["stringData"][ref["key"]].startswith("postgresql+psycopg://")
+
+
+@pytest.mark.parametrize("name", ["Deployment/graywire", "DaemonSet/graywire-agent"])
+def test_kubernetes_workloads_run_as_non_root(deploy_dir: Path, name: str) -> None:
+    spec = k8s(deploy_dir)[name]["spec"]["template"]["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    for c in spec["containers"]:
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert c["image"] == "graywire:0.1.0"
+
+
+def test_agent_daemonset_serves_the_port_the_service_scrapes(deploy_dir: Path) -> None:
+    ds = k8s(deploy_dir)["DaemonSet/graywire-agent"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
+    (c,) = spec["containers"]
+    args = [a.replace("$(NODE_NAME)", "gpu-0001") for a in c["args"]]
+    parses(args)
+    assert args[args.index("--port") + 1] == str(AGENT_PORT)
+    assert c["ports"][0]["containerPort"] == c["ports"][0]["hostPort"] == AGENT_PORT
+    root = args[args.index("--sysfs-root") + 1]
+    (mount,) = c["volumeMounts"]
+    assert mount["mountPath"] == f"{root}/sys" and mount["readOnly"] is True
+    assert {e["name"] for e in c["env"]} >= {"NODE_NAME"}
+
+
+# -- systemd --------------------------------------------------------------------------------------
+def unit(path: Path) -> configparser.ConfigParser:
+    cp = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
+    cp.optionxform = str  # type: ignore[assignment,method-assign]
+    cp.read(path)
+    return cp
+
+
+def test_systemd_units(deploy_dir: Path) -> None:
+    svc = unit(deploy_dir / "systemd/graywire.service")
+    argv = shlex.split(svc["Service"]["ExecStart"])
+    assert argv[0] == "/opt/graywire/bin/graywire"
+    parses(argv[1:])
+    assert argv[-1] == CONFIG_PATH
+    assert svc["Service"]["User"] not in {"root", "0"}
+    assert svc["Service"]["StateDirectory"] == "graywire" and svc["Service"]["WorkingDirectory"] == DATA_DIR
+    assert svc["Install"]["WantedBy"] == "multi-user.target"
+    agent = unit(deploy_dir / "systemd/graywire-agent.service")
+    argv = shlex.split(agent["Service"]["ExecStart"])
+    parses(argv[1:])
+    assert argv[argv.index("--port") + 1] == str(AGENT_PORT)
+    assert agent["Service"]["DynamicUser"] == "yes"
+
+
+def test_systemd_analyze_verify(deploy_dir: Path, tmp_path: Path) -> None:
+    """systemd's own parser, with ExecStart pointed at a binary that exists here."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze not installed")
+    exe = shutil.which("true") or "/bin/true"
+    for name in ("graywire.service", "graywire-agent.service"):
+        text = (deploy_dir / "systemd" / name).read_text().replace("/opt/graywire/bin/graywire", exe)
+        (tmp_path / name).write_text(text)
+    r = subprocess.run(
+        [tool, "verify", str(tmp_path / "graywire.service"), str(tmp_path / "graywire-agent.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    complaints = [line for line in (r.stdout + r.stderr).splitlines() if "graywire" in line]
+    assert r.returncode == 0 and not complaints, r.stdout + r.stderr

@@ -1,0 +1,145 @@
+"""/metrics on a real scrape: promtool's lint, naming, bounded labels, the cardinality switch."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.exposition import render
+from tests.scrape import run_promtool, scrape
+
+#: Labels a series may carry: each is bounded by the fabric model, the cluster's GPUs or the code.
+BOUNDED_LABELS = {
+    "port", "node", "direction", "leaf", "rail", "health", "host", "rank", "channel",
+    "source", "target", "record", "kind", "severity", "status", "stage", "action", "receiver", "result",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return scrape(tmp_path_factory.mktemp("full"))
+
+
+@pytest.fixture(scope="module")
+def aggregates_only(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return scrape(tmp_path_factory.mktemp("agg"), per_port=False)
+
+
+@lru_cache(maxsize=4)
+def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[s.name].append((s.labels, s.value))
+    return out
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    (v,) = [v for lv, v in samples(text)[name] if lv == labels]
+    return v
+
+
+@pytest.mark.parametrize("which", ["full", "aggregates_only"])
+def test_promtool_check_metrics_passes_on_a_scrape(which: str, request: pytest.FixtureRequest) -> None:
+    text = request.getfixturevalue(which)
+    r = run_promtool("check", "metrics", stdin=text)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "" and r.stderr.strip() == ""  # no lint warnings either
+
+
+def test_port_series_show_the_downgrade_in_base_units(full: str) -> None:
+    port = {"port": "gpu-0002/mlx5_5", "node": "gpu-0002"}
+    assert value(full, "graywire_port_speed_bytes_per_second", **port) == 400e9 / 8
+    assert value(full, "graywire_port_expected_speed_bytes_per_second", **port) == 800e9 / 8
+    assert value(full, "graywire_port_health", **port) == 2  # critical incident open
+    assert value(full, "graywire_port_link_up", **port) == 1
+    healthy = {"port": "gpu-0001/mlx5_5", "node": "gpu-0001"}
+    assert value(full, "graywire_port_health", **healthy) == 0
+    assert value(full, "graywire_port_speed_bytes_per_second", **healthy) == 800e9 / 8
+    ber = value(full, "graywire_port_pre_fec_bit_error_ratio", **healthy)
+    assert 0 < ber < 1e-6
+    assert 0 <= value(full, "graywire_port_pfc_pause_ratio", direction="rx", **healthy) <= 1
+    assert value(full, "graywire_port_receive_bytes_per_second", **healthy) > 0
+
+
+def test_leaf_and_rail_aggregates_count_the_degraded_link(full: str) -> None:
+    # The NIC and the leaf port at the other end of its cable: both ends of one link.
+    assert value(full, "graywire_leaf_ports", leaf="leaf-r5-000", health="critical") == 2
+    assert value(full, "graywire_leaf_ports_below_expected_speed", leaf="leaf-r5-000") == 2
+    assert value(full, "graywire_rail_ports", rail="5", health="critical") == 2
+    assert value(full, "graywire_leaf_ports", leaf="leaf-r0-000", health="critical") == 0
+    per_leaf = samples(full)["graywire_leaf_ports"]
+    assert sum(v for _, v in per_leaf) > 0
+    assert value(full, "graywire_incidents_open", kind="speed_downgrade", severity="critical") == 1
+
+
+def test_nccl_series_name_the_slow_rank_without_a_job_label(full: str) -> None:
+    ratios = samples(full)["graywire_nccl_channel_slowdown_ratio"]
+    assert ratios and all(set(lv) == {"host", "rank", "channel"} for lv, _ in ratios)
+    worst_labels, worst = max(ratios, key=lambda s: s[1])
+    assert worst > 1.2
+    typical = sorted(v for _, v in ratios)[len(ratios) // 2]
+    assert 0.9 < typical < 1.1
+    assert value(full, "graywire_nccl_channel_slowdown_ratio_max", channel=worst_labels["channel"]) == worst
+    assert value(full, "graywire_nccl_ranks") == 64  # 8 hosts x 8 GPUs
+
+
+def test_service_figures(full: str) -> None:
+    assert value(full, "graywire_polls_total") == 4
+    assert value(full, "graywire_poll_batch_rows", record="port_sample") == 256
+    assert value(full, "graywire_scrape_success", source="fabricsim", target="fabricsim:8-hosts") == 1
+    assert (
+        value(full, "graywire_scrape_staleness_seconds", source="fabricsim", target="fabricsim:8-hosts") < 60
+    )
+    assert value(full, "graywire_pipeline_lag_seconds") >= 0
+
+
+@pytest.mark.parametrize("which", ["full", "aggregates_only"])
+def test_every_label_is_bounded(which: str, request: pytest.FixtureRequest) -> None:
+    for name, rows in samples(request.getfixturevalue(which)).items():
+        for labels, _ in rows:
+            assert set(labels) <= BOUNDED_LABELS, (name, labels)
+
+
+def test_cardinality_switch_keeps_only_aggregates(full: str, aggregates_only: str) -> None:
+    names = set(samples(aggregates_only))
+    assert not {n for n in names if n.startswith("graywire_port_")}
+    assert "graywire_nccl_channel_slowdown_ratio" not in names
+    for kept in ("graywire_leaf_ports", "graywire_rail_ports", "graywire_nccl_channel_slowdown_ratio_max"):
+        assert kept in names
+    assert value(aggregates_only, "graywire_leaf_ports", leaf="leaf-r5-000", health="critical") == 2
+    assert len(aggregates_only) * 5 < len(full)
+
+
+def test_fast_renderer_matches_prometheus_client(tmp_path: Path) -> None:
+    """The array-backed per-port families render exactly what generate_latest would."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.config import load_settings
+    from service.metrics import make_registry
+
+    settings = load_settings(None, data_dir=tmp_path, sources=[{"type": "fabricsim", "hosts": 4}])
+    app = create_app(settings, run_loop=False)
+    with TestClient(app):
+        for _ in range(2):
+            app.state.runner.tick()
+        registry = make_registry(app.state.metrics)
+        ours, theirs = render(registry).decode(), generate_latest(registry).decode()
+    drop_volatile = {"graywire_scrape_staleness_seconds"}  # computed at collection time
+
+    def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name not in drop_volatile
+        }
+
+    assert parsed(ours) == parsed(theirs)
+    assert len(parsed(ours)) > 1000
