@@ -38,6 +38,7 @@ BENIGN_KINDS = (
 )  # fmt: skip
 #: NCCL faults that change how a host's ranks are wired (what NCCL_DEBUG lines show).
 TRANSPORT_KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing")
+OWN_STREAM_KINDS = frozenset({"nccl_slow_path", "job_slowdown", "slow_step", *TRANSPORT_KINDS})
 
 DEFAULT_MAGNITUDE = {
     "speed_downgrade": 0.5,  # negotiated speed as a fraction of expected (800G -> 400G)
@@ -195,7 +196,13 @@ def resolve_faults(
     host_nics = np.flatnonzero(fabric.host_port)
     used: set[int] = set()
     faults: list[Fault] = []
+    # The NCCL path, job and transport faults draw from their own stream, so adding them to a
+    # spec leaves every other fault's target, and the simulated fabric, as they were.
+    seq = getattr(rng.bit_generator, "seed_seq", None)
+    own = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(0x4E43,))) if seq else rng
+    base_rng = rng
     for i, r in enumerate(expanded):
+        rng = own if r.kind in OWN_STREAM_KINDS else base_rng
         start = r.start_s if r.start_s is not None else float(rng.uniform(0.1, 0.5) * duration_s)
         dur = r.duration_s if r.duration_s is not None else max(10 * interval_s, 0.3 * duration_s)
         if r.kind == "short_retrain":
