@@ -124,11 +124,15 @@ class StaticRules:
 
     def _step(self, batch: pa.RecordBatch, dur: np.ndarray, now: datetime) -> list[Finding]:
         """``median(step) > 1.1 * avg_over_time(median(step)[1h])`` per job, ``for: 0``."""
-        jobs = np.asarray(batch.column("job").cast(pa.string()).to_pylist(), dtype=object)
+        job_col = batch.column("job")
+        if not pa.types.is_dictionary(job_col.type):
+            job_col = job_col.dictionary_encode()
+        codes = job_col.indices.to_numpy(zero_copy_only=False)
         t = now.timestamp()
         out = []
-        for job in sorted(set(jobs.tolist())):
-            med = float(np.nanmedian(dur[jobs == job]))
+        for code in np.unique(codes).tolist():
+            job = str(job_col.dictionary[code])
+            med = float(np.nanmedian(dur[codes == code]))
             hist = [h for h in self.step_history.get(job, []) if h[0] >= t - 3600]
             slow = bool(hist) and med > self.cfg.step_over_hour_mean * float(np.mean([h[1] for h in hist]))
             self.step_history[job] = [*hist, (t, med)]
@@ -144,8 +148,12 @@ class StaticRules:
         """Any row whose transport is ``NET/Socket``, per (communicator, host)."""
         if "transport" not in batch.schema.names:
             return []
-        transport = batch.column("transport").cast(pa.string()).to_pylist()
-        current = {(comm[i], host[i]) for i, tr in enumerate(transport) if tr == "NET/Socket"}
+        tr = batch.column("transport")
+        if not pa.types.is_dictionary(tr.type):
+            tr = tr.dictionary_encode()
+        socket = [i for i, name in enumerate(tr.dictionary.to_pylist()) if name == "NET/Socket"]
+        rows = np.flatnonzero(np.isin(tr.indices.fill_null(-1).to_numpy(zero_copy_only=False), socket))
+        current = {(comm[i], host[i]) for i in rows.tolist()}
         out = []
         for c, h in sorted(current - self.socket_hosts):
             out.append(self._finding("nccl_transport_fallback", f"{c}|{h}", "firing", now, h, None))

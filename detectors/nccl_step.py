@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from detectors.base import EntityIndex
 from detectors.findings import Finding
@@ -78,24 +77,19 @@ class NcclStepTime:
         if not ok.all():
             batch = batch.filter(pa.array(ok))
             dur = dur[ok]
-        size = batch.column("message_bytes").fill_null(0).to_numpy(zero_copy_only=False)
-        bucket = np.floor(np.log2(np.maximum(size, 1))).astype(np.int64)
-        comm = batch.column("communicator").cast(pa.string())
-        coll = batch.column("collective").cast(pa.string())
-        keys = pc.binary_join_element_wise(comm, coll, pa.array(bucket).cast(pa.string()), "|")
-        gid = self.index.ids(keys)
+        gid = self._group_ids(batch)
         used, inv = np.unique(gid, return_inverse=True)
         level = group_median(np.log(dur), inv, used.size)
         first = np.zeros(used.size, dtype=np.int64)
         first[inv[::-1]] = np.arange(inv.size)[::-1]
-        jobs = batch.column("job").cast(pa.string())
+        jobs = batch.column("job")
         now = batch.column("time")[0].as_py()
         t = now.timestamp()
         out: list[Finding] = []
         for j, g in enumerate(used.tolist()):
             grp = self.groups.get(g)
             if grp is None:
-                grp = self.groups[g] = _Group(jobs[int(first[j])].as_py(), self.index.keys[g])
+                grp = self.groups[g] = _Group(str(jobs[int(first[j])].as_py()), self.index.keys[g])
             out += self._step(g, grp, t, float(level[j]), now)
         for g, grp in list(self.groups.items()):
             if t - grp.last > self.cfg.expire_s:
@@ -103,6 +97,26 @@ class NcclStepTime:
                 if grp.is_open:
                     out += self._roll_up(g, grp, "cleared", now, expired=True)
         return out
+
+    def _group_ids(self, batch: pa.RecordBatch) -> np.ndarray:
+        """Group id (communicator|collective|log2 size) per row; strings only for distinct groups."""
+        size = batch.column("message_bytes").fill_null(0).to_numpy(zero_copy_only=False)
+        bucket = np.floor(np.log2(np.maximum(size, 1))).astype(np.int64)
+        comm, coll = batch.column("communicator"), batch.column("collective")
+        if not pa.types.is_dictionary(comm.type):
+            comm = comm.dictionary_encode()
+        if not pa.types.is_dictionary(coll.type):
+            coll = coll.dictionary_encode()
+        cc = comm.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        kc = coll.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        combo = (cc * len(coll.dictionary) + kc) * 64 + bucket
+        uniq, inv = np.unique(combo, return_inverse=True)
+        names = [
+            f"{comm.dictionary[int(u // 64 // len(coll.dictionary))]}|"
+            f"{coll.dictionary[int((u // 64) % len(coll.dictionary))]}|{int(u % 64)}"
+            for u in uniq.tolist()
+        ]
+        return self.index.ids(pa.array(names, pa.string()))[inv]
 
     def _step(self, g: int, grp: _Group, t: float, x: float, now: datetime) -> list[Finding]:
         cfg = self.cfg
