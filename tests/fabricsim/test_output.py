@@ -101,7 +101,16 @@ def test_write_simulation(tmp_path: Path) -> None:
     assert nccl[0].schema.names == NCCL_TIMING.names
     assert [f.type for f in nccl[0].schema] == [f.type for f in NCCL_TIMING]
     kinds = [record_kind(b.schema) for b in iter_replay(tmp_path)]
-    assert kinds == ["port_sample"] + ["port_sample", "nccl_timing"] * 6
+    # At equal times: port samples, then timings, then the wiring view (sent at the first NCCL poll).
+    assert (
+        kinds
+        == ["port_sample", "port_sample", "nccl_timing", "nccl_transport"]
+        + [
+            "port_sample",
+            "nccl_timing",
+        ]
+        * 5
+    )
 
     # What was written is what the simulator produced.
     again = list(FabricSim(cfg).run())
