@@ -165,9 +165,9 @@ def iter_polls(root: str | Path, kind: str) -> Iterator[pa.RecordBatch]:
 
 
 def iter_replay(
-    root: str | Path, kinds: tuple[str, ...] = ("port_sample", "nccl_timing")
+    root: str | Path, kinds: tuple[str, ...] = ("port_sample", "nccl_timing", "nccl_transport")
 ) -> Iterator[pa.RecordBatch]:
-    """Merge several records' polls in time order (port samples before NCCL at equal times)."""
+    """Merge several records' polls in time order (at equal times in the order of ``kinds``)."""
     streams = [
         ((b.column("time")[0].as_py(), i, b) for b in iter_polls(root, kind)) for i, kind in enumerate(kinds)
     ]

@@ -94,7 +94,37 @@ NCCL_TIMING = pa.schema(
     metadata={"graywire.record": "nccl_timing", "graywire.version": "1"},
 )
 
-SCHEMAS: dict[str, pa.Schema] = {"port_sample": PORT_SAMPLE, "link": LINK, "nccl_timing": NCCL_TIMING}
+#: How each rank of a communicator is wired, as its NCCL_DEBUG=INFO lines say: one row per
+#: (communicator, rank) per view. A view replaces the previous one for the communicators it
+#: lists. ``net_transport`` is the worst network transport of the rank's connections
+#: (``NET/Socket`` over ``NET/IB``), null when none leaves the host; ``network`` is the
+#: process's ``Using network X`` choice.
+NCCL_TRANSPORT = pa.schema(
+    [
+        pa.field("time", TS, nullable=False),
+        pa.field("job", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("communicator", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("nranks", pa.int32()),
+        pa.field("host", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("pid", pa.int64()),
+        pa.field("device", pa.int16()),
+        pa.field("port", pa.string()),
+        pa.field("network", pa.dictionary(pa.int8(), pa.string())),
+        pa.field("net_transport", pa.dictionary(pa.int8(), pa.string())),
+        pa.field("net_connections", pa.int32()),
+        pa.field("gdrdma_connections", pa.int32()),
+        pa.field("channels", pa.int16()),
+    ],
+    metadata={"graywire.record": "nccl_transport", "graywire.version": "1"},
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "port_sample": PORT_SAMPLE,
+    "link": LINK,
+    "nccl_timing": NCCL_TIMING,
+    "nccl_transport": NCCL_TRANSPORT,
+}
 
 #: Batch metadata key: JSON object {counter column: bit width} for counters narrower than 64
 #: bits (SNMP Counter32, legacy IB counters), so the rates stage can tell a wrap from a reset.

@@ -2,7 +2,8 @@
 
 No windows, no peers, no persistence (``for: 0``): speed below expected, width below expected,
 any error counter moving, the link-down counter moving, pause frames above a rate, ECN marks
-above a rate, an NCCL channel 25% over the poll's median. ``graywire eval`` scores it beside
+above a rate, an NCCL channel 25% over the poll's median, a job's median collective time 10%
+over its last hour's average, any NCCL row on ``NET/Socket``. ``graywire eval`` scores it beside
 the real detectors on the same data, so the difference is measured, not claimed.
 """
 
@@ -25,6 +26,7 @@ class BaselineConfig:
     pause_frames_per_second: float = 100.0
     ecn_marks_per_second: float = 1000.0
     nccl_over_median: float = 1.25
+    step_over_hour_mean: float = 1.10
 
 
 class StaticRules:
@@ -41,14 +43,20 @@ class StaticRules:
         "pfc_storm",
         "ecn_hotspot",
         "nccl_channel_slow",
+        "nccl_job_slowdown",
+        "nccl_transport_fallback",
     )
+    port_kinds = kinds[:6]
 
     def __init__(self, fabric: Fabric, cfg: BaselineConfig | None = None) -> None:
         self.fabric = fabric
         self.cfg = cfg or BaselineConfig()
         self.port_index = PortIndexer(fabric)
-        self.active: dict[str, np.ndarray] = {k: np.zeros(fabric.n_ports, bool) for k in self.kinds[:-1]}
+        self.active: dict[str, np.ndarray] = {k: np.zeros(fabric.n_ports, bool) for k in self.port_kinds}
         self.nccl_active: set[tuple[str, int, int]] = set()
+        self.step_history: dict[str, list[tuple[float, float]]] = {}  # job -> (time, median)
+        self.slow_jobs: set[str] = set()
+        self.socket_hosts: set[tuple[str, str]] = set()
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         if "duration_seconds" in batch.schema.names:
@@ -112,10 +120,57 @@ class StaticRules:
             ent = f"{key[0]}|rank {key[1]}|channel {key[2]}"
             out.append(self._finding("nccl_channel_slow", ent, "cleared", now, None, None))
         self.nccl_active = current
+        return out + self._step(batch, dur, now) + self._socket(batch, comm, host, now)
+
+    def _step(self, batch: pa.RecordBatch, dur: np.ndarray, now: datetime) -> list[Finding]:
+        """``median(step) > 1.1 * avg_over_time(median(step)[1h])`` per job, ``for: 0``."""
+        job_col = batch.column("job")
+        if not pa.types.is_dictionary(job_col.type):
+            job_col = job_col.dictionary_encode()
+        codes = job_col.indices.to_numpy(zero_copy_only=False)
+        t = now.timestamp()
+        out = []
+        for code in np.unique(codes).tolist():
+            job = str(job_col.dictionary[code])
+            med = float(np.nanmedian(dur[codes == code]))
+            hist = [h for h in self.step_history.get(job, []) if h[0] >= t - 3600]
+            slow = bool(hist) and med > self.cfg.step_over_hour_mean * float(np.mean([h[1] for h in hist]))
+            self.step_history[job] = [*hist, (t, med)]
+            if slow and job not in self.slow_jobs:
+                self.slow_jobs.add(job)
+                out.append(self._finding("nccl_job_slowdown", job, "firing", now, None, None, job))
+            elif not slow and job in self.slow_jobs:
+                self.slow_jobs.discard(job)
+                out.append(self._finding("nccl_job_slowdown", job, "cleared", now, None, None, job))
+        return out
+
+    def _socket(self, batch: pa.RecordBatch, comm: list, host: list, now: datetime) -> list[Finding]:
+        """Any row whose transport is ``NET/Socket``, per (communicator, host)."""
+        if "transport" not in batch.schema.names:
+            return []
+        tr = batch.column("transport")
+        if not pa.types.is_dictionary(tr.type):
+            tr = tr.dictionary_encode()
+        socket = [i for i, name in enumerate(tr.dictionary.to_pylist()) if name == "NET/Socket"]
+        rows = np.flatnonzero(np.isin(tr.indices.fill_null(-1).to_numpy(zero_copy_only=False), socket))
+        current = {(comm[i], host[i]) for i in rows.tolist()}
+        out = []
+        for c, h in sorted(current - self.socket_hosts):
+            out.append(self._finding("nccl_transport_fallback", f"{c}|{h}", "firing", now, h, None))
+        for c, h in sorted(self.socket_hosts - current):
+            out.append(self._finding("nccl_transport_fallback", f"{c}|{h}", "cleared", now, h, None))
+        self.socket_hosts = current
         return out
 
     def _finding(
-        self, kind: str, entity: str, status: str, now: datetime, node: str | None, port: str | None
+        self,
+        kind: str,
+        entity: str,
+        status: str,
+        now: datetime,
+        node: str | None,
+        port: str | None,
+        job: str | None = None,
     ) -> Finding:
         return Finding(
             kind=kind,
@@ -127,4 +182,5 @@ class StaticRules:
             detector=f"{self.name}/{self.version}",
             node=node,
             port=port,
+            evidence={"job": job} if job else {},
         )

@@ -9,6 +9,10 @@
 - A host whose NCCL ranks run slow, with no bad link of its own, gets a *host* verdict; with a
   bad link on the NIC its slow rank uses, the link explains it (still a *link* verdict, with
   the NCCL evidence attached).
+- A slow NCCL *path* (``nccl_path_slow``: one channel slow on the ranks of 3+ hosts behind one
+  leaf, their other channels normal) is the leaf's *network* verdict; a host behind it whose
+  only evidence is NCCL slowness points at that leaf instead of getting a host verdict.
+- A job-wide step-time slowdown names no node and makes no verdict.
 
 Pure: takes incident dicts (as the store returns them) and the fabric model.
 """
@@ -23,6 +27,8 @@ from typing import Any, Literal
 from collectors.model import Fabric
 
 LINK_KINDS = frozenset({"speed_downgrade", "width_downgrade", "link_flap", "ber_degradation", "pfc_storm"})
+PATH_KINDS = frozenset({"nccl_path_slow"})
+NCCL_TIMING_KINDS = frozenset({"nccl_channel_slow"})
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 Side = Literal["host", "link", "network"]
@@ -86,6 +92,12 @@ def node_verdicts(
         elif sw:  # an inter-switch link: both switches carry it
             hosts_by_switch.setdefault(sw, set())
     blamed = {sw for sw, hosts in hosts_by_switch.items() if len(hosts) >= min_hosts_for_switch}
+    # Slow NCCL paths: the leaf, and the hosts whose slow channels cross it.
+    path_of_host: dict[str, str] = {}
+    for inc in open_:
+        if inc["kind"] in PATH_KINDS and inc.get("node"):
+            for h in (inc.get("evidence") or {}).get("hosts", []):
+                path_of_host.setdefault(h, inc["node"])
 
     verdicts: dict[str, NodeVerdict] = {}
 
@@ -113,7 +125,16 @@ def node_verdicts(
         if not node:
             continue
         sev = inc.get("severity", "warning")
-        if kind in LINK_KINDS:
+        if kind in PATH_KINDS:
+            v = verdict(node, "network", sev)
+            v.reasons.append(
+                f"{inc['summary']} (seen on the ranks of several hosts: the path, not the hosts)"
+            )
+        elif kind in NCCL_TIMING_KINDS and node in path_of_host:
+            v = verdict(node, "network", sev)
+            v.blamed_switch = path_of_host[node]
+            v.reasons.append(f"{inc['summary']} (behind {path_of_host[node]}, whose NCCL path is slow)")
+        elif kind in LINK_KINDS:
             sw, host = switch_end(port)
             if sw in blamed and host:
                 v = verdict(host, "network", sev)

@@ -37,6 +37,12 @@ class NcclChannelConfig:
     min_peers: int = 8
     #: An open rank not seen for this many polls (its job ended, or stopped reporting) clears.
     expire_polls: int = 30
+    #: A column (one channel, ranks whose NICs hang off one leaf) with this many distinct hosts
+    #: elevated is a slow path: the switch side, not those hosts (never blame a switch on fewer).
+    min_path_hosts: int = 3
+    #: A cell counts toward a column only while at most this share of its rank's channels is
+    #: elevated (a slow rank elevates its whole row, and is the host's problem).
+    max_row_share: float = 0.5
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=1, close_after=3)
     )
@@ -46,9 +52,9 @@ class NcclChannelOutlier:
     """Per-(rank, channel) latency outliers against communicator peers, localized to host and NIC."""
 
     name = "nccl_channel_outlier"
-    version = "1"
+    version = "2"
     consumes = "nccl_timing"
-    kinds = ("nccl_channel_slow",)
+    kinds = ("nccl_channel_slow", "nccl_path_slow")
 
     def __init__(self, fabric: Fabric | None = None, cfg: NcclChannelConfig | None = None) -> None:
         self.fabric = fabric
@@ -65,6 +71,11 @@ class NcclChannelOutlier:
         self.hist = np.full((0, self.cfg.window), np.nan)
         self.count = np.zeros(0, dtype=np.int64)
         self.hyst = Hysteresis(self.cfg.hysteresis)
+        self._label = np.zeros((0, 3), dtype=np.int64)  # entity -> (group, rank, channel)
+        self._leaf_cache: dict[int, str] = {}  # entity -> the leaf its rank's NIC hangs off
+        self._host_of: dict[int, str | None] = {}
+        self._cell_path: dict[int, tuple[int, str]] = {}  # open cell -> (group, leaf) it is part of
+        self.path_open: dict[tuple[int, str], tuple[list[int], list[str]]] = {}  # -> (channels, hosts)
 
     def _group_keys(self, batch: pa.RecordBatch) -> pa.Array:
         """``communicator|collective|log2 size`` per row, built on the dictionaries (few strings)."""
@@ -107,6 +118,9 @@ class NcclChannelOutlier:
             self._known_keys, self._known_ids = keys[order], vals[order]
             for key, i in zip(new.tolist(), new_ids.tolist(), strict=True):
                 self._entity_label[i] = (key >> 40, (key >> 16) & 0xFFFFFF, key & 0xFFFF)
+            self._label = np.vstack(
+                [self._label, np.stack([new >> 40, (new >> 16) & 0xFFFFFF, new & 0xFFFF], axis=1)]
+            )
             pos = np.searchsorted(self._known_keys, packed)
         return self._known_ids[pos]
 
@@ -177,11 +191,71 @@ class NcclChannelOutlier:
         if not opened.size and not closed.size:
             return expired
         pos_of = {int(e): j for j, e in enumerate(ids.tolist())}
+        # The matrix view: which open cells line up in a column (one channel, ranks behind one
+        # leaf) and so are a slow path, not slow ranks.
+        elevated = holding & enough
+        ctx = _PollView(batch, first_row, g_ent, x, med, scale, wmed, resid, z, peers, pos_of, ids, elevated)
+        # A column cell is slow on its channel while most of its rank's row is not: several slow
+        # ranks behind one leaf fill their rows, a slow path fills only its channels.
+        lab = self._label[ids]
+        _, r_inv = np.unique((lab[:, 0] << 24) | lab[:, 1], return_inverse=True)
+        row_share = (np.bincount(r_inv, weights=elevated) / np.bincount(r_inv))[r_inv]
+        in_col = elevated & (row_share <= cfg.max_row_share)
+        columns = self._columns(ids[in_col], batch, first_row[in_col], wmed[in_col], z[in_col])
+        for e in opened.tolist():
+            g_id, _, chan = self._entity_label[e]
+            leaf = self._leaf_of_cell(e, batch, int(first_row[pos_of[e]]))
+            col = columns.get((g_id, chan, leaf))
+            if col is not None and len(col["hosts"]) >= self.cfg.min_path_hosts:
+                self._cell_path[e] = (g_id, leaf)
         out = expired
-        # Decisions are per channel; incidents are per rank: a slow NIC slows every channel of
-        # its rank, and on-call wants one incident for it, listing the channels.
+        out += self._rank_updates(now, opened, closed, ctx)
+        out += self._path_updates(now, opened, closed, columns, ctx)
+        return out
+
+    # -- the rank x channel matrix -----------------------------------------------------------------
+    def _leaf_of_cell(self, ent: int, batch: pa.RecordBatch, row: int) -> str:
+        """The switch a cell's rank NIC hangs off (``?`` when the fabric model cannot say)."""
+        leaf = self._leaf_cache.get(ent)
+        if leaf is not None:
+            return leaf
+        leaf = "?"
+        host, device = batch.column("host")[row].as_py(), batch.column("device")[row].as_py()
+        if self.fabric is not None and host is not None and device is not None:
+            i = int(self.fabric.lookup(pa.array([f"{host}/mlx5_{device}"]))[0])
+            if i >= 0 and self.fabric.peer[i] >= 0:
+                leaf = self.fabric.node_of(int(self.fabric.peer[i]))
+        self._leaf_cache[ent] = leaf
+        self._host_of[ent] = host
+        return leaf
+
+    def _columns(
+        self, ents: np.ndarray, batch: pa.RecordBatch, rows: np.ndarray, wmed: np.ndarray, z: np.ndarray
+    ) -> dict[tuple[int, int, str], dict]:
+        """Elevated cells grouped by (group, channel, leaf): a column of the rank x channel matrix."""
+        cols: dict[tuple[int, int, str], dict] = {}
+        if ents.size < self.cfg.min_path_hosts:
+            return cols
+        for e, row, w, zz in zip(ents.tolist(), rows.tolist(), wmed.tolist(), z.tolist(), strict=True):
+            g_id, rank, chan = self._entity_label[e]
+            leaf = self._leaf_of_cell(e, batch, row)
+            col = cols.setdefault((g_id, chan, leaf), {"hosts": set(), "ranks": [], "excess": [], "z": []})
+            col["hosts"].add(self._host_of.get(e))
+            col["ranks"].append(rank)
+            col["excess"].append(w)
+            col["z"].append(zz)
+        return cols
+
+    def _rank_updates(
+        self, now: datetime, opened: np.ndarray, closed: np.ndarray, ctx: _PollView
+    ) -> list[Finding]:
+        """Decisions are per cell; incidents are per rank: a slow NIC slows every channel of its
+        rank, and on-call wants one incident for it, listing the channels."""
+        out = []
         for status, ents in (("firing", opened), ("cleared", closed)):
             for e in ents.tolist():
+                if e in self._cell_path:
+                    continue
                 g_id, rank, chan = self._entity_label[e]
                 channels = self.rank_open.setdefault((g_id, rank), set())
                 if status == "firing":
@@ -191,61 +265,118 @@ class NcclChannelOutlier:
                     if channels:
                         continue  # other channels of this rank are still slow
                     del self.rank_open[(g_id, rank)]
-                j = pos_of[e]
-                g = g_ent[j]
-                stats = (float(np.exp(x[j])), med[g], scale[g], wmed[j], resid[j], z[j], int(peers[g]))
-                f = self._finding(status, e, int(first_row[j]), now, batch, *stats, sorted(channels))
+                f = self._finding(status, e, now, ctx, sorted(channels))
                 self._where[(g_id, rank)] = (f.node, f.port)
                 out.append(f)
         return out
 
+    def _path_updates(
+        self,
+        now: datetime,
+        opened: np.ndarray,
+        closed: np.ndarray,
+        columns: dict[tuple[int, int, str], dict],
+        ctx: _PollView,
+    ) -> list[Finding]:
+        """One incident per (group, leaf) whose column of cells is slow: the network side."""
+        out = []
+        touched: set[tuple[int, str]] = set()
+        for e in opened.tolist():
+            if e in self._cell_path:
+                touched.add(self._cell_path[e])
+        for e in closed.tolist():
+            key = self._cell_path.pop(e, None)
+            if key is not None:
+                touched.add(key)
+        for key in sorted(touched):
+            cells = [c for c, k in self._cell_path.items() if k == key]
+            was_open = key in self.path_open
+            if cells:
+                chans = sorted({self._entity_label[c][2] for c in cells})
+                # Fires when it opens and when it spreads to another channel, not as cells flicker.
+                if was_open and set(chans) <= set(self.path_open[key][0]):
+                    continue
+                self.path_open[key] = (chans, [])
+                out.append(self._path_finding("firing", key, cells, columns, now, ctx))
+            elif was_open:
+                del self.path_open[key]
+                out.append(self._path_finding("cleared", key, [], columns, now, ctx))
+        return out
+
     def _expire(self, now: datetime) -> list[Finding]:
-        """Clear ranks whose slow channels stopped reporting: an ended job leaves no open incident."""
+        """Clear ranks and paths whose slow cells stopped reporting: an ended job leaves no open incident."""
         stale = np.flatnonzero(self.hyst.is_open & (self.polls - self.last_seen > self.cfg.expire_polls))
         out = []
         for e in stale.tolist():
             self.hyst.is_open[e] = False
             self.hyst.bad_run[e] = 0
             g_id, rank, chan = self._entity_label[e]
+            comm = self.groups.keys[g_id].split("|")[0]
+            path = self._cell_path.pop(e, None)
+            if path is not None:
+                if path in self.path_open and path not in self._cell_path.values():
+                    del self.path_open[path]
+                    what = f"slow path via {path[1]} in {comm}"
+                    ent = self._path_entity(path)
+                    out.append(self._expired_finding("nccl_path_slow", ent, now, what, path[1], None))
+                continue
             channels = self.rank_open.get((g_id, rank), set())
             channels.discard(chan)
             if channels:
                 continue
             self.rank_open.pop((g_id, rank), None)
             host, port = self._where.pop((g_id, rank), (None, None))
-            out.append(
-                Finding(
-                    kind="nccl_channel_slow",
-                    entity=self.entity_name(e),
-                    status="cleared",
-                    time=now,
-                    severity="warning",
-                    summary=f"rank {rank} of {self.groups.keys[g_id].split('|')[0]} stopped reporting "
-                    f"for {self.cfg.expire_polls} polls (job ended?): closed",
-                    detector=f"{self.name}/{self.version}",
-                    node=host,
-                    port=port,
-                    evidence={"expired_after_polls": self.cfg.expire_polls},
-                )
-            )
+            out.append(self._expired_finding("nccl_channel_slow", self.entity_name(e), now,
+                                             f"rank {rank} of {comm}", host, port))  # fmt: skip
         return out
 
-    def _finding(
-        self,
-        status: str,
-        ent: int,
-        row: int,
-        now: datetime,
-        batch: pa.RecordBatch,
-        duration: float,
-        peer_med: float,
-        scale: float,
-        wmed: float,
-        latest: float,
-        z: float,
-        peers: int,
-        channels: list[int],
+    def _expired_finding(
+        self, kind: str, entity: str, now: datetime, what: str, node: str | None, port: str | None
     ) -> Finding:
+        return Finding(
+            kind=kind,
+            entity=entity,
+            status="cleared",
+            time=now,
+            severity="warning",
+            summary=f"{what} stopped reporting for {self.cfg.expire_polls} polls (job ended?): closed",
+            detector=f"{self.name}/{self.version}",
+            node=node if node != "?" else None,
+            port=port,
+            evidence={"expired_after_polls": self.cfg.expire_polls},
+        )
+
+    def _path_entity(self, key: tuple[int, str]) -> str:
+        return f"{self.groups.keys[key[0]]}|path {key[1]}"
+
+    def _matrix_scores(self, ent: int, ctx: _PollView) -> dict[str, float | int | str]:
+        """Row and column scores of one cell: how many of its rank's channels are elevated (a
+        slow host fills its row) and how many hosts behind the same leaf are elevated on its
+        channel (a slow path fills a column)."""
+        g_id, rank, chan = self._entity_label[ent]
+        lab = self._label[ctx.ids]
+        in_row = (lab[:, 0] == g_id) & (lab[:, 1] == rank)
+        row_hot = int((in_row & ctx.elevated).sum())
+        leaf = self._leaf_cache.get(ent, "?")
+        col = np.flatnonzero((lab[:, 0] == g_id) & (lab[:, 2] == chan) & ctx.elevated)
+        hosts = {
+            self._host_of.get(int(e)) for e in ctx.ids[col].tolist() if self._leaf_cache.get(int(e)) == leaf
+        }
+        return {
+            "row_elevated_channels": row_hot,
+            "row_channels": int(in_row.sum()),
+            "row_score": row_hot / max(1, int(in_row.sum())),
+            "column_elevated_hosts_same_leaf": len(hosts),
+            "leaf": leaf,
+        }
+
+    def _finding(self, status: str, ent: int, now: datetime, ctx: _PollView, channels: list[int]) -> Finding:
+        j = ctx.pos_of[ent]
+        g = ctx.g_ent[j]
+        row = int(ctx.first_row[j])
+        duration, peer_med, scale = float(np.exp(ctx.x[j])), ctx.med[g], ctx.scale[g]
+        wmed, latest, z, peers = ctx.wmed[j], ctx.resid[j], ctx.z[j], int(ctx.peers[g])
+        batch = ctx.batch
         rec = batch.slice(row, 1).to_pylist()[0]
         host, device = rec.get("host"), rec.get("device")
         port = None
@@ -254,6 +385,7 @@ class NcclChannelOutlier:
             if self.fabric is None or self.fabric.lookup(pa.array([candidate]))[0] >= 0:
                 port = candidate
         slower = math.exp(latest) - 1  # this poll, vs peers
+        matrix = self._matrix_scores(ent, ctx)
         if status == "firing":
             which = (
                 f"channel {channels[0]}"
@@ -297,5 +429,114 @@ class NcclChannelOutlier:
                 "windowed_slowdown": float(math.exp(wmed) - 1),
                 "robust_z": float(z),
                 "window_polls": self.cfg.window,
+                "pattern": "row" if len(channels) > 1 else "cell",
+                "side": "host",
+                **matrix,
             },
         )
+
+    def _path_finding(
+        self,
+        status: str,
+        key: tuple[int, str],
+        cells: list[int],
+        columns: dict[tuple[int, int, str], dict],
+        now: datetime,
+        ctx: _PollView,
+    ) -> Finding:
+        g_id, leaf = key
+        comm, coll, bucket = self.groups.keys[g_id].split("|")
+        node = None if leaf == "?" else leaf
+        where = f"via {leaf}" if node else "across hosts (switch unknown: no fabric model)"
+        if status == "cleared":
+            return Finding(
+                kind="nccl_path_slow", entity=self._path_entity(key), status="cleared", time=now,
+                severity="warning", summary=f"slow path {where} in {comm} back in line with its peers",
+                detector=f"{self.name}/{self.version}", node=node,
+            )  # fmt: skip
+        chans = sorted({self._entity_label[c][2] for c in cells})
+        host_set = {h for c in cells if (h := self._host_of.get(c)) is not None}
+        rank_set = {self._entity_label[c][1] for c in cells}
+        zs, excess, col_stats = [], [], {}
+        for c in cells:
+            j = ctx.pos_of.get(c)
+            if j is not None:
+                zs.append(float(ctx.z[j]))
+                excess.append(float(ctx.wmed[j]))
+        for ch in chans:
+            col = columns.get((g_id, ch, leaf))
+            if col is not None:
+                host_set.update(h for h in col["hosts"] if h is not None)
+                rank_set.update(col["ranks"])
+                excess += [float(v) for v in col["excess"]]
+                zs += [float(v) for v in col["z"]]
+                col_stats[str(ch)] = {
+                    "elevated_hosts": len(col["hosts"]),
+                    "elevated_ranks": len(col["ranks"]),
+                    "median_slowdown": float(math.exp(float(np.median(col["excess"]))) - 1),
+                    "median_z": float(np.median(col["z"])),
+                }
+        hosts, ranks = sorted(host_set), sorted(rank_set)
+        # Row scores of the ranks involved: a path leaves their other channels alone.
+        lab = self._label[ctx.ids]
+        row_scores = []
+        for r in ranks:
+            in_row = (lab[:, 0] == g_id) & (lab[:, 1] == r)
+            n = int(in_row.sum())
+            if n:
+                row_scores.append(int((in_row & ctx.elevated).sum()) / n)
+        med_slow = float(math.exp(float(np.median(excess))) - 1) if excess else 0.0
+        z_med = float(np.median(zs)) if zs else 0.0
+        which = f"channel {chans[0]}" if len(chans) == 1 else f"channels {', '.join(map(str, chans))}"
+        return Finding(
+            kind="nccl_path_slow",
+            entity=self._path_entity(key),
+            status="firing",
+            time=now,
+            severity="warning",
+            summary=(
+                f"{which} of {comm} slow on {len(ranks)} ranks of {len(hosts)} hosts {where} "
+                f"({med_slow:.0%} slower than peers), other channels of those ranks normal: "
+                "the path (link/switch), not the hosts"
+            ),
+            detector=f"{self.name}/{self.version}",
+            node=node,
+            score=z_med,
+            confidence=float(min(1.0, len(hosts) / (2 * self.cfg.min_path_hosts))),
+            evidence={
+                "communicator": comm,
+                "collective": coll,
+                "size_bucket_log2": int(bucket),
+                "leaf": node,
+                "channels": chans,
+                "hosts": hosts,
+                "ranks": ranks,
+                "pattern": "column",
+                "side": "network",
+                "column_scores": col_stats,
+                "row_score_median": float(np.median(row_scores)) if row_scores else None,
+                "windowed_slowdown": med_slow,
+                "robust_z_median": z_med,
+                "min_path_hosts": self.cfg.min_path_hosts,
+                "window_polls": self.cfg.window,
+            },
+        )
+
+
+@dataclass(slots=True)
+class _PollView:
+    """One poll's per-cell statistics, for building findings."""
+
+    batch: pa.RecordBatch
+    first_row: np.ndarray
+    g_ent: np.ndarray
+    x: np.ndarray
+    med: np.ndarray
+    scale: np.ndarray
+    wmed: np.ndarray
+    resid: np.ndarray
+    z: np.ndarray
+    peers: np.ndarray
+    pos_of: dict[int, int]
+    ids: np.ndarray
+    elevated: np.ndarray

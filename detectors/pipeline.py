@@ -23,6 +23,8 @@ from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
 from detectors.multivariate import MultivariateOutlier
 from detectors.nccl_channel import NcclChannelOutlier
+from detectors.nccl_step import NcclStepTime
+from detectors.nccl_transport import NcclTransportDetector
 from detectors.rates import CounterRates
 
 
@@ -41,6 +43,8 @@ def default_detectors(
         PfcStormDetector(fabric),
         EcnHotspotDetector(fabric),
         NcclChannelOutlier(fabric),
+        NcclStepTime(),
+        NcclTransportDetector(),
     ]
     if multivariate:
         detectors.append(MultivariateOutlier(fabric))
@@ -105,6 +109,7 @@ class Pipeline:
         result = PollResult()
         rates: list[pa.RecordBatch] = []
         nccl: list[pa.RecordBatch] = []
+        wiring: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
             if kind == "port_sample":
@@ -117,11 +122,12 @@ class Pipeline:
                 self._timed("rates", batch.num_rows, t0)
             elif kind == "nccl_timing":
                 nccl.append(batch)
+            elif kind == "nccl_transport":
+                wiring.append(batch)
             else:
-                result.dropped.append(
-                    (kind, batch.num_rows, f"the pipeline takes port_sample or nccl_timing, not {kind}")
-                )
-        for consumes, parts in (("port_rates", rates), ("nccl_timing", nccl)):
+                why = f"the pipeline takes port_sample, nccl_timing or nccl_transport, not {kind}"
+                result.dropped.append((kind, batch.num_rows, why))
+        for consumes, parts in (("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring)):
             if not parts:
                 continue
             inputs = _one_batch(parts)

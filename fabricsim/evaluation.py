@@ -31,9 +31,14 @@ MAGNITUDES: dict[str, tuple[float, ...]] = {
     "link_flap": (5.0, 8.0, 12.0),
     "slow_channel": (0.1, 0.2, 0.5),
     "slow_rank": (0.1, 0.3),
+    "nccl_slow_path": (0.1, 0.3, 0.5),
+    "job_slowdown": (0.1, 0.2, 0.5),
+    "nccl_transport_fallback": (0.5, 1.0),
+    "nccl_gdrdma_missing": (0.1, 0.3),
 }
 BENIGN = (
-    "counter_reset@{a}+5m,counter_wrap@{b},short_retrain@{c},collector_outage@{d}+90s,checkpoint_burst@{e}+2m"
+    "counter_reset@{a}+5m,counter_wrap@{b},short_retrain@{c},collector_outage@{d}+90s,checkpoint_burst@{e}+2m,"
+    "slow_step@{f}+10s"
 )
 
 
@@ -63,7 +68,7 @@ def suite(quick: bool = False, seeds: int = 3) -> list[Scenario]:
                 mag = mags[m % len(mags)]
                 start = 60 + 60 * i  # staggered so each fault has its own stretch of the timeline
                 items.append(f"{kind}@{start}s+1200s={mag:g}")
-            benign = BENIGN.format(a="700s", b="300s", c="900s", d="1500s", e="1700s")
+            benign = BENIGN.format(a="700s", b="300s", c="900s", d="1500s", e="1700s", f="1100s")
             out.append(Scenario(f"mix-s{seed}-m{m}", 64, seed, dur, step, ",".join(items) + "," + benign))
     sizes = (256,) if quick else (256, 1024, 4096)
     for n in sizes:
@@ -182,6 +187,8 @@ def run_scenario(
         if step.nccl_timing is not None:
             found += pipe.process(step.nccl_timing)
             base_found += base.observe(step.nccl_timing)
+        if step.nccl_transport is not None:
+            found += pipe.process(step.nccl_transport)
         if tick:
             tick(1)
     truth = truth_document(sim)

@@ -27,9 +27,18 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "link_flap": ("link_flap",),
     "slow_channel": ("nccl_channel_slow",),
     "slow_rank": ("nccl_channel_slow",),
+    "nccl_slow_path": ("nccl_path_slow",),
+    "job_slowdown": ("nccl_job_slowdown",),
+    "nccl_transport_fallback": ("nccl_transport_fallback",),
+    "nccl_gdrdma_missing": ("nccl_gdrdma_missing",),
 }
 #: Events that happen on healthy fabrics and must not raise a finding.
-BENIGN_KINDS = ("counter_reset", "counter_wrap", "short_retrain", "collector_outage", "checkpoint_burst")
+BENIGN_KINDS = (
+    "counter_reset", "counter_wrap", "short_retrain", "collector_outage", "checkpoint_burst", "slow_step",
+)  # fmt: skip
+#: NCCL faults that change how a host's ranks are wired (what NCCL_DEBUG lines show).
+TRANSPORT_KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing")
+OWN_STREAM_KINDS = frozenset({"nccl_slow_path", "job_slowdown", "slow_step", *TRANSPORT_KINDS})
 
 DEFAULT_MAGNITUDE = {
     "speed_downgrade": 0.5,  # negotiated speed as a fraction of expected (800G -> 400G)
@@ -40,6 +49,11 @@ DEFAULT_MAGNITUDE = {
     "link_flap": 4.0,  # number of flaps in the window
     "slow_channel": 0.3,  # extra duration on one (rank, channel): 30% slower
     "slow_rank": 0.2,  # extra duration on every channel of one rank
+    "nccl_slow_path": 0.3,  # extra duration on one channel of every rank behind one leaf
+    "job_slowdown": 0.2,  # extra duration on every rank of one job (step-time shift)
+    "nccl_transport_fallback": 0.5,  # a host's ranks on NET/Socket: this much slower
+    "nccl_gdrdma_missing": 0.1,  # a host's ranks on NET/IB without GPUDirect RDMA
+    "slow_step": 1.0,  # one poll of one job this much slower (a checkpoint step)
     "counter_reset": 0.0,
     "counter_wrap": 0.0,
     "short_retrain": 20.0,  # seconds the link is down
@@ -142,7 +156,8 @@ def default_requests(duration_s: float) -> list[FaultRequest]:
     kinds = [
         "speed_downgrade", "counter_reset", "slow_channel", "width_downgrade", "short_retrain",
         "ber_ramp", "counter_wrap", "pfc_storm", "checkpoint_burst", "slow_rank", "collector_outage",
-        "ecn_hotspot", "link_flap",
+        "ecn_hotspot", "link_flap", "nccl_slow_path", "slow_step", "nccl_transport_fallback",
+        "nccl_gdrdma_missing", "job_slowdown",
     ]  # fmt: skip
     slot = duration_s / len(kinds)
     reqs = []
@@ -154,7 +169,12 @@ def default_requests(duration_s: float) -> list[FaultRequest]:
             "counter_wrap": slot * 0.8,
             "collector_outage": min(120.0, slot * 0.5),
             "checkpoint_burst": min(120.0, slot * 0.5),
+            "slow_step": 1.0,
+            # A step-time shift is judged over minutes: it lasts long enough to be one.
+            "job_slowdown": max(slot * 0.7, 600.0),
         }.get(k, slot * 0.7)
+        if k == "job_slowdown":
+            start = min(start, max(0.0, duration_s - dur - slot * 0.1))
         reqs.append(FaultRequest(k, start, dur, None, None))
     return reqs
 
@@ -176,7 +196,13 @@ def resolve_faults(
     host_nics = np.flatnonzero(fabric.host_port)
     used: set[int] = set()
     faults: list[Fault] = []
+    # The NCCL path, job and transport faults draw from their own stream, so adding them to a
+    # spec leaves every other fault's target, and the simulated fabric, as they were.
+    seq = getattr(rng.bit_generator, "seed_seq", None)
+    own = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(0x4E43,))) if seq else rng
+    base_rng = rng
     for i, r in enumerate(expanded):
+        rng = own if r.kind in OWN_STREAM_KINDS else base_rng
         start = r.start_s if r.start_s is not None else float(rng.uniform(0.1, 0.5) * duration_s)
         dur = r.duration_s if r.duration_s is not None else max(10 * interval_s, 0.3 * duration_s)
         if r.kind == "short_retrain":
@@ -191,6 +217,48 @@ def resolve_faults(
                   benign=r.kind in BENIGN_KINDS)  # fmt: skip
         faults.append(_place(f, r.target, fabric, host_nics, used, jobs, gpus, channels, rng))
     return faults
+
+
+def _place_path(
+    f: Fault,
+    target: str | None,
+    fabric: Fabric,
+    used: set[int],
+    jobs: dict[str, list[int]],
+    channels: int,
+    rng: np.random.Generator,
+) -> Fault:
+    """A slow leaf (or its uplinks): one channel of every rank whose NIC hangs off it.
+
+    Target ``LEAF[:CHANNEL]``; drawn, a leaf of a job whose NICs no other fault uses.
+    """
+    host_nics = np.flatnonzero(fabric.host_port)
+    leaf_of = {int(i): fabric.node_of(int(fabric.peer[i])) for i in host_nics.tolist() if fabric.peer[i] >= 0}
+    by_leaf: dict[str, list[int]] = {}
+    for nic, leaf in leaf_of.items():
+        by_leaf.setdefault(leaf, []).append(nic)
+    if target:
+        leaf, _, ch_s = target.partition(":")
+        if leaf not in by_leaf:
+            raise ValueError(f"{f.kind}: {leaf!r} is not a leaf with hosts")
+        ch = int(ch_s) if ch_s else int(rng.integers(channels))
+        if not 0 <= ch < channels:
+            raise ValueError(f"{f.kind}: {target!r} names channel {ch}, ranks have {channels} channels")
+    else:
+        free = [lf for lf in sorted(by_leaf) if not any(n in used for n in by_leaf[lf])]
+        if not free:
+            raise ValueError("fabric too small for that many faults")
+        leaf = free[int(rng.integers(len(free)))]
+        ch = int(rng.integers(channels))
+    nics = by_leaf[leaf]
+    for n in nics:
+        used.update((n, int(fabric.peer[n])))
+    hosts = sorted({fabric.node_of(n) for n in nics})
+    host_ids = {fabric.node_names.index(h) for h in hosts}
+    job = next((j for j, hs in jobs.items() if host_ids & set(hs)), None)
+    if job is None:
+        raise ValueError(f"{f.kind}: no job runs behind {leaf!r}")
+    return replace(f, node=leaf, job=job, channel=ch, extra={"hosts": hosts})
 
 
 def _pick_nic(host_nics: np.ndarray, used: set[int], rng: np.random.Generator, fabric: Fabric) -> int:
@@ -216,6 +284,27 @@ def _place(
 ) -> Fault:
     if f.kind == "checkpoint_burst":
         return replace(f, node="*")
+    if f.kind in ("job_slowdown", "slow_step"):
+        job = target or str(rng.choice(list(jobs)))
+        if job not in jobs:
+            raise ValueError(f"{f.kind}: unknown job {job!r}; jobs: {', '.join(jobs)}")
+        return replace(f, job=job)
+    if f.kind == "nccl_slow_path":
+        return _place_path(f, target, fabric, used, jobs, channels, rng)
+    if f.kind in TRANSPORT_KINDS:
+        if target:
+            if target not in fabric.node_names:
+                raise ValueError(f"{f.kind}: unknown host {target!r}")
+            host = target
+        else:
+            host = fabric.node_of(_pick_nic(host_nics, used, rng, fabric))
+        h = fabric.node_names.index(host)
+        for i in np.flatnonzero(fabric.host_port & (fabric.node_of_port == h)).tolist():
+            used.update((i, int(fabric.peer[i])))
+        job = next((j for j, hosts in jobs.items() if h in hosts), None)
+        if job is None:
+            raise ValueError(f"{f.kind}: host {host!r} runs no job")
+        return replace(f, node=host, job=job)
     if f.kind in ("counter_reset", "collector_outage"):
         if target:
             if target not in fabric.node_names:

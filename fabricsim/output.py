@@ -21,7 +21,7 @@ def write_simulation(
     out.mkdir(parents=True, exist_ok=True)
     sim.fabric.write_inventory(out / INVENTORY)
     write_links(out, sim.fabric.links_table("fabricsim"))
-    rows = {"port_sample": 0, "nccl_timing": 0}
+    rows = {"port_sample": 0, "nccl_timing": 0, "nccl_transport": 0}
     total = sim.n_steps
     with DatasetWriter(out) as writer:
         for step in sim.run():
@@ -30,6 +30,9 @@ def write_simulation(
             if step.nccl_timing is not None:
                 writer.write(step.nccl_timing)
                 rows["nccl_timing"] += step.nccl_timing.num_rows
+            if step.nccl_transport is not None:
+                writer.write(step.nccl_transport)
+                rows["nccl_transport"] += step.nccl_transport.num_rows
             if progress:
                 progress(step.index + 1, total)
     (out / TRUTH).write_text(json.dumps(truth_document(sim), indent=1))

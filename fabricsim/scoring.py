@@ -93,11 +93,17 @@ def _where(f: Any) -> set[str]:
     places = {p for p in (f.port, f.node, f.link) if p}
     if f.link:
         places.update(f.link.split("<->"))
+    job = (getattr(f, "evidence", None) or {}).get("job")
+    if not places and job:
+        places.add(f"job:{job}")  # a job-wide finding names the job, not a node
     return places
 
 
 def _fault_places(fault: dict[str, Any]) -> set[str]:
-    return {p for p in (fault.get("port"), fault.get("peer"), fault.get("node")) if p}
+    places = {p for p in (fault.get("port"), fault.get("peer"), fault.get("node")) if p}
+    if fault.get("job"):
+        places.add(f"job:{fault['job']}")  # an NCCL fault slows its job: a job-wide finding is true
+    return places
 
 
 def score(

@@ -20,13 +20,14 @@ from collectors.schemas import (
     LOGICAL_ACTIVE,
     LOGICAL_DOWN,
     NCCL_TIMING,
+    NCCL_TRANSPORT,
     PHYS_LINK_UP,
     PHYS_POLLING,
     PORT_SAMPLE,
     TS,
     make_batch,
 )
-from fabricsim.faults import Fault, FaultRequest, parse_spec, resolve_faults
+from fabricsim.faults import TRANSPORT_KINDS, Fault, FaultRequest, parse_spec, resolve_faults
 from fabricsim.topology import TopologySpec, build_fabric
 
 ROCE_PRIORITY = 3
@@ -43,6 +44,7 @@ PAUSE_SECONDS = (f"pfc{ROCE_PRIORITY}_rx_pause_seconds", f"pfc{ROCE_PRIORITY}_tx
 HOST_ONLY = ("ecn_marked_packets", "cnp_sent", "cnp_handled")  # RoCE NP/RP counters live on NICs
 WRAP_COUNTERS = ("rx_packets", "tx_packets")
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
+TRANSPORT_REFRESH = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,9 @@ class SimStep:
     time: datetime
     port_sample: pa.RecordBatch
     nccl_timing: pa.RecordBatch | None
+    #: The ranks' wiring (what NCCL_DEBUG lines say): at the first NCCL poll, when a transport
+    #: fault starts or ends (the job re-initialized), and every ``TRANSPORT_REFRESH`` polls.
+    nccl_transport: pa.RecordBatch | None = None
 
 
 class FabricSim:
@@ -127,6 +132,10 @@ class FabricSim:
         self.job_base = rng.uniform(0.012, 0.016, len(self.jobs))
         self.nccl_channels = ch
         self.seq = 0
+        # The leaf each rank's NIC hangs off: a slow leaf slows those ranks' crossing channels.
+        self.r_leaf = f.node_of_port[np.maximum(f.peer[self.r_nic], 0)]
+        self._transport_state: tuple[str, ...] | None = None
+        self._transport_age = 0
 
     # -- helpers ----------------------------------------------------------------------------------
     def time_of(self, k: int) -> datetime:
@@ -163,7 +172,8 @@ class FabricSim:
             self._advance(t, self.cfg.interval_s)
         port = self._port_batch(t, now)
         nccl = self._nccl_batch(t, now) if k > 0 else None
-        return SimStep(k, now, port, nccl)
+        wiring = self._transport_batch(t, now) if k > 0 else None
+        return SimStep(k, now, port, nccl, wiring)
 
     def _link_state(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per link: up now, up share of the last interval, speed, width."""
@@ -363,6 +373,25 @@ class FabricSim:
             cols = slice(None) if fl.channel is None else fl.channel
             dur[in_job, cols] *= 1 + 0.15 * fl.magnitude  # peers partly wait for the slow hop
             dur[r, cols] *= (1 + fl.magnitude) / (1 + 0.15 * fl.magnitude)
+        socket = np.zeros(R, dtype=bool)
+        for fl in self.faults:
+            if not fl.active(t):
+                continue
+            if fl.kind == "nccl_slow_path":
+                # One channel of every rank behind the leaf; the rings through it wait a little.
+                behind = self.r_leaf == f.node_names.index(fl.node)
+                for j in np.unique(self.r_job[behind]).tolist():
+                    dur[self.r_job == j, fl.channel] *= 1 + 0.15 * fl.magnitude
+                dur[behind, fl.channel] *= (1 + fl.magnitude) / (1 + 0.15 * fl.magnitude)
+            elif fl.kind in ("job_slowdown", "slow_step"):
+                dur[self.r_job == self.job_names.index(fl.job)] *= 1 + fl.magnitude
+            elif fl.kind in TRANSPORT_KINDS:
+                on_host = self.r_host == f.node_names.index(fl.node)
+                in_job = self.r_job == self.job_names.index(fl.job)
+                dur[in_job] *= 1 + 0.15 * fl.magnitude
+                dur[on_host] *= (1 + fl.magnitude) / (1 + 0.15 * fl.magnitude)
+                if fl.kind == "nccl_transport_fallback":
+                    socket |= on_host
         n = R * ch
         busbw = (
             (self.msg_bytes * 2 * (self.r_nranks - 1) / self.r_nranks)[:, None] / dur * 8
@@ -396,8 +425,55 @@ class FabricSim:
                 "duration_seconds": pa.array(dur.ravel()),
                 "bus_bandwidth_bps": pa.array(busbw.ravel()),
                 "transport": pa.DictionaryArray.from_arrays(
-                    pa.array(np.zeros(n, dtype=np.int8)), pa.array(["NET/IB"])
+                    pa.array(socket[rank_rows].astype(np.int8)), pa.array(["NET/IB", "NET/Socket"])
                 ),
+            },
+        )
+
+    def _transport_batch(self, t: float, now: datetime) -> pa.RecordBatch | None:
+        """Every rank's wiring, when it changed (or is due for a refresh): ring connections
+        over NET/IB with GPUDirect RDMA, except on hosts a transport fault is active on."""
+        active = tuple(sorted(fl.id for fl in self.faults if fl.kind in TRANSPORT_KINDS and fl.active(t)))
+        self._transport_age += 1
+        if active == self._transport_state and self._transport_age < TRANSPORT_REFRESH:
+            return None
+        self._transport_state, self._transport_age = active, 0
+        f, R, ch = self.fabric, self.r_host.size, self.nccl_channels
+        socket = np.zeros(R, dtype=bool)
+        no_gdr = np.zeros(R, dtype=bool)
+        for fl in self.faults:
+            if fl.id in active:
+                on_host = self.r_host == f.node_names.index(fl.node)
+                (socket if fl.kind == "nccl_transport_fallback" else no_gdr)[on_host] = True
+        conns = np.full(R, 2 * ch, dtype=np.int32)  # a send and a receive per ring channel
+        gdr = np.where(socket | no_gdr, 0, conns).astype(np.int32)
+        return make_batch(
+            NCCL_TRANSPORT,
+            R,
+            {
+                "time": pa.array(np.full(R, np.datetime64(now.replace(tzinfo=None), "us")), type=TS),
+                "job": pa.DictionaryArray.from_arrays(
+                    pa.array(self.r_job.astype(np.int32)), pa.array(self.job_names)
+                ),
+                "communicator": pa.DictionaryArray.from_arrays(
+                    pa.array(self.r_job.astype(np.int32)), pa.array([f"{j}:world" for j in self.job_names])
+                ),
+                "rank": pa.array(self.r_rank.astype(np.int32)),
+                "nranks": pa.array(self.r_nranks.astype(np.int32)),
+                "host": pa.DictionaryArray.from_arrays(
+                    pa.array(self.r_host.astype(np.int32)), pa.array(f.node_names)
+                ),
+                "device": pa.array(self.r_gpu.astype(np.int16)),
+                "port": f.key_array.take(pa.array(self.r_nic)).cast(pa.string()),
+                "network": pa.DictionaryArray.from_arrays(
+                    pa.array(socket.astype(np.int8)), pa.array(["IB", "Socket"])
+                ),
+                "net_transport": pa.DictionaryArray.from_arrays(
+                    pa.array(socket.astype(np.int8)), pa.array(["NET/IB", "NET/Socket"])
+                ),
+                "net_connections": pa.array(conns),
+                "gdrdma_connections": pa.array(gdr),
+                "channels": pa.array(np.full(R, ch, dtype=np.int16)),
             },
         )
 

@@ -47,7 +47,7 @@ class FabricSimCollector:
 
     async def scrape(self) -> ScrapeResult:
         step = self.sim.step()
-        batches = tuple(b for b in (step.port_sample, step.nccl_timing) if b is not None)
+        batches = tuple(b for b in (step.port_sample, step.nccl_timing, step.nccl_transport) if b is not None)
         return ScrapeResult(self.source, self.target, ok=True, batches=batches)
 
 

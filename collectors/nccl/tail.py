@@ -41,11 +41,16 @@ from collectors.nccl.debug_log import NcclTopology
 from collectors.nccl.inspector import InspectorParser, iter_json_values
 from collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
 from collectors.nccl.profiler import ProfilerParser, host_from_dump_name
+from collectors.nccl.transport import transport_batch
 
 Format = Literal["inspector", "nccl_tests", "profiler"]
 DEFAULT_PATTERN: dict[str, str] = {"inspector": "*-pid*.log", "nccl_tests": "*.log", "profiler": "*.txt"}
 _FINGERPRINT = 1024
 _JOB_DIR = re.compile(r"^nccl-inspector-(?P<job>.+)$")
+_PROC = re.compile(rb"^\s*(?:\[[^\]]*\]\s+)?([^\s:\[\]]+):(\d+):\d+\s")
+#: The wiring view is sent again after this many scrapes without a change, so a detector that
+#: started later (or expired a communicator) still learns it.
+TRANSPORT_REFRESH_SCRAPES = 30
 
 
 @dataclass
@@ -239,6 +244,9 @@ class NcclFileCollector:
             self.topology = NcclTopology()
             # Always from the start: the Init lines that name GPUs and NICs come first.
             self.debug_tailer = DirectoryTailer(self.directory, debug_pattern)
+        self._proc_job: dict[tuple[str, int], str] = {}
+        self._transport_version = -1
+        self._transport_age = 0
         self.skipped_lines = 0
         self.rows_total = 0
         self.last_problems: list[str] = []
@@ -269,6 +277,11 @@ class NcclFileCollector:
         if self.debug_tailer is not None and self.topology is not None:
             before = self.topology.malformed
             for chunk in self.debug_tailer.poll():
+                job = self._job(chunk.file.path)
+                for ln in chunk.lines[:1] if self.job else chunk.lines:
+                    m = _PROC.match(ln)
+                    if m:
+                        self._proc_job[(m.group(1).decode("utf-8", "replace"), int(m.group(2)))] = job
                 self.topology.feed(ln.decode("utf-8", "replace") for ln in chunk.lines)
             skipped += self.topology.malformed - before
         rows = TimingRows()
@@ -282,6 +295,19 @@ class NcclFileCollector:
         if not len(rows):
             return None
         return rows.to_batch()
+
+    def collect_transport(self, now: datetime | None = None) -> pa.RecordBatch | None:
+        """The ranks' wiring (``nccl_transport``) when the debug lines changed it, or is due
+        for a refresh; None otherwise, or without ``debug_pattern``. Call after :meth:`collect`."""
+        topo = self.topology
+        if topo is None:
+            return None
+        self._transport_age += 1
+        if topo._version == self._transport_version and self._transport_age < TRANSPORT_REFRESH_SCRAPES:
+            return None
+        self._transport_version, self._transport_age = topo._version, 0
+        job: str | dict[tuple[str, int], str] = self.job or self._proc_job
+        return transport_batch(topo, job, now)
 
     def _parse(self, chunk: TailChunk, rows: TimingRows, problems: list[str]) -> int:
         tf, name = chunk.file, chunk.file.path.name
@@ -318,18 +344,20 @@ class NcclFileCollector:
         )
         return st.skipped - before
 
-    def _collect_once(self) -> pa.RecordBatch | None:
+    def _collect_once(self) -> tuple[pa.RecordBatch, ...]:
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("the previous scrape of this directory is still reading")
         try:
-            return self.collect()
+            timing = self.collect()
+            wiring = self.collect_transport(timing.column("time")[0].as_py() if timing is not None else None)
+            return tuple(b for b in (timing, wiring) if b is not None)
         finally:
             self._busy.release()
 
     async def scrape(self) -> ScrapeResult:
         t0 = time.perf_counter()
         try:
-            batch = await asyncio.to_thread(self._collect_once)
+            batches = await asyncio.to_thread(self._collect_once)
         except Exception as e:  # the contract: never raise out of a scrape
             return failed(self.source, self.target, e, time.perf_counter() - t0)
         note = None
@@ -339,7 +367,7 @@ class NcclFileCollector:
             self.source,
             self.target,
             ok=True,
-            batches=(batch,) if batch is not None else (),
+            batches=batches,
             error=note,
             duration_s=time.perf_counter() - t0,
         )

@@ -51,6 +51,7 @@ def test_record_kind() -> None:
         "port_sample": "port_sample",
         "link": "link",
         "nccl_timing": "nccl_timing",
+        "nccl_transport": "nccl_transport",
     }
     with pytest.raises(ValueError, match=r"no graywire\.record"):
         record_kind(pa.schema([pa.field("x", pa.int8())]))

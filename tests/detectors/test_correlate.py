@@ -73,3 +73,25 @@ def test_resolved_incidents_are_not_evidence() -> None:
 def test_the_switch_threshold_is_configurable() -> None:
     v = by_node([inc(i, "speed_downgrade", f"gpu-000{i}/mlx5_2") for i in (1, 2)], min_hosts_for_switch=2)
     assert v["leaf-r2-000"]["side"] == "network"
+
+
+def test_a_slow_nccl_path_is_the_leaf_and_its_hosts_point_at_it() -> None:
+    path = {"id": 9, "kind": "nccl_path_slow", "node": "leaf-r2-000", "port": None, "severity": "warning",
+            "status": "open", "summary": "channel 1 of job-a slow via leaf-r2-000",
+            "evidence": {"hosts": ["gpu-0001", "gpu-0002", "gpu-0005"], "side": "network"}}  # fmt: skip
+    v = by_node([path, inc(10, "nccl_channel_slow", "gpu-0002/mlx5_2", "warning"),
+                 inc(11, "nccl_channel_slow", "gpu-0006/mlx5_4", "warning")])  # fmt: skip
+    assert (v["leaf-r2-000"]["side"], v["leaf-r2-000"]["incident_ids"]) == ("network", [9])
+    assert "the path, not the hosts" in v["leaf-r2-000"]["reasons"][0]
+    # A host behind the slow path is not blamed for it; one elsewhere still is.
+    assert (v["gpu-0002"]["side"], v["gpu-0002"]["blamed_switch"]) == ("network", "leaf-r2-000")
+    assert (v["gpu-0006"]["side"], v["gpu-0006"]["blamed_switch"]) == ("host", None)
+    assert "gpu-0001" not in v  # no incident of its own
+
+
+def test_transport_regressions_are_host_verdicts_and_job_slowdowns_none() -> None:
+    fb = inc(12, "nccl_transport_fallback", "gpu-0003/mlx5_0", "warning")
+    job = {"id": 13, "kind": "nccl_job_slowdown", "node": None, "port": None, "severity": "warning",
+           "status": "open", "summary": "job job-a 20% slower"}  # fmt: skip
+    v = by_node([fb, job])
+    assert list(v) == ["gpu-0003"] and v["gpu-0003"]["side"] == "host"

@@ -17,6 +17,8 @@ from detectors.findings import Finding
 from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
 from detectors.nccl_channel import NcclChannelOutlier
+from detectors.nccl_step import NcclStepTime
+from detectors.nccl_transport import NcclTransportDetector
 from detectors.pipeline import Pipeline, default_detectors
 from detectors.rates import CounterRates, rates_schema
 from fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
@@ -84,7 +86,7 @@ def test_rejects_other_records() -> None:
     link = make_batch(
         LINK, 1, {"a_port": pa.array(["a/1"]), "b_port": pa.array(["b/1"]), "source": pa.array(["x"])}
     )
-    with pytest.raises(ValueError, match="port_sample or nccl_timing"):
+    with pytest.raises(ValueError, match="port_sample, nccl_timing or nccl_transport"):
         pipe.process(link)
     bare = pa.RecordBatch.from_pydict({"time": [1]})
     with pytest.raises(ValueError, match="metadata"):
@@ -103,6 +105,8 @@ def test_default_detectors() -> None:
         PfcStormDetector,
         EcnHotspotDetector,
         NcclChannelOutlier,
+        NcclStepTime,
+        NcclTransportDetector,
     ]
     assert pipe.kinds == sorted(
         [
@@ -113,6 +117,11 @@ def test_default_detectors() -> None:
             "pfc_storm",
             "ecn_hotspot",
             "nccl_channel_slow",
+            "nccl_path_slow",
+            "nccl_job_slowdown",
+            "nccl_transport_fallback",
+            "nccl_gdrdma_missing",
+            "nccl_channels_reduced",
         ]
     )
     assert [type(d) for d in default_detectors(sim.fabric)] == kinds
@@ -134,12 +143,14 @@ def test_stage_statistics() -> None:
     n = sim.fabric.n_ports
     st = pipe.stats
     assert set(st) == {  # named by detector.name
-        "rates", "link_downgrade", "link_flap", "ber", "pfc_storm", "ecn_hotspot", "nccl_channel_outlier"
+        "rates", "link_downgrade", "link_flap", "ber", "pfc_storm", "ecn_hotspot", "nccl_channel_outlier",
+        "nccl_step_time",
     }  # fmt: skip
     assert sum(st[k].findings for k in ("link_flap", "ber", "pfc_storm", "ecn_hotspot")) == 0
     assert (st["rates"].batches, st["rates"].rows, st["rates"].findings) == (7, 7 * n, 0)
     assert (st["link_downgrade"].batches, st["link_downgrade"].rows) == (7, 7 * n)
     assert (st["nccl_channel_outlier"].batches, st["nccl_channel_outlier"].rows) == (6, nccl_rows)
+    assert (st["nccl_step_time"].batches, st["nccl_step_time"].findings) == (6, 0)
     assert nccl_rows == 6 * 64 * 4
     link_found = [f for f in found if f.detector.startswith("link_downgrade")]
     assert [(f.kind, f.status) for f in link_found] == [("speed_downgrade", "firing")]
@@ -176,10 +187,12 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
         findings += pipe.process(s.port_sample)
         if s.nccl_timing is not None:
             findings += pipe.process(s.nccl_timing)
+        if s.nccl_transport is not None:
+            findings += pipe.process(s.nccl_transport)
     truth = truth_document(sim)
     report = score(findings, truth, pipe.kinds)
 
-    assert len(truth["faults"]) == 13
+    assert len(truth["faults"]) == 18
     assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
     covered = {k for k, s in report.by_fault.items() if s.covered}
     assert covered == set(FAULT_KINDS)
@@ -196,7 +209,8 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     for kind in ("speed_downgrade", "width_downgrade"):
         assert report.by_fault[kind].delays_s[0] <= 2 * sim.cfg.interval_s
     firing_kinds = {f.kind for f in findings if f.status == "firing"}
-    assert firing_kinds == set(pipe.kinds)
+    # No fabricsim fault cuts a rank's channels; that one is tested from NCCL_DEBUG lines.
+    assert firing_kinds == set(pipe.kinds) - {"nccl_channels_reduced"}
     assert time.perf_counter() - start < 60
 
 
@@ -246,3 +260,16 @@ def test_a_poll_split_across_sources_is_judged_as_one_view() -> None:
         switch_rows = switch_rows.set_column(width, "width", pa.nulls(switch_rows.num_rows, pa.uint8()))
         found += pipe.process_poll([host_rows, switch_rows]).findings
     assert [(f.kind, f.status, f.port) for f in found] == [("width_downgrade", "firing", "gpu-0003/mlx5_2")]
+
+
+def test_transport_views_reach_the_transport_detector() -> None:
+    sim = small_sim("nccl_transport_fallback@10s+100s:gpu-0003", duration_s=30.0)
+    pipe = Pipeline(sim.fabric)
+    found: list[Finding] = []
+    for s in sim.run():
+        batches = [b for b in (s.port_sample, s.nccl_timing, s.nccl_transport) if b is not None]
+        found += pipe.process_poll(batches).findings
+    assert [(f.kind, f.node) for f in found if f.kind == "nccl_transport_fallback"] == [
+        ("nccl_transport_fallback", "gpu-0003")
+    ]
+    assert pipe.stats["nccl_transport"].batches == 1

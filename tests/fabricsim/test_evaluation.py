@@ -8,7 +8,7 @@ import pytest
 
 from detectors.ber_thresholds import ThresholdTable
 from fabricsim.evaluation import BENIGN, MAGNITUDES, Scenario, evaluate, run_scenario, suite
-from fabricsim.faults import FAULT_KINDS
+from fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def test_suite_covers_every_fault_type_sizes_seeds_and_a_long_soak() -> None:
     full = suite()
     kinds = {item.split("@")[0] for sc in full for item in sc.faults.split(",")}
     assert set(FAULT_KINDS) <= kinds
-    assert {"counter_reset", "counter_wrap", "short_retrain", "collector_outage", "checkpoint_burst"} <= kinds
+    assert set(BENIGN_KINDS) <= kinds
     assert {sc.hosts for sc in full} == {32, 64, 256, 1024, 4096}
     assert {sc.seed for sc in full if sc.name.startswith("mix")} == {0, 1, 2}
     (soak,) = [sc for sc in full if sc.name.startswith("soak")]
@@ -30,14 +30,20 @@ def test_suite_covers_every_fault_type_sizes_seeds_and_a_long_soak() -> None:
 
 def test_one_mixed_scenario_detectors_beat_the_baseline(table: ThresholdTable) -> None:
     items = [f"{kind}@{60 + 60 * i}s+1200s" for i, kind in enumerate(MAGNITUDES)]
-    benign = BENIGN.format(a="700s", b="300s", c="900s", d="1500s", e="1700s")
+    benign = BENIGN.format(a="700s", b="300s", c="900s", d="1500s", e="1700s", f="1100s")
     sc = Scenario("t", 64, 1, 2400.0, 10.0, ",".join(items) + "," + benign)
     ours, base = run_scenario(sc, table)
     assert ours.recall == 1.0
     assert (ours.false_findings, ours.benign_alarms) == (0, 0)
     assert ours.precision == 1.0
+    # Every NCCL fault type is covered and localized, the slow path on its leaf.
+    for kind in ("slow_channel", "slow_rank", "nccl_slow_path", "job_slowdown", "nccl_transport_fallback",
+                 "nccl_gdrdma_missing"):  # fmt: skip
+        s = ours.by_fault[kind]
+        assert (s.total, s.detected, s.localized) == (1, 1, 1), kind
     # The static rules page on benign events (the retrain, the checkpoint burst) and on noise.
     assert base.benign_alarms > 0
+    assert base.by_fault["job_slowdown"].covered and base.by_fault["nccl_transport_fallback"].covered
     assert base.precision is not None and base.precision < 0.5
 
 

@@ -106,25 +106,27 @@ def test_kind_tables_are_consistent() -> None:
 def test_default_requests_cover_every_kind_without_overlap() -> None:
     reqs = default_requests(1300.0)
     assert {r.kind for r in reqs} == set(FAULT_KINDS) | set(BENIGN_KINDS)
-    assert len(reqs) == 13
-    assert [r.start_s for r in reqs] == pytest.approx([10.0 + 100 * i for i in range(13)])
+    assert len(reqs) == 18
+    slot = 1300.0 / 18
     durations = {r.kind: r.duration_s for r in reqs}
-    assert durations == {
-        "speed_downgrade": 70.0,
-        "counter_reset": 50.0,
-        "slow_channel": 70.0,
-        "width_downgrade": 70.0,
-        "short_retrain": 20.0,
-        "ber_ramp": 70.0,
-        "counter_wrap": 80.0,
-        "pfc_storm": 70.0,
-        "checkpoint_burst": 50.0,
-        "slow_rank": 70.0,
-        "collector_outage": 50.0,
-        "ecn_hotspot": 70.0,
-        "link_flap": 70.0,
-    }
-    spans = sorted((r.start_s, r.start_s + r.duration_s) for r in reqs)
+    assert durations == pytest.approx(
+        {
+            **{k: 0.7 * slot for k in FAULT_KINDS},
+            "counter_reset": 0.5 * slot,
+            "counter_wrap": 0.8 * slot,
+            "short_retrain": 20.0,
+            "collector_outage": 0.5 * slot,
+            "checkpoint_burst": 0.5 * slot,
+            "slow_step": 1.0,
+            "job_slowdown": 600.0,  # a step-time shift is judged over minutes
+        }
+    )
+    starts = [r.start_s for r in reqs if r.kind != "job_slowdown"]
+    assert starts == pytest.approx([0.1 * slot + slot * i for i in range(17)])
+    job = next(r for r in reqs if r.kind == "job_slowdown")
+    assert job.start_s + job.duration_s <= 1300.0
+    # Every fault has its own stretch of the timeline, but the job-wide slowdown (a job, not a port).
+    spans = sorted((r.start_s, r.start_s + r.duration_s) for r in reqs if r.kind != "job_slowdown")
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
 
@@ -179,9 +181,9 @@ def test_short_retrain_window_is_its_magnitude() -> None:
 
 def test_resolve_default_targets_do_not_overlap() -> None:
     faults = resolve("default", duration=1300.0, seed=3)
-    assert [f.id for f in faults] == [f"f{i:03d}" for i in range(13)]
+    assert [f.id for f in faults] == [f"f{i:03d}" for i in range(18)]
     ports = [f.port for f in faults if f.port is not None]
-    assert len(ports) == 10  # link/port faults plus the two NCCL faults
+    assert len(ports) == 10  # link/port faults plus the two rank faults
     peers = {f.peer for f in faults if f.peer}
     assert len(set(ports)) == len(ports)
     assert not set(ports) & peers
@@ -193,6 +195,15 @@ def test_resolve_default_targets_do_not_overlap() -> None:
         elif f.kind in ("slow_channel", "slow_rank"):
             assert f.port == f"{f.node}/mlx5_{f.rank % 8}"
             assert f.rank // 8 == int(f.node.removeprefix("gpu-"))
+        elif f.kind == "nccl_slow_path":
+            assert f.node.startswith("leaf-") and f.job and f.channel is not None
+            rail = int(f.node.split("-")[1].removeprefix("r"))
+            behind = {f"{h}/mlx5_{rail}" for h in f.extra["hosts"]}
+            assert len(behind) >= 3 and not behind & set(ports)  # no other fault on its NICs
+        elif f.kind in ("nccl_transport_fallback", "nccl_gdrdma_missing"):
+            assert f.node.startswith("gpu-") and f.port is None and f.job
+        elif f.kind in ("job_slowdown", "slow_step"):
+            assert f.job and f.node is None
         assert f.benign == (f.kind in BENIGN_KINDS)
 
 

@@ -110,7 +110,8 @@ def test_sources_api_and_scrape_metrics(app_client: TestClient) -> None:
         2,
         0,
     )
-    assert t["samples"] == 256 + 64 * 4  # port samples + NCCL rows (8 hosts x 8 GPUs x 4 channels)
+    # port samples + NCCL rows (8 hosts x 8 GPUs x 4 channels) + the 64 ranks' wiring (first NCCL poll)
+    assert t["samples"] == 256 + 64 * 4 + 64
     text = app_client.get("/metrics").text
     assert 'graywire_scrape_success{source="fabricsim",target="fabricsim:8-hosts"} 1.0' in text
     assert 'graywire_stale_ports{source="fabricsim",target="fabricsim:8-hosts"} 0.0' in text

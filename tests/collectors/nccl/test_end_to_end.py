@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 
 from collectors.nccl import NcclFileCollector
+from collectors.schemas import record_kind
 from detectors.pipeline import Pipeline
 from fabricsim.nccl_writer import InspectorWriter
 from fabricsim.sim import FabricSim, SimConfig
@@ -38,8 +39,9 @@ def run(
         result = asyncio.run(collector.scrape())
         assert result.ok, result.error
         assert result.error is None
-        assert len(result.batches) == 1
-        found = pipe.process(result.batches[0])
+        kinds = [record_kind(b.schema) for b in result.batches]
+        assert kinds in (["nccl_timing"], ["nccl_timing", "nccl_transport"])
+        found = pipe.process_poll(list(result.batches)).findings
         store.apply(found)
         findings += found
     return findings, store, collector
@@ -75,3 +77,19 @@ def test_healthy_job_opens_nothing(tmp_path: Path) -> None:
     assert findings == []
     assert store.list_incidents() == []
     assert collector.rows_total == 10 * 64 * 5
+
+
+def test_socket_fallback_in_debug_logs_is_a_host_finding(tmp_path: Path) -> None:
+    """A host whose ranks came up on NET/Socket: the NCCL_DEBUG lines the job writes say so."""
+    findings, store, _ = run("nccl_transport_fallback@0s+600s=0.5:gpu-0003", tmp_path, duration_s=100.0)
+    fallback = [f for f in findings if f.kind == "nccl_transport_fallback"]
+    assert [(f.status, f.node) for f in fallback] == [("firing", "gpu-0003")]
+    ev = fallback[0].evidence
+    # The debug lines name the communicator by its commId, the same on every rank.
+    assert fallback[0].entity == f"{ev['communicator']}|gpu-0003" and ev["job"] == "job-000"
+    assert ev["ranks"] == list(range(24, 32)) and set(ev["actual"]) == {"NET/Socket"}
+    assert ev["expected"] == "NET/IB" and ev["peer_share"]["NET/IB"] == 56 / 64
+    assert [i["node"] for i in store.list_incidents(kind="nccl_transport_fallback")] == ["gpu-0003"]
+    # Its ranks are also 50% slower than their peers: the timings agree, on the same host.
+    slow = {f.node for f in findings if f.kind == "nccl_channel_slow" and f.status == "firing"}
+    assert slow == {"gpu-0003"}

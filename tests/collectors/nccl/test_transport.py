@@ -1,0 +1,99 @@
+"""NCCL_DEBUG wiring -> nccl_transport rows, and the file collector sending them when they change."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+from collectors.nccl import NcclFileCollector
+from collectors.nccl.debug_log import NcclTopology
+from collectors.nccl.tail import TRANSPORT_REFRESH_SCRAPES
+from collectors.nccl.transport import transport_batch
+from collectors.schemas import NCCL_TRANSPORT, record_kind
+from tests.collectors.nccl.test_debug_log import MULTINODE
+from tests.detectors.test_nccl_transport import ring_log
+
+T = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def test_rows_per_rank_from_the_multinode_log() -> None:
+    topo = NcclTopology()
+    topo.feed(MULTINODE.splitlines())
+    batch = transport_batch(topo, "job-7", T)
+    assert batch is not None and batch.schema.equals(NCCL_TRANSPORT, check_metadata=True)
+    rows = {(r["host"], r["rank"]): r for r in batch.to_pylist()}
+    assert set(rows) == {("node-a", 5), ("node-b", 13), ("node-b", 14)}
+    a = rows[("node-a", 5)]
+    assert (a["communicator"], a["job"], a["nranks"], a["device"], a["network"]) == (
+        "0x9a3cc1d0",
+        "job-7",
+        16,
+        5,
+        "IB",
+    )
+    # Three NET connections (all GDRDMA) over two NICs; one P2P hop; channels 3 and 7.
+    assert (a["net_transport"], a["net_connections"], a["gdrdma_connections"], a["channels"]) == (
+        "NET/IB",
+        3,
+        3,
+        2,
+    )
+    assert a["port"] == "node-a/mlx5_3"
+    b = rows[("node-b", 13)]
+    assert (b["net_transport"], b["net_connections"], b["gdrdma_connections"]) == ("NET/IB", 1, 0)
+    s = rows[("node-b", 14)]
+    assert (s["net_transport"], s["network"], s["port"]) == ("NET/Socket", "Socket", "node-b/eth0")
+
+
+def test_nothing_described_is_no_batch() -> None:
+    topo = NcclTopology()
+    topo.feed(["training step 1 loss 2.0"])
+    assert transport_batch(topo, "j", T) is None
+
+
+def test_destroyed_communicators_are_left_out() -> None:
+    lines = ring_log(hosts=2)
+    lines += [ln.replace("Init COMPLETE", "Destroy COMPLETE") for ln in lines if "Init COMPLETE" in ln]
+    topo = NcclTopology()
+    topo.feed(lines)
+    assert transport_batch(topo, "j", T) is None
+
+
+def test_collector_sends_the_wiring_when_it_changes_and_as_a_refresh(tmp_path: Path) -> None:
+    for job in ("job-1", "job-2"):
+        (tmp_path / job).mkdir()
+    lines = ring_log(hosts=4, socket=(2,))
+    for r in range(4):  # one NCCL_DEBUG_FILE per process, the ring split over two job directories
+        own = [ln for ln in lines if ln.startswith(f"node-{r}:")]
+        (tmp_path / ("job-1" if r < 2 else "job-2") / f"nccl.node-{r}.{100 + r}").write_text(
+            "\n".join(own) + "\n"
+        )
+    col = NcclFileCollector(tmp_path, "*/*-pid*.log", debug_pattern="*/nccl.*")
+
+    def wiring() -> list:
+        res = asyncio.run(col.scrape())
+        assert res.ok, res.error
+        return [b for b in res.batches if record_kind(b.schema) == "nccl_transport"]
+
+    (first,) = wiring()
+    rows = sorted((r["host"], r["job"], r["net_transport"]) for r in first.to_pylist())
+    assert rows == [
+        ("node-0", "job-1", "NET/IB"),
+        ("node-1", "job-1", "NET/IB"),
+        ("node-2", "job-2", "NET/Socket"),
+        ("node-3", "job-2", "NET/IB"),
+    ]
+    assert wiring() == []  # unchanged: not sent again ...
+    for _ in range(TRANSPORT_REFRESH_SCRAPES - 2):
+        assert wiring() == []
+    assert len(wiring()) == 1  # ... until the refresh is due
+    with (tmp_path / "job-2" / "nccl.node-3.103").open("a") as fh:
+        fh.write("node-3:103:203 [0] NCCL INFO Channel 04/0 : 3[0] -> 0[0] [send] via NET/IB/0/GDRDMA\n")
+    (changed,) = wiring()
+    assert {r["host"]: r["channels"] for r in changed.to_pylist()}["node-3"] == 5
+
+
+def test_collector_without_debug_files_sends_no_wiring(tmp_path: Path) -> None:
+    col = NcclFileCollector(tmp_path, "*.log")
+    assert col.collect_transport() is None

@@ -1,0 +1,77 @@
+"""The rank x channel matrix: a slow column behind one leaf is a path, slow rows are hosts."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from detectors.findings import Finding
+from detectors.nccl_channel import NcclChannelOutlier
+from fabricsim.sim import EPOCH, FabricSim, SimConfig
+from fabricsim.topology import TopologySpec
+
+PATH = "nccl_slow_path@60s+200s={mag}:leaf-r2-000:1"
+
+
+@cache
+def simulate(faults: str, seed: int = 0, with_fabric: bool = True) -> tuple[Finding, ...]:
+    """16 hosts: one 128-rank job, every rail's 16 NICs behind one leaf."""
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=16), duration_s=360.0, seed=seed, faults=faults))
+    det = NcclChannelOutlier(sim.fabric if with_fabric else None)
+    out: list[Finding] = []
+    for st in sim.run():
+        if st.nccl_timing is not None:
+            out += det.observe(st.nccl_timing)
+    return tuple(out)
+
+
+def rel(f: Finding) -> float:
+    return (f.time - EPOCH).total_seconds()
+
+
+def test_slow_path_is_one_network_finding_on_the_leaf_not_sixteen_hosts() -> None:
+    for seed in (0, 1, 2):
+        findings = simulate(PATH.format(mag=0.1), seed)
+        firing = [f for f in findings if f.status == "firing"]
+        assert firing and {f.kind for f in firing} == {"nccl_path_slow"}, seed
+        assert {(f.node, f.entity) for f in firing} == {
+            ("leaf-r2-000", "job-000:world|AllReduce|29|path leaf-r2-000")
+        }
+        assert 60 <= rel(firing[0]) <= 90  # within 30 s
+        ev = firing[-1].evidence
+        assert ev["side"] == "network" and ev["pattern"] == "column" and ev["channels"] == [1]
+        assert len(ev["hosts"]) >= 14 and all(r % 8 == 2 for r in ev["ranks"])  # GPU 2 = rail 2
+        assert ev["column_scores"]["1"]["elevated_hosts"] >= 14
+        assert ev["row_score_median"] <= 0.25  # their other channels are normal
+        assert 0.05 <= ev["windowed_slowdown"] <= 0.15
+        assert "the path (link/switch), not the hosts" in firing[-1].summary
+        cleared = [f for f in findings if f.status == "cleared"]
+        assert [f.kind for f in cleared] == ["nccl_path_slow"] and 260 < rel(cleared[0]) <= 320
+
+
+def test_three_slow_ranks_behind_one_leaf_stay_three_host_findings() -> None:
+    """Rows, not a column: each rank is slow on every channel, so the leaf is not blamed."""
+    faults = ",".join(f"slow_rank@60s+200s=0.2:gpu-{h:04d}/mlx5_2" for h in (1, 4, 9))
+    firing = [f for f in simulate(faults) if f.status == "firing"]
+    assert {f.kind for f in firing} == {"nccl_channel_slow"}
+    assert {f.node for f in firing} == {"gpu-0001", "gpu-0004", "gpu-0009"}
+    last = {f.node: f for f in firing}
+    for f in last.values():
+        assert f.evidence["side"] == "host" and f.evidence["pattern"] == "row"
+        assert f.evidence["channels"] == [0, 1, 2, 3] and f.evidence["row_score"] == 1.0
+
+
+def test_single_slow_channel_is_a_cell_on_its_host() -> None:
+    firing = [f for f in simulate("slow_channel@60s+200s=0.3:gpu-0005/mlx5_3:2") if f.status == "firing"]
+    assert [(f.kind, f.node, f.evidence["pattern"]) for f in firing] == [
+        ("nccl_channel_slow", "gpu-0005", "cell")
+    ]
+    ev = firing[0].evidence
+    assert ev["row_elevated_channels"] == 1 and ev["row_channels"] == 4
+    assert ev["column_elevated_hosts_same_leaf"] == 1 and ev["leaf"] == "leaf-r3-000"
+
+
+def test_without_a_fabric_model_the_path_is_still_not_blamed_on_hosts() -> None:
+    firing = [f for f in simulate(PATH.format(mag=0.3), 0, False) if f.status == "firing"]
+    assert {f.kind for f in firing} == {"nccl_path_slow"}
+    assert {f.node for f in firing} == {None}
+    assert "switch unknown" in firing[0].summary
