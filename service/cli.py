@@ -211,8 +211,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _print_eval(r: dict[str, Any]) -> None:
+    w = max([16, *(len(k) + 1 for k in r["by_fault"])])
     head = (
-        f"{'fault':<16}{'n':>4}{'recall':>8}{'prec':>7}{'F1':>7}{'loc@1':>7}"
+        f"{'fault':<{w}}{'n':>4}{'recall':>8}{'prec':>7}{'F1':>7}{'loc@1':>7}"
         f"{'p50 s':>7}{'p95 s':>7}{'p50 poll':>9}{'p95 poll':>9} | "
         f"{'base rec':>8}{'base prec':>10}{'base F1':>8}"
     )
@@ -220,7 +221,7 @@ def _print_eval(r: dict[str, Any]) -> None:
     for kind, s in r["by_fault"].items():
         b = r["baseline"]["by_fault"].get(kind, {})
         print(
-            f"{kind:<16}{s['faults']:>4}{_fmt(s['recall'], True):>8}{_fmt(s['precision'], True):>7}"
+            f"{kind:<{w}}{s['faults']:>4}{_fmt(s['recall'], True):>8}{_fmt(s['precision'], True):>7}"
             f"{_fmt(s['f1'], True):>7}{_fmt(s['localization_top1'], True):>7}{_fmt(s['delay_median_s']):>7}"
             f"{_fmt(s['delay_p95_s']):>7}{_fmt(s['delay_median_polls']):>9}{_fmt(s['delay_p95_polls']):>9} | "
             f"{_fmt(b.get('recall'), True):>8}{_fmt(b.get('precision'), True):>10}"
