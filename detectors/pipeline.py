@@ -69,6 +69,8 @@ class Pipeline:
     other_rates: dict[str, CounterRates] = field(default_factory=dict)
     _first_source: str | None = field(default=None, init=False, repr=False)
     stats: dict[str, StageStats] = field(default_factory=dict)
+    #: The dictionaries of the last joined view per (record, column): reused when unchanged.
+    _dicts: dict[tuple[str, str], pa.Array] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.detectors:
@@ -130,7 +132,7 @@ class Pipeline:
         for consumes, parts in (("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring)):
             if not parts:
                 continue
-            inputs = _one_batch(parts)
+            inputs = self._stable_dictionaries(consumes, _one_batch(parts)) if len(parts) > 1 else parts[0]
             if consumes == "port_rates":
                 result.port_rates = inputs
             for det in self.detectors:
@@ -143,6 +145,27 @@ class Pipeline:
         if len(batches) == 1 and result.dropped:
             raise ValueError(result.dropped[0][2])
         return result
+
+    def _stable_dictionaries(self, consumes: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Give a joined view last poll's dictionary objects when their contents are unchanged.
+
+        Joining sources unifies their port dictionaries into a new array every poll; the
+        detectors' port indexers cache by dictionary identity, so without this every
+        multi-source poll would hash every port key again. Comparing contents is a memcmp.
+        """
+        columns = list(batch.columns)
+        changed = False
+        for i, (name, col) in enumerate(zip(batch.schema.names, columns, strict=True)):
+            if not pa.types.is_dictionary(col.type):
+                continue
+            key = (consumes, name)
+            last = self._dicts.get(key)
+            if last is not None and last is not col.dictionary and last.equals(col.dictionary):
+                columns[i] = pa.DictionaryArray.from_arrays(col.indices, last)
+                changed = True
+            else:
+                self._dicts[key] = col.dictionary
+        return pa.RecordBatch.from_arrays(columns, schema=batch.schema) if changed else batch
 
 
 @dataclass

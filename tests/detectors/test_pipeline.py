@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from collectors.schemas import LINK, PORT_SAMPLE, make_batch
+from detectors.base import PortIndexer
 from detectors.ber import BerDetector
 from detectors.ber_thresholds import ThresholdTable
 from detectors.congestion import EcnHotspotDetector, PfcStormDetector
@@ -273,3 +274,40 @@ def test_transport_views_reach_the_transport_detector() -> None:
         ("nccl_transport_fallback", "gpu-0003")
     ]
     assert pipe.stats["nccl_transport"].batches == 1
+
+
+def test_a_joined_view_keeps_one_port_dictionary_across_polls() -> None:
+    """Detectors cache port lookups by dictionary: a multi-source poll must not defeat that."""
+    import pyarrow.compute as pc
+
+    sim = small_sim("none", duration_s=40.0)
+    lookups: list[int] = []
+    lookup = sim.fabric.lookup
+
+    def counting_lookup(keys: pa.Array) -> object:
+        lookups.append(len(keys))
+        return lookup(keys)
+
+    sim.fabric.lookup = counting_lookup  # type: ignore[method-assign]
+
+    class Indexing:
+        name, version, consumes, kinds = "indexing", "1", "port_rates", ()
+
+        def __init__(self) -> None:
+            self.index = PortIndexer(sim.fabric)
+            self.polls = 0
+
+        def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+            assert (self.index(batch.column("port")) >= 0).all()
+            self.polls += 1
+            return []
+
+    spy = Indexing()
+    pipe = Pipeline(sim.fabric, [spy])
+    hosts = pa.array([k.startswith("gpu-") for k in sim.fabric.keys])
+    for s in sim.run():
+        b = s.port_sample
+        on_host = pc.take(hosts, b.column("port").indices)
+        pipe.process_poll([b.filter(on_host), b.filter(pc.invert(on_host))])
+    assert spy.polls >= 3
+    assert lookups == [sim.fabric.n_ports]  # hashed once, then every poll hits the cache
