@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -149,6 +150,8 @@ class NcclChannelOutlier:
             dur = dur[ok]
         if batch.num_rows == 0:
             return []
+        if self.polls and self.polls % cfg.expire_polls == 0:
+            self._compact()
         group_key = self._group_keys(batch)
         g_row = self.groups.ids(group_key)
         rank = batch.column("rank").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -302,6 +305,38 @@ class NcclChannelOutlier:
                 del self.path_open[key]
                 out.append(self._path_finding("cleared", key, [], columns, now, ctx))
         return out
+
+    def _compact(self) -> None:
+        """Forget (rank, channel) cells that stopped reporting and are not open: ended jobs.
+
+        A long-running service sees job after job, each adding ranks x channels x collectives
+        cells; without this the per-cell arrays grow for ever. Ids are renumbered densely and
+        every structure keyed by them is remapped; a cell that comes back starts afresh.
+        """
+        n = self._n_entities
+        dead = (self.polls - self.last_seen[:n] > self.cfg.expire_polls) & ~self.hyst.is_open[:n]
+        if not dead.any():
+            return
+        keep = ~dead
+        new_id = np.full(n, -1, dtype=np.int64)
+        new_id[keep] = np.arange(int(keep.sum()))
+        live = keep[self._known_ids]
+        self._known_keys = self._known_keys[live]
+        self._known_ids = new_id[self._known_ids[live]]
+        self._label = self._label[:n][keep]
+        self.hist, self.count = self.hist[:n][keep], self.count[:n][keep]
+        self.last_seen = self.last_seen[:n][keep]
+        h = self.hyst
+        h.bad_run, h.good_run, h.is_open = h.bad_run[:n][keep], h.good_run[:n][keep], h.is_open[:n][keep]
+
+        def remap(d: dict[int, Any]) -> dict[int, Any]:
+            return {int(new_id[e]): v for e, v in d.items() if e < n and keep[e]}
+
+        self._entity_label = remap(self._entity_label)
+        self._leaf_cache = remap(self._leaf_cache)
+        self._host_of = remap(self._host_of)
+        self._cell_path = remap(self._cell_path)
+        self._n_entities = int(keep.sum())
 
     def _expire(self, now: datetime) -> list[Finding]:
         """Clear ranks and paths whose slow cells stopped reporting: an ended job leaves no open incident."""

@@ -353,3 +353,29 @@ def test_a_job_that_ends_while_slow_clears_its_rank() -> None:
     assert len(cleared) == 1
     assert cleared[0].entity == found[0].entity
     assert "stopped reporting" in cleared[0].summary
+
+
+def test_cells_of_ended_jobs_are_forgotten_and_live_ones_keep_working() -> None:
+    """Job after job must not grow the per-cell state for ever."""
+    rng = np.random.default_rng(5)
+    det = NcclChannelOutlier(cfg=NcclChannelConfig(expire_polls=4))
+    poll = 0
+    for job in range(6):  # six jobs of 32 ranks x 4 channels, one after the other
+        for _ in range(6):
+            det.observe(nccl_batch(poll, healthy(rng, 32, 4), comm=f"job-{job}:world"))
+            poll += 1
+    # Only the last job's cells (and at most one ended job awaiting compaction) remain.
+    assert det._n_entities <= 2 * 32 * 4
+    assert det.hist.shape[0] == det.count.size == det.last_seen.size == det._n_entities
+    # The live job still opens and clears a slow rank after its ids were renumbered.
+    found = []
+    for _ in range(8):
+        d = healthy(rng, 32, 4)
+        d[7, :] *= 1.5
+        found += det.observe(nccl_batch(poll, d, comm="job-5:world"))
+        poll += 1
+    assert {f.status for f in found} == {"firing"} and found[0].evidence["rank"] == 7
+    for _ in range(8):
+        found += det.observe(nccl_batch(poll, healthy(rng, 32, 4), comm="job-5:world"))
+        poll += 1
+    assert [f.status for f in found][-1] == "cleared"
