@@ -18,6 +18,7 @@ from tests.scrape import run_promtool, scrape
 BOUNDED_LABELS = {
     "port", "node", "direction", "leaf", "rail", "health", "host", "rank", "channel",
     "source", "target", "record", "kind", "severity", "status", "stage", "action", "receiver", "result",
+    "shadow",
 }  # fmt: skip
 
 
