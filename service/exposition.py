@@ -78,23 +78,29 @@ class _One:
         return self.metrics
 
 
-def render(collector: object) -> bytes:
-    """The text exposition (format 0.0.4) of everything ``collector.collect()`` yields."""
-    out: list[str] = []
+def iter_render(collector: object) -> Iterator[bytes]:
+    """The text exposition (format 0.0.4) of everything ``collector.collect()`` yields, family by
+    family, so a caller can stream it to a slow client (collectors must not hold locks across it).
+    """
     pending: list[Metric] = []
 
-    def flush() -> None:
-        if pending:
-            out.append(generate_latest(_One(list(pending))).decode())  # type: ignore[arg-type]
-            pending.clear()
+    def flush() -> bytes:
+        out = generate_latest(_One(list(pending)))  # type: ignore[arg-type]
+        pending.clear()
+        return out
 
     for m in collector.collect():  # type: ignore[attr-defined]
         if isinstance(m, ArrayGauge):
-            flush()
+            if pending:
+                yield flush()
             doc = m.documentation.replace("\\", r"\\").replace("\n", r"\n")
-            out.append(f"# HELP {m.name} {doc}\n# TYPE {m.name} gauge\n")
-            out.append(m.lines())
+            yield (f"# HELP {m.name} {doc}\n# TYPE {m.name} gauge\n" + m.lines()).encode()
         else:
             pending.append(m)
-    flush()
-    return "".join(out).encode()
+    if pending:
+        yield flush()
+
+
+def render(collector: object) -> bytes:
+    """The whole text exposition of ``collector`` (see :func:`iter_render`)."""
+    return b"".join(iter_render(collector))

@@ -11,11 +11,12 @@ for very large fabrics); the leaf, rail and channel aggregates stay.
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -102,6 +103,39 @@ class MetricsState:
     @cached_property
     def _indexer(self) -> PortIndexer:
         return PortIndexer(self.fabric)
+
+    def snapshot(self) -> MetricsSnapshot:
+        """Copy every field ``/metrics`` reads, under the lock; arrays the poll updates in place too."""
+
+        def arr(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a.copy()
+
+        leaf_of_port = self.leaf_of_port  # immutable per fabric: computed once, outside the lock
+        with self.lock:
+            return MetricsSnapshot(
+                fabric=self.fabric,
+                per_port=self.per_port,
+                rows_ingested=dict(self.rows_ingested),
+                rows_dropped=dict(self.rows_dropped),
+                targets=[replace(t, stale_ports=list(t.stale_ports)) for t in self.targets],
+                findings=dict(self.findings),
+                polls=self.polls,
+                poll_errors=self.poll_errors,
+                archive_errors=self.archive_errors,
+                last_poll_seconds=self.last_poll_seconds,
+                last_poll_timestamp=self.last_poll_timestamp,
+                last_data_timestamp=self.last_data_timestamp,
+                poll_rows=dict(self.poll_rows),
+                poll_batches=dict(self.poll_batches),
+                stages={k: copy.copy(v) for k, v in self.stages.items()},
+                open_incidents=list(self.open_incidents),
+                figures={k: v.copy() for k, v in self.figures.items()},
+                port_reported=arr(self.port_reported),
+                port_stale=arr(self.port_stale),
+                port_severity=arr(self.port_severity),
+                nccl=self.nccl,  # frozen, replaced whole by every poll
+                leaf_of_port=leaf_of_port,
+            )
 
     def observe_poll(self, batches: Iterable[pa.RecordBatch], port_rates: pa.RecordBatch | None) -> None:
         """Take one poll: batch sizes, the ports' figures from its rates, its NCCL channel latency.
@@ -195,6 +229,39 @@ class MetricsState:
                 current[at] = values[ok]
 
 
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """A copy of what ``/metrics`` shows, taken under the lock and rendered outside it.
+
+    Rendering per-port series takes seconds on a large fabric; holding the lock that long would
+    stall the poll loop (it takes the lock to publish every poll). The copy is a few memcpys of
+    the per-port arrays, and the poll may change the state while a scrape still renders this.
+    """
+
+    fabric: Fabric
+    per_port: bool
+    rows_ingested: dict[str, int]
+    rows_dropped: dict[str, int]
+    targets: list[TargetStatus]
+    findings: dict[tuple[str, str], int]
+    polls: int
+    poll_errors: int
+    archive_errors: int
+    last_poll_seconds: float
+    last_poll_timestamp: float
+    last_data_timestamp: float
+    poll_rows: dict[str, int]
+    poll_batches: dict[str, int]
+    stages: dict[str, StageStats]
+    open_incidents: list[tuple[str, str, int]]
+    figures: dict[str, np.ndarray]
+    port_reported: np.ndarray | None
+    port_stale: np.ndarray | None
+    port_severity: np.ndarray | None
+    nccl: NcclSnapshot | None
+    leaf_of_port: np.ndarray
+
+
 def _counter(name: str, doc: str, values: Iterable[tuple[list[str], float]], labels: list[str]) -> Metric:
     c = CounterMetricFamily(name, doc, labels=labels)
     for lv, v in values:
@@ -214,16 +281,16 @@ class GraywireCollector(Collector):
         self._port_labels: dict[tuple[tuple[str, str], ...], tuple[list[str], list[dict[str, str]]]] = {}
 
     def collect(self) -> Iterator[Metric]:
-        s = self.state
-        with s.lock:
-            yield from self._service(s)
-            yield from self._targets(s)
-            yield from self._groups(s)
-            yield from self._nccl(s)
-            if s.per_port:
-                yield from self._ports(s)
+        """Families of one snapshot: the lock is held for the copy, never while families render."""
+        s = self.state.snapshot()
+        yield from self._service(s)
+        yield from self._targets(s)
+        yield from self._groups(s)
+        yield from self._nccl(s)
+        if s.per_port:
+            yield from self._ports(s)
 
-    def _service(self, s: MetricsState) -> Iterator[Metric]:
+    def _service(self, s: MetricsSnapshot) -> Iterator[Metric]:
         yield _gauge("graywire_ports", "Ports in the fabric model", s.fabric.n_ports)
         yield _counter(
             "graywire_ingested_rows",
@@ -306,7 +373,7 @@ class GraywireCollector(Collector):
             g.add_metric([kind, sev], n)
         yield g
 
-    def _targets(self, s: MetricsState) -> Iterator[Metric]:
+    def _targets(self, s: MetricsSnapshot) -> Iterator[Metric]:
         labels = ["source", "target"]
         dur = GaugeMetricFamily(
             "graywire_scrape_duration_seconds", "Duration of the last scrape", labels=labels
@@ -346,7 +413,7 @@ class GraywireCollector(Collector):
         yield from (dur, ok, samples, fails, last, age, stale)
 
     # -- ports ---------------------------------------------------------------------------------
-    def _health(self, s: MetricsState) -> np.ndarray:
+    def _health(self, s: MetricsSnapshot) -> np.ndarray:
         """Index into HEALTH_STATES per port (critical > warning > stale > ok)."""
         n = s.fabric.n_ports
         health = np.zeros(n, dtype=np.int64)
@@ -357,7 +424,7 @@ class GraywireCollector(Collector):
             health[s.port_severity == 2] = HEALTH_STATES.index("critical")
         return health
 
-    def _groups(self, s: MetricsState) -> Iterator[Metric]:
+    def _groups(self, s: MetricsSnapshot) -> Iterator[Metric]:
         """Health, speed, BER and PFC by leaf and by rail: on whatever the per-port switch says."""
         if s.port_reported is None:
             return
@@ -433,7 +500,7 @@ class GraywireCollector(Collector):
         yield from (ports, below, ber, pause)
 
     def _labels(
-        self, s: MetricsState, extra: tuple[tuple[str, str], ...]
+        self, s: MetricsSnapshot, extra: tuple[tuple[str, str], ...]
     ) -> tuple[list[str], list[dict[str, str]]]:
         """Label strings and dicts per port, built once and shared by every scrape (never mutated)."""
         cached = self._port_labels.get(extra)
@@ -450,7 +517,7 @@ class GraywireCollector(Collector):
 
     def _port_family(
         self,
-        s: MetricsState,
+        s: MetricsSnapshot,
         name: str,
         doc: str,
         parts: Iterable[tuple[tuple[tuple[str, str], ...], np.ndarray]],
@@ -460,7 +527,7 @@ class GraywireCollector(Collector):
             m.add(*self._labels(s, extra), values)
         return m
 
-    def _ports(self, s: MetricsState) -> Iterator[Metric]:
+    def _ports(self, s: MetricsSnapshot) -> Iterator[Metric]:
         if s.port_reported is None:
             return
         f = s.fabric
@@ -494,7 +561,7 @@ class GraywireCollector(Collector):
         )
 
     # -- NCCL ----------------------------------------------------------------------------------
-    def _nccl(self, s: MetricsState) -> Iterator[Metric]:
+    def _nccl(self, s: MetricsSnapshot) -> Iterator[Metric]:
         snap = s.nccl
         worst = GaugeMetricFamily(
             "graywire_nccl_channel_slowdown_ratio_max",

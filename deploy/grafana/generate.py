@@ -291,7 +291,7 @@ def fabric_overview() -> dict:
             "stat",
             "Drain recommendations",
             [target("max by (action) (graywire_drain_nodes)", "{{action}}")],
-            (0, 31, 8, 8),
+            (0, 31, 5, 8),
             description="Nodes the drain policy recommends draining or watching (fleet-wide: replicas "
             "share the database, so the maximum, not the sum).",
             options={
@@ -305,7 +305,7 @@ def fabric_overview() -> dict:
             "stat",
             "Circuit breaker",
             [target("max(graywire_drain_circuit_breaker_tripped)", "breaker")],
-            (8, 31, 4, 8),
+            (5, 31, 3, 8),
             description="Tripped: more nodes wanted draining within the window than the cap allows; "
             "no new drains until an operator resets it.",
             options={"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "background"},
@@ -323,7 +323,52 @@ def fabric_overview() -> dict:
             "timeseries",
             "Drain recommendations over time",
             [target("max by (action) (graywire_drain_nodes)", "{{action}}")],
-            (12, 31, 12, 8),
+            (8, 31, 8, 8),
+        ),
+        panel(
+            "table",
+            "Drain list",
+            [
+                target(
+                    "max by (node, action, shadow) (graywire_drain_node_since_timestamp_seconds) * 1000",
+                    table=True,
+                )
+            ],
+            (16, 31, 8, 8),
+            description="The nodes on the drain list (GET /api/v1/drain has each one's reason and evidence), "
+            "newest first. shadow: recommended only, no scheduler acts on it. The node links to its ports.",
+            options={"showHeader": True, "sortBy": [{"displayName": "since", "desc": True}]},
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True},
+                        "indexByName": {"node": 0, "action": 1, "shadow": 2, "Value": 3},
+                        "renameByName": {"Value": "since"},
+                    },
+                }
+            ],
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "since"},
+                    "properties": [{"id": "unit", "value": "dateTimeFromNow"}],
+                },
+                {
+                    "matcher": {"id": "byName", "options": "node"},
+                    "properties": [
+                        {
+                            "id": "links",
+                            "value": [
+                                {
+                                    "title": "Port detail",
+                                    "url": "/d/graywire-port-detail/?var-node=${__value.raw}"
+                                    "&${datasource:queryparam}",
+                                }
+                            ],
+                        }
+                    ],
+                },
+            ],
         ),
         row("graywire", 38),
         panel(

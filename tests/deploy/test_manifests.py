@@ -197,7 +197,9 @@ def test_kubernetes_service_monitor_and_ports_match(deploy_dir: Path) -> None:
     assert secret["stringData"][ref["key"]].startswith("postgresql+psycopg://")
 
 
-@pytest.mark.parametrize("name", ["Deployment/graywire", "DaemonSet/graywire-agent"])
+@pytest.mark.parametrize(
+    "name", ["Deployment/graywire", "DaemonSet/graywire-agent", "Deployment/graywire-k8s-sync"]
+)
 def test_kubernetes_workloads_run_as_non_root(deploy_dir: Path, name: str) -> None:
     spec = k8s(deploy_dir)[name]["spec"]["template"]["spec"]
     assert spec["securityContext"]["runAsNonRoot"] is True
@@ -253,11 +255,12 @@ def test_systemd_analyze_verify(deploy_dir: Path, tmp_path: Path) -> None:
     if tool is None:
         pytest.skip("systemd-analyze not installed")
     exe = shutil.which("true") or "/bin/true"
-    for name in ("graywire.service", "graywire-agent.service"):
+    names = ("graywire.service", "graywire-agent.service", "graywire-slurm-sync.service")
+    for name in names:
         text = (deploy_dir / "systemd" / name).read_text().replace("/opt/graywire/bin/graywire", exe)
         (tmp_path / name).write_text(text)
     r = subprocess.run(
-        [tool, "verify", str(tmp_path / "graywire.service"), str(tmp_path / "graywire-agent.service")],
+        [tool, "verify", *(str(tmp_path / name) for name in names)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.app import create_app
 from service.config import load_settings
@@ -80,6 +81,13 @@ def test_drain_list_is_flat_json_with_the_contract_fields(client: TestClient) ->
     text = client.get("/metrics").text
     assert 'graywire_drain_nodes{action="drain"} 1.0' in text
     assert "graywire_drain_circuit_breaker_tripped 0.0" in text
+    (listed,) = [f for f in text_string_to_metric_families(text) if f.name.startswith("graywire_drain_node_")]
+    assert [(s.labels, s.value) for s in listed.samples] == [
+        (
+            {"node": "gpu-0001", "action": "drain", "shadow": "false"},
+            datetime.fromisoformat(item["since"]).timestamp(),
+        )
+    ]
 
 
 def test_operator_actions_over_http_are_audited_under_the_token_name(client: TestClient) -> None:
