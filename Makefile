@@ -29,6 +29,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_rates.py
 	$(BIN)/python bench/bench_pipeline.py
+	$(BIN)/python bench/bench_metrics.py
 
 clean:
 	rm -rf $(VENV) graywire-data .pytest_cache .ruff_cache

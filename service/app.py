@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 from fastapi import Depends, FastAPI, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy import text
 
 from collectors.base import Collector
@@ -25,7 +25,7 @@ from service.db import make_engine, upgrade
 from service.drain_api import make_drain_router
 from service.drain_engine import DrainEngine, policy_from_settings
 from service.drain_metrics import DrainCollector
-from service.exposition import CONTENT_TYPE, render
+from service.exposition import CONTENT_TYPE, iter_render
 from service.ingest_api import make_ingest_router
 from service.input_guard import reject_nul
 from service.metrics import MetricsState, make_registry
@@ -132,8 +132,9 @@ def create_app(
         return JSONResponse(body, status_code=200 if db_ok else 503)
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
-    def prometheus_metrics() -> Response:
-        return Response(render(registry), media_type=CONTENT_TYPE)
+    def prometheus_metrics() -> StreamingResponse:
+        # Streamed family by family: per-port series on a large fabric are hundreds of MB.
+        return StreamingResponse(iter_render(registry), media_type=CONTENT_TYPE)
 
     app.include_router(make_router(store))
     app.include_router(make_status_router(metrics))
