@@ -52,21 +52,43 @@ class FakesConfig:
 
 
 @contextlib.contextmanager
-def serve_app(app: FastAPI, port: int) -> Iterator[str]:
-    """Run an ASGI app on 127.0.0.1:port in a thread until the block ends."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+def serve_app(
+    app: FastAPI,
+    port: int = 0,
+    *,
+    lifespan: str = "auto",
+    certfile: Path | None = None,
+    keyfile: Path | None = None,
+    log_level: str = "warning",
+) -> Iterator[str]:
+    """Run an ASGI app on 127.0.0.1 in a thread until the block ends; yields its base URL.
+
+    ``port`` 0 takes a free one; a certificate makes it HTTPS.
+    """
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level=log_level,
+        lifespan=lifespan,
+        timeout_graceful_shutdown=1,  # a client left hanging must not hold the shutdown
+        ssl_certfile=str(certfile) if certfile else None,
+        ssl_keyfile=str(keyfile) if keyfile else None,
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError(f"could not listen on 127.0.0.1:{port} (in use?)")
-        time.sleep(0.02)
+        time.sleep(0.005)
+    bound = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if certfile else 'http'}://127.0.0.1:{bound}"
     finally:
         server.should_exit = True
-        thread.join(timeout=5)
+        thread.join(timeout=10)
 
 
 def snmpsim_binary() -> str:

@@ -4,47 +4,24 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import uvicorn
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi import FastAPI
 
+from fabricsim.live import serve_app
+
 
 @contextmanager
 def serve(app: FastAPI, *, certfile: Path | None = None, keyfile: Path | None = None) -> Iterator[str]:
     """Run ``app`` until the block ends; yields its base URL (https when given a certificate)."""
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        log_level="critical",
-        lifespan="off",
-        timeout_graceful_shutdown=1,  # a test that made the server hang must not wait for it
-        ssl_certfile=str(certfile) if certfile else None,
-        ssl_keyfile=str(keyfile) if keyfile else None,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("test server did not start")
-        time.sleep(0.005)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"{'https' if certfile else 'http'}://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_app(app, lifespan="off", certfile=certfile, keyfile=keyfile, log_level="critical") as url:
+        yield url
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
