@@ -27,7 +27,7 @@ from service.drain_engine import DrainEngine, policy_from_settings
 from service.drain_metrics import DrainCollector
 from service.exposition import CONTENT_TYPE, render
 from service.ingest_api import make_ingest_router
-from service.input_guard import reject_nul
+from service.input_guard import BodyLimit, reject_nul
 from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
 from service.operations import Operations
@@ -101,6 +101,8 @@ def create_app(
         lifespan=lifespan,
         dependencies=[Depends(reject_nul), Depends(auth.read_guard())],
     )
+    # Outside every route: FastAPI buffers a JSON body before it checks the token.
+    app.add_middleware(BodyLimit, limits={"/api/v1/ingest/nccl": settings.max_push_bytes})
     app.state.runner = runner
     app.state.store = store
     app.state.metrics = metrics

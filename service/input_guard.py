@@ -1,12 +1,26 @@
-"""Refuse input no database can store before it reaches a handler.
+"""Refuse input no handler should see: NUL characters, and bodies over a size limit.
 
 PostgreSQL text cannot hold a NUL character; a query or path carrying one would fail deep in
 the driver as a 500. It is bad input, so it gets a 422 naming the parameter instead.
+
+FastAPI reads a route's whole JSON body into memory *before* it runs the route's
+dependencies, the token check among them. Without a limit, anyone who can reach the port
+could make the service buffer gigabytes on a state-changing route and only then be told 401.
+``BodyLimit`` refuses an oversized body from its ``Content-Length`` at once, and a chunked
+one as soon as it grows past the limit, with a 413 JSON error.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import HTTPException, Request
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+#: Largest body of any route but the NCCL push: operator actions carry a reason of at most
+#: 2,000 characters, which even fully ``\\uXXXX``-escaped stays far below this.
+DEFAULT_MAX_BODY = 64 * 1024
 
 
 def reject_nul(request: Request) -> None:
@@ -15,3 +29,46 @@ def reject_nul(request: Request) -> None:
     for key, value in request.query_params.multi_items():
         if "\x00" in key or "\x00" in value:
             raise HTTPException(422, f"query parameter {key!r} contains a NUL character")
+
+
+def _too_large(limit: int) -> str:
+    return f"request body is over the {limit}-byte limit"
+
+
+class BodyLimit:
+    """ASGI middleware: at most ``limits[path]`` (else ``default``) bytes of request body."""
+
+    def __init__(
+        self, app: ASGIApp, default: int = DEFAULT_MAX_BODY, limits: Mapping[str, int] | None = None
+    ) -> None:
+        self.app = app
+        self.default = default
+        self.limits = dict(limits or {})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limits.get(scope["path"], self.default)
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                declared = value.decode("latin-1").strip()
+                if not declared.isdigit() or int(declared) > limit:
+                    detail = _too_large(limit) if declared.isdigit() else "bad Content-Length header"
+                    status = 413 if declared.isdigit() else 400
+                    await JSONResponse({"detail": detail}, status_code=status)(scope, receive, send)
+                    return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    # An HTTPException passes through FastAPI's body reading (and the NCCL
+                    # push's own streaming) untouched and becomes the 413 JSON answer.
+                    raise HTTPException(413, _too_large(limit))
+            return message
+
+        await self.app(scope, limited, send)
