@@ -8,8 +8,9 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
-from fastapi import Depends, FastAPI, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
 from collectors.base import Collector
@@ -39,6 +40,18 @@ from service.status_page import install_status_page
 from service.store import IncidentStore
 
 log = logging.getLogger("graywire.app")
+
+#: The database is away (down, restarting, unreachable, pool exhausted, SQLite locked): a
+#: condition to retry, not a bug. Integrity and programming errors stay 500s.
+DATABASE_UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+
+
+def database_unavailable(request: Request, e: Exception) -> JSONResponse:
+    """503 JSON, so schedulers and the status page back off and retry instead of seeing a 500."""
+    log.warning("%s %s: database unavailable: %s", request.method, request.url.path, type(e).__name__)
+    return JSONResponse(
+        {"detail": "database unavailable; retry shortly"}, status_code=503, headers={"Retry-After": "5"}
+    )
 
 
 def create_app(
@@ -103,6 +116,8 @@ def create_app(
     )
     # Outside every route: FastAPI buffers a JSON body before it checks the token.
     app.add_middleware(BodyLimit, limits={"/api/v1/ingest/nccl": settings.max_push_bytes})
+    for error in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(error, database_unavailable)
     app.state.runner = runner
     app.state.store = store
     app.state.metrics = metrics
