@@ -174,6 +174,9 @@ def decide(
 
         if cur is not None and cur.action == "drain":
             if node in excluded:
+                if want != "watch" or not reason.startswith("excluded"):
+                    lifted = f"excluded from drains ({excluded[node]}): drain lifted"
+                    reason = f"{lifted}; {reason}" if reason else lifted
                 out.decisions.append(
                     Decision(node, "watch", reason, cur.since, ids, evidence(v), None, now, "lift_excluded")
                 )
