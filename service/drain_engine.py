@@ -207,11 +207,26 @@ class DrainEngine:
         return result
 
     def _recent_drains(self, session: Session, now: datetime) -> int:
+        """Drains inside the window, counted from the audit log (so a restart resets nothing).
+
+        An operator's breaker reset starts the count afresh: the drains that tripped it were
+        judged, and counting them again would trip the breaker on the very next poll.
+        """
+        start = now - self.policy.window
+        last_reset = session.scalar(
+            sa.select(sa.func.max(AuditEntry.time)).where(AuditEntry.action == "breaker_reset")
+        )
+        if last_reset is not None:
+            # An aggregate loses the column type on SQLite: parse and tag it as UTC.
+            if not isinstance(last_reset, datetime):
+                last_reset = datetime.fromisoformat(str(last_reset))
+            last_reset = last_reset.replace(tzinfo=UTC) if last_reset.tzinfo is None else last_reset
+            start = max(start, last_reset)
         return int(
             session.scalar(
                 sa.select(sa.func.count())
                 .select_from(AuditEntry)
-                .where(AuditEntry.action == "drain", AuditEntry.time > now - self.policy.window)
+                .where(AuditEntry.action == "drain", AuditEntry.time > start)
             )
             or 0
         )
