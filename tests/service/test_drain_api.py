@@ -68,6 +68,7 @@ def test_drain_list_is_flat_json_with_the_contract_fields(client: TestClient) ->
     assert item["evidence_url"] == "/api/v1/nodes/gpu-0001"
     node = client.get(item["evidence_url"]).json()
     assert node["drain"]["action"] == "drain" and node["verdict"]["side"] == "link"
+    assert node["drain"]["since"] == item["since"]  # one spelling of a time across the API
     assert set(item["incident_ids"]) <= {i["id"] for i in node["incidents"]}
     assert client.get("/api/v1/drain", params={"action": "watch"}).json() == []
     state = client.get("/api/v1/drain/state").json()
