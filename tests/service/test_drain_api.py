@@ -156,6 +156,9 @@ def test_no_mutating_route_is_reachable_without_an_operator_token(tmp_path: Path
                 assert c.get(url, headers=op(READER)).status_code in (200, 404), path
         assert c.get("/healthz").status_code == 200
         assert c.get("/metrics").status_code == 200
+        # The status page's files hold no data and load; its API calls need a token like any client.
+        assert c.get("/").status_code == 200 and c.get("/static/status.js").status_code == 200
+        assert c.get("/api/v1/capabilities").status_code == 401
 
 
 BAD_QUERY = {"integer": ["x", "1e400", str(2**70), "-5"], "boolean": ["maybe"], "string": ["\x00"]}
