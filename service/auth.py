@@ -51,6 +51,11 @@ class Auth:
         self._tokens: list[tuple[bytes, Principal]] = []
         for t in settings.tokens:
             secret = t.token if t.token is not None else _read_token_file(t.token_file, t.name)
+            for known, other in self._tokens:
+                # Which entry a shared secret stands for would be a guess (and a reader's
+                # might be an operator's): refuse, naming the entries and never the secret.
+                if hmac.compare_digest(known, secret.encode()):
+                    raise ValueError(f"token {t.name!r} has the same secret as {other.name!r}")
             self._tokens.append((secret.encode(), Principal(t.name, t.role)))
 
     def identify(self, token: str | None) -> Principal | None:

@@ -70,3 +70,19 @@ def test_unreadable_token_file_stops_start_up(tmp_path: Path) -> None:
     settings = AuthSettings(tokens=[{"name": "a", "role": "operator", "token_file": tmp_path / "missing"}])
     with pytest.raises(ValueError, match="cannot read token_file"):
         Auth(settings)
+
+
+def test_one_secret_under_two_names_stops_start_up_without_echoing_it(tmp_path: Path) -> None:
+    # A reader entry pasted with the operator's secret would make every reader an operator
+    # (and the audit log name the wrong person): refuse it, naming the entries, not the secret.
+    secret = tmp_path / "ops.token"
+    secret.write_text("shared-secret-0123456789\n")
+    settings = AuthSettings(
+        tokens=[
+            {"name": "alice", "role": "operator", "token_file": secret},
+            {"name": "grafana", "role": "reader", "token": "shared-secret-0123456789"},
+        ]
+    )
+    with pytest.raises(ValueError, match="'grafana' has the same secret as 'alice'") as e:
+        Auth(settings)
+    assert "shared-secret" not in str(e.value)
