@@ -95,7 +95,10 @@ class Auth:
         def dependency(request: Request) -> None:
             if self.read_open or request.method not in READ_METHODS:
                 return
-            if not request.url.path.startswith("/api/"):
+            # The matched route's own path: the URL's also carries any root_path (a proxy
+            # prefix, or the app mounted inside another), which must not unlock reads.
+            route = getattr(request.scope.get("route"), "path", None) or request.url.path
+            if not route.startswith("/api/"):
                 return  # /healthz, /metrics and the docs stay reachable for probes and scrapers
             scheme, _, token = request.headers.get("authorization", "").partition(" ")
             self.check(token.strip() if scheme.lower() == "bearer" else None, "reader")
