@@ -179,7 +179,8 @@ def _bad_query_values(schema: dict[str, Any]) -> list[str]:
         if "enum" in s:
             out.append("bogus-value")
         elif s.get("format") == "date-time":
-            out.append("yesterday")
+            # The second one is valid ISO 8601 but past datetime's range once turned into UTC.
+            out += ["yesterday", "9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"]
         else:
             out.extend(BAD_QUERY.get(s.get("type", ""), []))
     return out
