@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 from fastapi import Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
@@ -28,7 +29,7 @@ from service.drain_engine import DrainEngine, policy_from_settings
 from service.drain_metrics import DrainCollector
 from service.exposition import CONTENT_TYPE, render
 from service.ingest_api import make_ingest_router
-from service.input_guard import BodyLimit, reject_nul
+from service.input_guard import BodyLimit, reject_nul, validation_error
 from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
 from service.operations import Operations
@@ -116,6 +117,7 @@ def create_app(
     )
     # Outside every route: FastAPI buffers a JSON body before it checks the token.
     app.add_middleware(BodyLimit, limits={"/api/v1/ingest/nccl": settings.max_push_bytes})
+    app.add_exception_handler(RequestValidationError, validation_error)
     for error in DATABASE_UNAVAILABLE:
         app.add_exception_handler(error, database_unavailable)
     app.state.runner = runner

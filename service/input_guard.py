@@ -12,10 +12,13 @@ one as soon as it grows past the limit, with a 413 JSON error.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from fastapi import HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: Largest body of any route but the NCCL push: operator actions carry a reason of at most
@@ -29,6 +32,18 @@ def reject_nul(request: Request) -> None:
     for key, value in request.query_params.multi_items():
         if "\x00" in key or "\x00" in value:
             raise HTTPException(422, f"query parameter {key!r} contains a NUL character")
+
+
+def validation_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's 422 body, rendered as ASCII JSON.
+
+    The errors echo the offending input, and JSON may carry a lone UTF-16 surrogate
+    (``"\\ud800"``) that no UTF-8 text can hold: FastAPI's own handler then failed while
+    rendering the 422 and answered 500. Escaped, the echo is valid JSON again.
+    """
+    assert isinstance(exc, RequestValidationError)
+    body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True, default=str)
+    return Response(body, status_code=422, media_type="application/json")
 
 
 def _too_large(limit: int) -> str:

@@ -69,3 +69,23 @@ def test_small_bodies_and_the_nccl_push_up_to_its_own_limit_still_pass(client: T
     assert r.status_code == 422, r.text  # over the default limit, under max_push_bytes: parsed
     r = client.post("/api/v1/ingest/nccl", params={"job": "j"}, content=_chunks(4 * 2**20), headers=push)
     assert r.status_code == 413, r.text
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/drain/breaker/reset", rb'{"reason": "\ud800"}'),
+        ("/api/v1/incidents/1/ack", rb'{"comment": "a\udfffb"}'),
+        ("/api/v1/incidents/1/silence", rb'{"reason": "x", "duration": "\ud800"}'),
+        ("/api/v1/nodes/gpu-0001/exclude", rb'{"reason": "x", "surplus": "\ud800"}'),
+    ],
+)
+def test_a_lone_surrogate_in_a_json_body_is_a_422_not_a_500(
+    client: TestClient, path: str, body: bytes
+) -> None:
+    # Valid JSON, but no UTF-8 text: the validation error echoes the input back, and
+    # rendering that echo as UTF-8 used to fail inside the error handler itself.
+    headers = {"authorization": f"Bearer {OPERATOR}", "content-type": "application/json"}
+    r = client.post(path, content=body, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"]
