@@ -64,7 +64,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.limits.get(scope["path"], self.default)
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):  # served under a prefix: limits name the app's own paths
+            path = path[len(root) :]
+        limit = self.limits.get(path, self.default)
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 declared = value.decode("latin-1").strip()

@@ -69,6 +69,12 @@ def test_small_bodies_and_the_nccl_push_up_to_its_own_limit_still_pass(client: T
     assert r.status_code == 422, r.text  # over the default limit, under max_push_bytes: parsed
     r = client.post("/api/v1/ingest/nccl", params={"job": "j"}, content=_chunks(4 * 2**20), headers=push)
     assert r.status_code == 413, r.text
+    # Served under a path prefix the push keeps its own limit.
+    with TestClient(client.app, root_path="/graywire") as prefixed:
+        r = prefixed.post(
+            "/graywire/api/v1/ingest/nccl", params={"job": "j"}, content=b"\n" * 2**20, headers=push
+        )
+        assert r.status_code == 422, r.text
 
 
 @pytest.mark.parametrize(
