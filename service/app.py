@@ -8,8 +8,10 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
-from fastapi import Depends, FastAPI, Response
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
 from collectors.base import Collector
@@ -27,7 +29,7 @@ from service.drain_engine import DrainEngine, policy_from_settings
 from service.drain_metrics import DrainCollector
 from service.exposition import CONTENT_TYPE, iter_render
 from service.ingest_api import make_ingest_router
-from service.input_guard import reject_nul
+from service.input_guard import BodyLimit, reject_nul, validation_error
 from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
 from service.operations import Operations
@@ -39,6 +41,18 @@ from service.status_page import install_status_page
 from service.store import IncidentStore
 
 log = logging.getLogger("graywire.app")
+
+#: The database is away (down, restarting, unreachable, pool exhausted, SQLite locked): a
+#: condition to retry, not a bug. Integrity and programming errors stay 500s.
+DATABASE_UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+
+
+def database_unavailable(request: Request, e: Exception) -> JSONResponse:
+    """503 JSON, so schedulers and the status page back off and retry instead of seeing a 500."""
+    log.warning("%s %s: database unavailable: %s", request.method, request.url.path, type(e).__name__)
+    return JSONResponse(
+        {"detail": "database unavailable; retry shortly"}, status_code=503, headers={"Retry-After": "5"}
+    )
 
 
 def create_app(
@@ -101,6 +115,11 @@ def create_app(
         lifespan=lifespan,
         dependencies=[Depends(reject_nul), Depends(auth.read_guard())],
     )
+    # Outside every route: FastAPI buffers a JSON body before it checks the token.
+    app.add_middleware(BodyLimit, limits={"/api/v1/ingest/nccl": settings.max_push_bytes})
+    app.add_exception_handler(RequestValidationError, validation_error)
+    for error in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(error, database_unavailable)
     app.state.runner = runner
     app.state.store = store
     app.state.metrics = metrics

@@ -51,6 +51,11 @@ class Auth:
         self._tokens: list[tuple[bytes, Principal]] = []
         for t in settings.tokens:
             secret = t.token if t.token is not None else _read_token_file(t.token_file, t.name)
+            for known, other in self._tokens:
+                # Which entry a shared secret stands for would be a guess (and a reader's
+                # might be an operator's): refuse, naming the entries and never the secret.
+                if hmac.compare_digest(known, secret.encode()):
+                    raise ValueError(f"token {t.name!r} has the same secret as {other.name!r}")
             self._tokens.append((secret.encode(), Principal(t.name, t.role)))
 
     def identify(self, token: str | None) -> Principal | None:
@@ -90,7 +95,10 @@ class Auth:
         def dependency(request: Request) -> None:
             if self.read_open or request.method not in READ_METHODS:
                 return
-            if not request.url.path.startswith("/api/"):
+            # The matched route's own path: the URL's also carries any root_path (a proxy
+            # prefix, or the app mounted inside another), which must not unlock reads.
+            route = getattr(request.scope.get("route"), "path", None) or request.url.path
+            if not route.startswith("/api/"):
                 return  # /healthz, /metrics and the docs stay reachable for probes and scrapers
             scheme, _, token = request.headers.get("authorization", "").partition(" ")
             self.check(token.strip() if scheme.lower() == "bearer" else None, "reader")

@@ -255,6 +255,8 @@ def cmd_fakes(args: argparse.Namespace) -> int:
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from sqlalchemy.engine import make_url
+
     from service.config import load_settings
     from service.db import upgrade
 
@@ -262,7 +264,8 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     if settings.database_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.db_url)
-    print(f"database at head: {settings.db_url}")
+    # Never the password: this line ends up in deploy logs (init containers, CI).
+    print(f"database at head: {make_url(settings.db_url).render_as_string(hide_password=True)}")
     return 0
 
 

@@ -117,6 +117,14 @@ class DrainSettings(BaseModel):
         parse_duration(v)
         return v
 
+    @field_validator("window")
+    @classmethod
+    def _positive_window(cls, v: str) -> str:
+        # A zero window counts no earlier drain: the cap would apply per poll, not per window.
+        if parse_duration(v) <= 0:
+            raise ValueError("must be a positive duration such as 10m")
+        return v
+
 
 class ApiToken(BaseModel):
     """A bearer token and what it may do. ``token`` or ``token_file`` (one line), not both."""

@@ -337,6 +337,8 @@ def _sqlite_file(url: URL) -> Path | None:
 # that reads before it writes must hold the write lock from the start, or a concurrent writer
 # makes its upgrade fail at once with "database is locked" (WAL cannot wait that conflict out).
 SQLITE_BEGIN_IMMEDIATE = "graywire_sqlite_begin_immediate"
+#: Seconds to wait for PostgreSQL to accept a connection (unless the URL sets connect_timeout).
+PG_CONNECT_TIMEOUT_S = 10
 
 
 def make_engine(url: str | URL) -> Engine:
@@ -372,7 +374,14 @@ def make_engine(url: str | URL) -> Engine:
             connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
-    return sa.create_engine(parsed, pool_pre_ping=True, json_serializer=_json_dumps)
+    connect_args: dict[str, Any] = {}
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        # libpq waits forever for a server that accepts TCP but never answers (a host gone
+        # dark behind a load balancer): every API worker thread and the poll loop would hang.
+        connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    return sa.create_engine(
+        parsed, pool_pre_ping=True, json_serializer=_json_dumps, connect_args=connect_args
+    )
 
 
 def alembic_config(url: str | URL) -> Config:

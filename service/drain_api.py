@@ -8,7 +8,7 @@ an audit row naming the token's owner.
 # No `from __future__ import annotations`: the routes annotate with `operator`, a local alias
 # FastAPI must be able to evaluate.
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
@@ -29,6 +29,17 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "no such incident or node"},
     409: {"model": ErrorOut, "description": "the action does not apply to the current state"},
 }
+
+
+def _utc(name: str, t: datetime | None) -> datetime | None:
+    """``t`` in UTC; a time that leaves datetime's range on the way (9999-12-31T23:59-14:00)
+    is bad input, not a 500 from deep in the database layer."""
+    if t is None:
+        return None
+    try:
+        return t.astimezone(UTC)
+    except OverflowError:
+        raise HTTPException(422, f"{name} is out of range once converted to UTC") from None
 
 
 def _duration(v: str) -> timedelta:
@@ -264,6 +275,7 @@ def make_drain_router(drain: DrainEngine, ops: Operations, auth: Auth, nodes: se
         offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     ) -> dict[str, Any]:
         """Every decision, newest first, with the evidence it was taken on."""
+        since, until = _utc("since", since), _utc("until", until)
         items = ops.audit(node=node, action=action, actor=actor, incident_id=incident_id, since=since,
                           until=until, limit=limit, offset=offset)  # fmt: skip
         return {"items": items, "count": len(items), "limit": limit, "offset": offset}

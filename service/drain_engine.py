@@ -167,7 +167,14 @@ class DrainEngine:
             rows = {r.node: r for r in session.scalars(sa.select(DrainRecommendation))}
             current = {
                 r.node: Current(
-                    r.node, r.action, r.since, r.reason, tuple(r.incident_ids), r.clean_since, r.released_at
+                    r.node,
+                    r.action,
+                    r.since,
+                    r.reason,
+                    tuple(r.incident_ids),
+                    r.clean_since,
+                    r.released_at,
+                    r.shadow,
                 )
                 for r in rows.values()
             }
@@ -200,11 +207,26 @@ class DrainEngine:
         return result
 
     def _recent_drains(self, session: Session, now: datetime) -> int:
+        """Drains inside the window, counted from the audit log (so a restart resets nothing).
+
+        An operator's breaker reset starts the count afresh: the drains that tripped it were
+        judged, and counting them again would trip the breaker on the very next poll.
+        """
+        start = now - self.policy.window
+        last_reset = session.scalar(
+            sa.select(sa.func.max(AuditEntry.time)).where(AuditEntry.action == "breaker_reset")
+        )
+        if last_reset is not None:
+            # An aggregate loses the column type on SQLite: parse and tag it as UTC.
+            if not isinstance(last_reset, datetime):
+                last_reset = datetime.fromisoformat(str(last_reset))
+            last_reset = last_reset.replace(tzinfo=UTC) if last_reset.tzinfo is None else last_reset
+            start = max(start, last_reset)
         return int(
             session.scalar(
                 sa.select(sa.func.count())
                 .select_from(AuditEntry)
-                .where(AuditEntry.action == "drain", AuditEntry.time > now - self.policy.window)
+                .where(AuditEntry.action == "drain", AuditEntry.time > start)
             )
             or 0
         )
@@ -352,12 +374,12 @@ class DrainEngine:
             query = query.where(DrainRecommendation.action == action)
         query = query.order_by(DrainRecommendation.since, DrainRecommendation.node)
         with self._sessions() as session:
-            return [recommendation_to_dict(r) for r in session.scalars(query)]
+            return [recommendation_to_dict(r, self.policy.shadow) for r in session.scalars(query)]
 
     def recommendation(self, node: str) -> dict[str, Any] | None:
         with self._sessions() as session:
             row = session.get(DrainRecommendation, node)
-            return None if row is None else recommendation_to_dict(row)
+            return None if row is None else recommendation_to_dict(row, self.policy.shadow)
 
     def breaker(self) -> BreakerView:
         now = self.clock()
@@ -386,7 +408,9 @@ class DrainEngine:
         return out
 
 
-def recommendation_to_dict(row: DrainRecommendation) -> dict[str, Any]:
+def recommendation_to_dict(row: DrainRecommendation, shadow_mode: bool = False) -> dict[str, Any]:
+    """A row as the API serves it. Under shadow mode every item is shadow, even one stored
+    live before a restart switched the mode and before the first run rewrote it."""
     return {
         "node": row.node,
         "action": row.action,
@@ -394,5 +418,5 @@ def recommendation_to_dict(row: DrainRecommendation) -> dict[str, Any]:
         "since": row.since.isoformat(),
         "incident_ids": list(row.incident_ids),
         "evidence_url": f"/api/v1/nodes/{row.node}",
-        "shadow": row.shadow,
+        "shadow": row.shadow or shadow_mode,
     }

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -60,6 +60,8 @@ class Current:
     incident_ids: tuple[int, ...] = ()
     clean_since: datetime | None = None
     released_at: datetime | None = None
+    #: Decided in shadow mode: recommended only, never acted on.
+    shadow: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,11 @@ def decide(
     for node in sorted(set(wanted) | set(current)):
         want, v = wanted.get(node, ("none", None))
         cur = current.get(node)
+        if cur is not None and cur.action == "drain" and cur.shadow and not policy.shadow:
+            # Shadow mode has ended: a drain it only recommended was never made. Going live it
+            # is a new drain like any other, capped by the breaker, or it would be a drain
+            # storm of everything shadow mode piled up over many windows.
+            cur = replace(cur, action="watch")
         reason = "; ".join(v.reasons) if v is not None else ""
         ids = sorted(set(v.incident_ids)) if v is not None else []
         since = _since(ids, incidents, now)
@@ -167,6 +174,9 @@ def decide(
 
         if cur is not None and cur.action == "drain":
             if node in excluded:
+                if want != "watch" or not reason.startswith("excluded"):
+                    lifted = f"excluded from drains ({excluded[node]}): drain lifted"
+                    reason = f"{lifted}; {reason}" if reason else lifted
                 out.decisions.append(
                     Decision(node, "watch", reason, cur.since, ids, evidence(v), None, now, "lift_excluded")
                 )
@@ -212,7 +222,7 @@ def decide(
                 candidates.append((v, cur))
             continue
         if want == "watch":
-            event = "watch" if cur is None or cur.action != "watch" else None
+            event = "watch" if cur is None or cur.action != "watch" or cur.shadow != policy.shadow else None
             released = cur.released_at if cur is not None else None
             out.decisions.append(
                 Decision(node, "watch", reason, since, ids, evidence(v), None, released, event)

@@ -47,6 +47,8 @@ def make_ingest_router(runner: Runner, max_bytes: int) -> APIRouter:
             )
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
+        except RecursionError:  # e.g. 100,000 "[": a few bytes, deeper than the JSON parser goes
+            raise HTTPException(422, "body is nested too deeply to be NCCL Inspector records") from None
         if batch.num_rows:
             runner.push(batch)
         return IngestOut(accepted_rows=batch.num_rows, job=job)

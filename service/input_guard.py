@@ -1,12 +1,29 @@
-"""Refuse input no database can store before it reaches a handler.
+"""Refuse input no handler should see: NUL characters, and bodies over a size limit.
 
 PostgreSQL text cannot hold a NUL character; a query or path carrying one would fail deep in
 the driver as a 500. It is bad input, so it gets a 422 naming the parameter instead.
+
+FastAPI reads a route's whole JSON body into memory *before* it runs the route's
+dependencies, the token check among them. Without a limit, anyone who can reach the port
+could make the service buffer gigabytes on a state-changing route and only then be told 401.
+``BodyLimit`` refuses an oversized body from its ``Content-Length`` at once, and a chunked
+one as soon as it grows past the limit, with a 413 JSON error.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+
 from fastapi import HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+#: Largest body of any route but the NCCL push: operator actions carry a reason of at most
+#: 2,000 characters, which even fully ``\\uXXXX``-escaped stays far below this.
+DEFAULT_MAX_BODY = 64 * 1024
 
 
 def reject_nul(request: Request) -> None:
@@ -15,3 +32,61 @@ def reject_nul(request: Request) -> None:
     for key, value in request.query_params.multi_items():
         if "\x00" in key or "\x00" in value:
             raise HTTPException(422, f"query parameter {key!r} contains a NUL character")
+
+
+def validation_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's 422 body, rendered as ASCII JSON.
+
+    The errors echo the offending input, and JSON may carry a lone UTF-16 surrogate
+    (``"\\ud800"``) that no UTF-8 text can hold: FastAPI's own handler then failed while
+    rendering the 422 and answered 500. Escaped, the echo is valid JSON again.
+    """
+    assert isinstance(exc, RequestValidationError)
+    body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True, default=str)
+    return Response(body, status_code=422, media_type="application/json")
+
+
+def _too_large(limit: int) -> str:
+    return f"request body is over the {limit}-byte limit"
+
+
+class BodyLimit:
+    """ASGI middleware: at most ``limits[path]`` (else ``default``) bytes of request body."""
+
+    def __init__(
+        self, app: ASGIApp, default: int = DEFAULT_MAX_BODY, limits: Mapping[str, int] | None = None
+    ) -> None:
+        self.app = app
+        self.default = default
+        self.limits = dict(limits or {})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):  # served under a prefix: limits name the app's own paths
+            path = path[len(root) :]
+        limit = self.limits.get(path, self.default)
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                declared = value.decode("latin-1").strip()
+                if not declared.isdigit() or int(declared) > limit:
+                    detail = _too_large(limit) if declared.isdigit() else "bad Content-Length header"
+                    status = 413 if declared.isdigit() else 400
+                    await JSONResponse({"detail": detail}, status_code=status)(scope, receive, send)
+                    return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    # An HTTPException passes through FastAPI's body reading (and the NCCL
+                    # push's own streaming) untouched and becomes the 413 JSON answer.
+                    raise HTTPException(413, _too_large(limit))
+            return message
+
+        await self.app(scope, limited, send)

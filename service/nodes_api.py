@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
 from collectors.model import Fabric
 from detectors.correlate import node_verdicts
@@ -38,7 +38,7 @@ class DrainOut(BaseModel):
 
     action: Literal["drain", "watch", "none"]
     reason: str
-    since: str
+    since: AwareDatetime = Field(description="UTC, spelled as in /api/v1/drain.")
     incident_ids: list[int]
     shadow: bool
 

@@ -230,12 +230,16 @@ class Runner:
                     with self.metrics.lock:
                         self.metrics.archive_errors += 1
         # Detectors report changes only once: findings not stored yet are kept and retried.
+        # The database being away fails none of the rest of the poll: scrapes, detector
+        # state, metrics and the archive carry on, and the poll counts as an error.
+        db_failed = False
         self._unstored.extend(findings)
         if self._unstored:
             try:
                 self.store.apply(self._unstored)
             except Exception:
                 log.exception("storing %d findings failed; will retry next poll", len(self._unstored))
+                db_failed = True
             else:
                 for f in self._unstored:
                     log.info("%s %s %s: %s", f.status, f.kind, f.node or f.entity, f.summary)
@@ -245,11 +249,17 @@ class Runner:
                 self.drain.evaluate()
             except Exception:
                 log.exception("drain policy run failed; the next poll retries from the stored state")
-        self.metrics.set_incidents(self.store.open_counts(), self.store.active_on_ports())
+                db_failed = True
+        try:
+            self.metrics.set_incidents(self.store.open_counts(), self.store.active_on_ports())
+        except Exception as e:  # the gauges keep their last values until the database is back
+            log.warning("reading open incidents for the metrics failed: %s", e)
+            db_failed = True
         self._maybe_prune()
         with self.metrics.lock:
             m = self.metrics
             m.polls += 1
+            m.poll_errors += int(db_failed)
             m.last_poll_seconds = time.perf_counter() - t0
             m.last_poll_timestamp = time.time()
             m.last_data_timestamp = newest or m.last_data_timestamp

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from sqlalchemy.engine import Engine
@@ -64,6 +65,16 @@ def _delivery_headers(messages: Sequence[OutboxMessage]) -> dict[str, str]:
     return {"Content-Type": "application/json", webhook.DELIVERY_HEADER: ids}
 
 
+def _without_password(url: str) -> str:
+    """``url`` with any password masked: the receiver's name is a /metrics label, a database
+    key and in every log line about it; the password itself is only ever sent to the URL."""
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}"))
+
+
 def _alertmanager_destination(url: str, settings: AlertsSettings) -> Destination:
     refresh_s = parse_duration(settings.alertmanager.refresh_interval)
 
@@ -71,7 +82,7 @@ def _alertmanager_destination(url: str, settings: AlertsSettings) -> Destination
         body = alertmanager.postable_alerts(_events(messages), settings.external_url, now, refresh_s)
         return _json(body), _delivery_headers(messages)
 
-    name = f"alertmanager {url}"
+    name = f"alertmanager {_without_password(url)}"
     return Destination(
         name=name,
         type="alertmanager",

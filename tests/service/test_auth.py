@@ -70,3 +70,41 @@ def test_unreadable_token_file_stops_start_up(tmp_path: Path) -> None:
     settings = AuthSettings(tokens=[{"name": "a", "role": "operator", "token_file": tmp_path / "missing"}])
     with pytest.raises(ValueError, match="cannot read token_file"):
         Auth(settings)
+
+
+def test_one_secret_under_two_names_stops_start_up_without_echoing_it(tmp_path: Path) -> None:
+    # A reader entry pasted with the operator's secret would make every reader an operator
+    # (and the audit log name the wrong person): refuse it, naming the entries, not the secret.
+    secret = tmp_path / "ops.token"
+    secret.write_text("shared-secret-0123456789\n")
+    settings = AuthSettings(
+        tokens=[
+            {"name": "alice", "role": "operator", "token_file": secret},
+            {"name": "grafana", "role": "reader", "token": "shared-secret-0123456789"},
+        ]
+    )
+    with pytest.raises(ValueError, match="'grafana' has the same secret as 'alice'") as e:
+        Auth(settings)
+    assert "shared-secret" not in str(e.value)
+
+
+def test_reads_stay_guarded_when_served_under_a_path_prefix(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    reader = "reader-token-0123456789"
+    settings = load_settings(
+        None,
+        data_dir=tmp_path,
+        archive={"enabled": False},
+        sources=[{"type": "fabricsim", "hosts": 8}],
+        auth={"read_open": False, "tokens": [{"name": "grafana", "role": "reader", "token": reader}]},
+    )
+    # Behind a proxy prefix (uvicorn --root-path) or mounted in another app, the URL path
+    # starts with the prefix, not /api/.
+    with TestClient(create_app(settings, run_loop=False), root_path="/graywire") as c:
+        for path in ("/graywire/api/v1/drain", "/graywire/api/v1/incidents", "/graywire/api/v1/capabilities"):
+            assert c.get(path).status_code == 401, path
+            assert c.get(path, headers={"authorization": f"Bearer {reader}"}).status_code == 200, path
+        assert c.get("/graywire/healthz").status_code == 200

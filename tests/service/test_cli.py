@@ -58,6 +58,24 @@ def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
     assert {"incidents", "findings", "alembic_version"} <= tables
 
 
+@pytest.mark.postgres
+def test_db_upgrade_does_not_print_the_database_password(capsys: pytest.CaptureFixture[str]) -> None:
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import postgres_url, reset_postgres
+
+    url = make_url(postgres_url()).set(password="s3cret-Pa55word")  # the test server trusts any
+    rendered = url.render_as_string(hide_password=False)
+    reset_postgres(rendered)
+    try:
+        assert main(["db", "upgrade", "--database-url", rendered]) == 0
+    finally:
+        reset_postgres(rendered)
+    out = capsys.readouterr()
+    assert "database at head" in out.out
+    assert "s3cret-Pa55word" not in out.out + out.err
+
+
 def test_db_upgrade_of_a_database_holding_data_keeps_it(db_url: str) -> None:
     from service.db import upgrade
 

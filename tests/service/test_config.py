@@ -39,6 +39,9 @@ def test_yaml_file_and_overrides(tmp_path: Path) -> None:
         ("sources:\n  - type: fabricsim\n    hosts: 0\n", "sources.0.fabricsim.hosts"),
         ("sources:\n  - hosts: 4\n", "each source needs a type"),
         ("archive:\n  retension: 1h\n", "archive.retension"),
+        # A zero window would count no drain made before this poll: the cap per poll, not per window.
+        ("drain:\n  window: 0s\n", "drain.window"),
+        ("drain:\n  cooldown: -5m\n", "drain.cooldown"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:

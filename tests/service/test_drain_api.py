@@ -69,6 +69,7 @@ def test_drain_list_is_flat_json_with_the_contract_fields(client: TestClient) ->
     assert item["evidence_url"] == "/api/v1/nodes/gpu-0001"
     node = client.get(item["evidence_url"]).json()
     assert node["drain"]["action"] == "drain" and node["verdict"]["side"] == "link"
+    assert node["drain"]["since"] == item["since"]  # one spelling of a time across the API
     assert set(item["incident_ids"]) <= {i["id"] for i in node["incidents"]}
     assert client.get("/api/v1/drain", params={"action": "watch"}).json() == []
     state = client.get("/api/v1/drain/state").json()
@@ -163,6 +164,9 @@ def test_no_mutating_route_is_reachable_without_an_operator_token(tmp_path: Path
                 assert c.get(url, headers=op(READER)).status_code in (200, 404), path
         assert c.get("/healthz").status_code == 200
         assert c.get("/metrics").status_code == 200
+        # The status page's files hold no data and load; its API calls need a token like any client.
+        assert c.get("/").status_code == 200 and c.get("/static/status.js").status_code == 200
+        assert c.get("/api/v1/capabilities").status_code == 401
 
 
 BAD_QUERY = {"integer": ["x", "1e400", str(2**70), "-5"], "boolean": ["maybe"], "string": ["\x00"]}
@@ -183,7 +187,8 @@ def _bad_query_values(schema: dict[str, Any]) -> list[str]:
         if "enum" in s:
             out.append("bogus-value")
         elif s.get("format") == "date-time":
-            out.append("yesterday")
+            # The second one is valid ISO 8601 but past datetime's range once turned into UTC.
+            out += ["yesterday", "9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"]
         else:
             out.extend(BAD_QUERY.get(s.get("type", ""), []))
     return out

@@ -213,3 +213,54 @@ def test_two_replicas_deciding_at_once_share_one_cap(
     assert [a for a, _ in audit_actions(ops)].count("drain") == 6
     assert [a for a, _ in audit_actions(ops)].count("breaker_trip") == 1
     assert len(replicas[0].list_drain(action="drain")) == 6
+
+
+def test_ending_shadow_mode_does_not_turn_every_shadow_drain_live_at_once(
+    store: IncidentStore, engine: Engine, clock: Clock
+) -> None:
+    # Weeks of shadow mode pile up recommendations, each window under the cap (6 of 64)...
+    shadow = DrainEngine(engine, store, FABRIC, DrainPolicy(shadow=True), clock=clock)
+    shadow.sync_inventory()
+    hosts = (0, 1, 2, 3, 4, 5, 6, 7, 32, 33)
+    for batch in (hosts[:5], hosts[5:]):
+        store.apply([downgrade(h, h % 8, clock.now) for h in batch])
+        shadow.evaluate()
+        clock.now += timedelta(minutes=11)
+    assert [(i["action"], i["shadow"]) for i in shadow.list_drain()] == [("drain", True)] * 10
+    assert not shadow.breaker().tripped
+    # ...then shadow mode is switched off: a live drain storm of 10 must go through the breaker.
+    live = DrainEngine(engine, store, FABRIC, DrainPolicy(), clock=clock)
+    assert {i["shadow"] for i in live.list_drain()} == {True}  # not acted on before the first run
+    live.evaluate()
+    drained = live.list_drain(action="drain")
+    assert len(drained) == 6 and {i["shadow"] for i in drained} == {False}
+    assert len(live.list_drain(action="watch")) == 4
+    assert live.breaker().tripped
+    since = {"since": clock.now}
+    assert [a for a, _ in audit_actions(Operations(live), **since)].count("drain") == 6
+    live.evaluate()  # the next poll changes nothing
+    assert len(live.list_drain(action="drain")) == 6
+
+
+def test_a_reset_breaker_lets_held_nodes_drain_instead_of_tripping_again_at_once(
+    drain: DrainEngine, store: IncidentStore, clock: Clock
+) -> None:
+    hosts = (0, 1, 2, 3, 4, 5, 6, 7, 32, 33)  # 10 bad hosts, cap 6: 4 held, breaker tripped
+    store.apply([downgrade(h, h % 8) for h in hosts])
+    drain.evaluate()
+    assert drain.breaker().tripped and len(drain.list_drain(action="watch")) == 4
+    ops = Operations(drain)
+    clock.now += timedelta(minutes=2)  # well inside the window that filled the cap
+    ops.reset_breaker("alice", "checked: ten real link faults")
+    clock.now += timedelta(seconds=10)
+    drain.evaluate()
+    # Drains resume at the next poll: the held nodes drain and the breaker stays closed.
+    assert len(drain.list_drain(action="drain")) == 10
+    assert not drain.breaker().tripped
+    alert = store.list_incidents(kind=BREAKER_KIND)
+    assert [(i["status"], i["reopen_count"]) for i in alert] == [("resolved", 0)]  # no second page
+    # The count starts again from the reset: a new storm past the cap trips it again.
+    store.apply([downgrade(h, h % 8, clock.now) for h in (8, 9, 10, 11, 12, 13, 14, 15)])
+    drain.evaluate()
+    assert len(drain.list_drain(action="drain")) == 12  # 4 after the reset + 2 more reach the cap
+    assert drain.breaker().tripped

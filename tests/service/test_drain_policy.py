@@ -116,3 +116,12 @@ def test_watch_clears_when_the_incident_goes() -> None:
     cur = {"gpu-0001": Current("gpu-0001", "watch", T0, "meh", (1,))}
     r = decide([], {}, cur, {}, OPEN, hosts=64, policy=POLICY, now=T0)
     assert (by_node(r)["gpu-0001"].action, by_node(r)["gpu-0001"].event) == ("none", "clear")
+
+
+def test_lifting_a_drain_for_an_exclusion_says_why_even_with_no_verdict_left() -> None:
+    excluded = {"gpu-0001": "by ops until removed: burn-in"}
+    cur = {"gpu-0001": Current("gpu-0001", "drain", T0, "bad link", (1,))}
+    r = decide([], {}, cur, excluded, OPEN, hosts=64, policy=POLICY, now=T0)
+    d = by_node(r)["gpu-0001"]
+    assert (d.action, d.event) == ("watch", "lift_excluded")
+    assert "excluded" in d.reason and "burn-in" in d.reason

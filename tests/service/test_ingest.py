@@ -78,6 +78,7 @@ def test_pushed_slow_channel_becomes_an_incident(client: TestClient, tmp_path: P
         (b"not json at all\n", {"job": "j"}, 422, "line 1"),
         (b"{}\n", {}, 422, "job"),
         (b"x" * (4 * 2**20 + 1), {"job": "j"}, 413, "limit"),
+        (b"[" * 100_000, {"job": "j"}, 422, "nested"),  # small, but deeper than any parser recurses
     ],
 )
 def test_bad_pushes_are_refused_with_a_reason(

@@ -177,3 +177,24 @@ def test_service_loop_keeps_a_hanging_receiver_from_delaying_the_others(
                 await task
 
     asyncio.run(go())
+
+
+def test_credentials_in_an_alertmanager_url_are_used_but_never_exposed(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    # An Alertmanager behind a basic-auth proxy. The receiver's name is a /metrics label
+    # (open to every scraper), a database key and in every log line about it.
+    url = recorder.url.replace("http://", "http://graywire:hunter2-secret@") + "/am"
+    s = AlertsSettings(min_severity="info", alertmanager={"urls": [url]}, retry=FAST_RETRY)
+    dispatcher = Dispatcher(engine, s)
+    store.apply([finding()])
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/am/api/v2/alerts")) == 1)
+    (got,) = recorder.delivered("/am/api/v2/alerts")
+    assert {k.lower(): v for k, v in got.headers.items()}["authorization"].startswith("Basic ")
+    registry = CollectorRegistry()
+    registry.register(AlertsCollector(dispatcher))
+    exposed = generate_latest(registry).decode() + " ".join(dispatcher.destinations)
+    with Session(engine) as session:
+        exposed += " ".join(session.scalars(sa.select(OutboxMessage.receiver)))
+    assert "graywire_alert_messages" in exposed and "127.0.0.1" in exposed
+    assert "hunter2-secret" not in exposed
