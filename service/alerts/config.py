@@ -58,6 +58,9 @@ class ReceiverConfig(BaseModel):
     #: PagerDuty integration (routing) key.
     routing_key: SecretStr | None = None
     routing_key_env: str | None = None
+    #: PagerDuty ``dedup_key`` = ``<prefix>-incident-<id>``. Give each graywire deployment that
+    #: shares a routing key its own prefix, or one cluster's resolve closes another's page.
+    dedup_prefix: str = Field("graywire", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     #: Overrides ``alerts.min_severity`` for this receiver.
     min_severity: Severity | None = None
     timeout: str = "10s"

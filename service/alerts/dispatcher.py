@@ -107,7 +107,7 @@ def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings) -> Desti
             if secret:
                 headers[webhook.SIGNATURE_HEADER] = webhook.signature(secret, body)
         elif rc.type == "pagerduty":
-            body = _json(pagerduty.event(event, routing_key or "", external))
+            body = _json(pagerduty.event(event, routing_key or "", external, rc.dedup_prefix))
         else:
             body = _json(slack.message(event, external))
         return body, headers

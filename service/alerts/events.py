@@ -77,7 +77,10 @@ class AlertEvent:
     @property
     def dedup_key(self) -> str:
         """Stable per incident across retries, restarts and reopenings: receivers dedupe on it."""
-        return f"graywire-incident-{self.incident_id}"
+        return self.dedup_key_with("graywire")
+
+    def dedup_key_with(self, prefix: str) -> str:
+        return f"{prefix}-incident-{self.incident_id}"
 
     @property
     def alertname(self) -> str:

@@ -15,15 +15,18 @@ SEVERITY = {"critical": "critical", "warning": "warning", "info": "info"}
 SUMMARY_LIMIT = 1024
 
 
-def event(ev: AlertEvent, routing_key: str, external_url: str | None) -> dict[str, Any]:
+def event(
+    ev: AlertEvent, routing_key: str, external_url: str | None, dedup_prefix: str = "graywire"
+) -> dict[str, Any]:
+    key = ev.dedup_key_with(dedup_prefix)
     if ev.status == "resolved":
-        return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": ev.dedup_key}
+        return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": key}
     when = ev.time("last_seen_at") or ev.time("started_at")
     link = generator_url(external_url, ev.incident_id)
     return {
         "routing_key": routing_key,
         "event_action": "trigger",
-        "dedup_key": ev.dedup_key,
+        "dedup_key": key,
         "payload": {
             "summary": ev.summary[:SUMMARY_LIMIT],
             "source": ev.node or ev.entity,

@@ -92,6 +92,9 @@ def test_duplicate_names_and_bad_durations_are_rejected(tmp_path: Path) -> None:
         load_settings(write(tmp_path, {"alerts": {"receivers": [hook, hook]}}))
     with pytest.raises(ValueError, match=r"alerts\.alertmanager\.refresh_interval"):
         load_settings(write(tmp_path, {"alerts": {"alertmanager": {"refresh_interval": "0s"}}}))
+    pd = {"name": "pd", "type": "pagerduty", "routing_key": "k", "dedup_prefix": "has space"}
+    with pytest.raises(ValueError, match=r"alerts\.receivers\.0\.dedup_prefix"):
+        load_settings(write(tmp_path, {"alerts": {"receivers": [pd]}}))
 
 
 def test_the_readme_alerts_example_is_a_valid_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -170,3 +170,9 @@ def test_slack_message_has_text_and_blocks_with_escaped_user_text() -> None:
 def test_slack_section_text_stays_within_slack_limit() -> None:
     msg = slack.message(dataclasses.replace(FIRING, summary="y" * 10_000), EXTERNAL)
     assert len(msg["blocks"][0]["text"]["text"]) <= slack.SECTION_LIMIT
+
+
+def test_pagerduty_dedup_prefix_separates_deployments_sharing_a_routing_key() -> None:
+    key = "R0UT1NGKEY0000000000000000000000"
+    assert pagerduty.event(FIRING, key, EXTERNAL, "graywire-eu1")["dedup_key"] == "graywire-eu1-incident-42"
+    assert pagerduty.event(RESOLVED, key, EXTERNAL, "graywire-eu1")["dedup_key"] == "graywire-eu1-incident-42"
