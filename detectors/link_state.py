@@ -131,6 +131,8 @@ class LinkDowngradeDetector:
         self.exp_width = fabric.expected_width.astype(np.int64).copy()
         self.speed_from = np.where(self.exp_speed > 0, 1, 0).astype(np.int8)
         self.width_from = np.where(self.exp_width > 0, 1, 0).astype(np.int8)
+        #: True once no port needs a peer consensus (until capabilities change).
+        self._settled = False
 
     def set_capabilities(self, caps: pa.Table) -> None:
         """Take the ports' enabled/supported maxima (UFM REST) as the second source of expectations."""
@@ -138,16 +140,26 @@ class LinkDowngradeDetector:
         # A port UFM stops listing keeps what it last said: the cable did not change.
         self.cap_speed = np.where(speed > 0, speed, self.cap_speed)
         self.cap_width = np.where(width > 0, width, self.cap_width)
+        self._settled = False
 
     def _expected(self, idx: np.ndarray, judged: np.ndarray, speed: np.ndarray, width: np.ndarray) -> None:
         """Refresh ``exp_speed``/``exp_width`` per port: inventory, else capabilities, else peers."""
+        if self._settled:
+            return  # every port is known from the inventory or capabilities: no peers needed
         f = self.fabric
         rows = np.flatnonzero(judged)
         grp = self.group[idx[rows]]
+        settled = True
         for inv, cap, val, exp, src in (
             (f.expected_speed_bps, self.cap_speed, speed, self.exp_speed, self.speed_from),
             (f.expected_width, self.cap_width, width, self.exp_width, self.width_from),
         ):
+            inv = inv.astype(np.int64)
+            if ((inv > 0) | (cap > 0)).all():
+                exp[:] = np.where(inv > 0, inv, cap)
+                src[:] = np.where(inv > 0, 1, 2)
+                continue
+            settled = False
             has = val[rows] > 0
             mode, _, total = group_consensus(
                 grp[has],
@@ -165,9 +177,9 @@ class LinkDowngradeDetector:
             other = np.where(linked, peers[peer_of], 0)
             vetoed = mixed | (linked & mixed[peer_of])
             peers = np.where(vetoed, 0, np.where(other > 0, np.minimum(peers, other), peers))
-            inv = inv.astype(np.int64)
             exp[:] = np.where(inv > 0, inv, np.where(cap > 0, cap, peers))
             src[:] = np.where(inv > 0, 1, np.where(cap > 0, 2, np.where(peers > 0, 3, 0)))
+        self._settled = settled
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         if batch.num_rows == 0:
