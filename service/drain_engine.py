@@ -340,8 +340,10 @@ class DrainEngine:
                     entity=BREAKER_ENTITY,
                     status="firing",
                     time=now,
-                    severity="critical",
-                    summary=breaker_message,
+                    # In shadow mode nothing was acted on: visible, but below the default paging floor.
+                    severity="info" if self.policy.shadow else "critical",
+                    summary=breaker_message
+                    + (" (shadow mode: nothing was acted on)" if self.policy.shadow else ""),
                     detector=DETECTOR,
                     evidence={
                         "recent_drains": result.recent_drains,

@@ -114,6 +114,20 @@ def test_three_hosts_on_one_leaf_are_one_network_incident_and_no_drain(
     assert store.list_incidents(kind=NETWORK_KIND)[0]["status"] == "resolved"
 
 
+def test_in_shadow_mode_a_tripped_breaker_is_recorded_but_pages_nobody(
+    engine: Engine, store: IncidentStore, clock: Clock
+) -> None:
+    shadow = DrainEngine(engine, store, FABRIC, DrainPolicy(shadow=True), clock=clock)
+    shadow.sync_inventory()
+    store.apply([downgrade(h, h % 8) for h in (0, 1, 2, 3, 4, 5, 6, 7, 32, 33)])
+    shadow.evaluate()
+    assert shadow.breaker().tripped
+    (alert,) = store.list_incidents(kind=BREAKER_KIND)
+    # Below the default paging floor (warning): nothing was acted on, nobody is woken up.
+    assert (alert["status"], alert["severity"]) == ("open", "info")
+    assert "shadow mode" in alert["summary"]
+
+
 def test_breaker_trips_at_the_cap_raises_an_incident_and_an_operator_resets_it(
     drain: DrainEngine, store: IncidentStore
 ) -> None:
