@@ -164,11 +164,21 @@ class AlertsSettings(BaseModel):
     sync_interval: str = "2s"
     #: Delivered messages are deleted after this long.
     retention: str = "7d"
+    #: Direct receivers: a new incident's first trigger waits until it is this old, so the
+    #: switch incident of a whole failing switch can still inhibit its host links ("0s": off).
+    group_wait: str = "30s"
 
     @field_validator("sync_interval", "retention")
     @classmethod
     def _durations(cls, v: str) -> str:
         return _duration(v)
+
+    @field_validator("group_wait")
+    @classmethod
+    def _group_wait(cls, v: str) -> str:
+        if parse_duration(v) < 0:
+            raise ValueError("must be a duration such as 30s, or 0s to send at once")
+        return v
 
     @field_validator("external_url")
     @classmethod

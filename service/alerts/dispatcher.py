@@ -119,7 +119,12 @@ def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings) -> Desti
         timeout_s=parse_duration(rc.timeout),
         batch=1,
         render=render,
-        sync=SyncTarget(rc.name, rc.min_severity or settings.min_severity),
+        sync=SyncTarget(
+            rc.name,
+            rc.min_severity or settings.min_severity,
+            inhibit=True,
+            group_wait_s=parse_duration(settings.group_wait),
+        ),
     )
 
 

@@ -4,6 +4,12 @@ The sync compares every incident that is active, or that some receiver still bel
 with ``alert_state`` and enqueues the difference (trigger, refresh, resolve) together with the
 new state. It reads only committed incidents and writes state and messages atomically, so a
 crash anywhere loses nothing and duplicates nothing: the next sync sees the same difference.
+
+Direct receivers (webhook, PagerDuty, Slack) have no inhibition of their own, so the sync does
+it for them: a new incident's first trigger waits ``group_wait`` (a switch incident arriving
+meanwhile can still inhibit it), and incidents behind a switch with an active switch incident
+are not triggered. Neither writes anything: a held or inhibited incident is simply not enqueued
+yet, and the next sync decides again from what is committed.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from service.alerts import outbox
 from service.alerts.events import AlertEvent
+from service.alerts.inhibit import load_inhibited
 from service.alerts.models import AlertState
 from service.db import ACTIVE_STATUSES, SEVERITIES, SQLITE_BEGIN_IMMEDIATE, Incident, Silence
 
@@ -37,6 +44,10 @@ class SyncTarget:
     min_severity: str
     #: Alertmanager only: re-post firing alerts this often, and re-label by resolve + trigger.
     refresh_s: float | None = None
+    #: Direct receivers only: inhibit incidents behind a failing switch, and hold a new
+    #: incident's first trigger until it is this old (0 = no holding).
+    inhibit: bool = False
+    group_wait_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -45,6 +56,9 @@ class SyncResult:
     refreshed: int = 0
     resolved: int = 0
     pruned: int = 0
+    #: Triggers not enqueued this sync: still within group_wait, or behind a failing switch.
+    held: int = 0
+    inhibited: int = 0
 
 
 def _snapshot(inc: Incident, started_at: datetime) -> AlertEvent:
@@ -84,8 +98,9 @@ def sync_alerts(
                 sa.select(Silence.kind, Silence.entity).where(Silence.expires_at > now)
             )
         }
+        inhibited = load_inhibited(session) if any(t.inhibit for t in targets) else set()
         for target in targets:
-            _sync_receiver(session, target, now, result, silenced)
+            _sync_receiver(session, target, now, result, silenced, inhibited if target.inhibit else set())
         if retention_s is not None:
             result.pruned = outbox.prune_delivered(session, now - timedelta(seconds=retention_s))
     if result.triggered or result.resolved:
@@ -94,7 +109,12 @@ def sync_alerts(
 
 
 def _sync_receiver(
-    session: Session, target: SyncTarget, now: datetime, result: SyncResult, silenced: set[tuple[str, str]]
+    session: Session,
+    target: SyncTarget,
+    now: datetime,
+    result: SyncResult,
+    silenced: set[tuple[str, str]],
+    inhibited: set[int],
 ) -> None:
     name = target.name
     floor = SEVERITY_RANK[target.min_severity]
@@ -119,6 +139,7 @@ def _sync_receiver(
     for inc, state in rows:
         active = inc.status in ACTIVE_STATUSES
         muted = (inc.kind, inc.entity) in silenced
+        behind_failing_switch = inc.id in inhibited
         eligible = active and not muted and SEVERITY_RANK.get(inc.severity, 0) >= floor
         firing = state is not None and state.state == "firing"
         same_episode = firing and state.episode == inc.reopen_count
@@ -138,6 +159,12 @@ def _sync_receiver(
                 continue
             # A new episode starts with the reopening finding; the first with the opening.
             started = inc.opened_at if inc.reopen_count == 0 else inc.last_seen_at
+            if behind_failing_switch:
+                result.inhibited += 1
+                continue
+            if target.inhibit and (now - started).total_seconds() < target.group_wait_s:
+                result.held += 1
+                continue
             event = _snapshot(inc, started)
             outbox.enqueue(session, name, "trigger", event, now)
             result.triggered += 1
@@ -161,7 +188,11 @@ def _sync_receiver(
                 outbox.enqueue(session, name, "trigger", current, now)
                 result.resolved += 1
                 result.triggered += 1
-            elif not muted and SEVERITY_RANK.get(current.severity, 0) > SEVERITY_RANK.get(sent.severity, 0):
+            elif (
+                not muted
+                and not behind_failing_switch
+                and SEVERITY_RANK.get(current.severity, 0) > SEVERITY_RANK.get(sent.severity, 0)
+            ):
                 outbox.enqueue(session, name, "trigger", current, now)  # escalation: same dedup key
                 result.triggered += 1
             state.event = current.to_dict()

@@ -48,13 +48,17 @@ def test_example_config_with_secrets_from_the_environment(
     assert pd.endpoint == PAGERDUTY_EVENTS_URL
     assert noc.secret_value() == "hmac-secret"
     assert "hmac-secret" not in repr(alerts)  # secrets never reach logs
-    names = {d.name: (d.type, d.sync.min_severity, d.sync.refresh_s) for d in destinations(alerts)}
+    names = {
+        d.name: (d.type, d.sync.min_severity, d.sync.refresh_s, d.sync.inhibit, d.sync.group_wait_s)
+        for d in destinations(alerts)
+    }
+    # Alertmanager does its own inhibition and grouping; direct receivers get graywire's.
     assert names == {
-        "alertmanager http://am-0:9093": ("alertmanager", "warning", 60.0),
-        "alertmanager http://am-1:9093": ("alertmanager", "warning", 60.0),
-        "oncall": ("pagerduty", "warning", None),
-        "noc": ("webhook", "warning", None),
-        "chat": ("slack", "critical", None),
+        "alertmanager http://am-0:9093": ("alertmanager", "warning", 60.0, False, 0.0),
+        "alertmanager http://am-1:9093": ("alertmanager", "warning", 60.0, False, 0.0),
+        "oncall": ("pagerduty", "warning", None, True, 30.0),
+        "noc": ("webhook", "warning", None, True, 30.0),
+        "chat": ("slack", "critical", None, True, 30.0),
     }
 
 
@@ -92,6 +96,9 @@ def test_duplicate_names_and_bad_durations_are_rejected(tmp_path: Path) -> None:
         load_settings(write(tmp_path, {"alerts": {"receivers": [hook, hook]}}))
     with pytest.raises(ValueError, match=r"alerts\.alertmanager\.refresh_interval"):
         load_settings(write(tmp_path, {"alerts": {"alertmanager": {"refresh_interval": "0s"}}}))
+    with pytest.raises(ValueError, match=r"alerts\.group_wait"):
+        load_settings(write(tmp_path, {"alerts": {"group_wait": "soon"}}))
+    assert load_settings(write(tmp_path, {"alerts": {"group_wait": "0s"}})).alerts.group_wait == "0s"
     pd = {"name": "pd", "type": "pagerduty", "routing_key": "k", "dedup_prefix": "has space"}
     with pytest.raises(ValueError, match=r"alerts\.receivers\.0\.dedup_prefix"):
         load_settings(write(tmp_path, {"alerts": {"receivers": [pd]}}))

@@ -46,6 +46,7 @@ def _config(tmp_path: Path, recorder: Recorder, port: int) -> Path:
         "alerts": {
             "min_severity": "info",
             "sync_interval": "0.2s",
+            "group_wait": "0s",  # every incident's story, short-lived ones too
             "retry": {"initial_backoff": "0.2s", "max_backoff": "1s"},
             "receivers": [
                 {"name": "pd", "type": "pagerduty", "url": f"{recorder.url}/v2/enqueue",

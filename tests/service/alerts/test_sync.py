@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from detectors.findings import Finding
+from fabricsim.topology import TopologySpec, build_fabric
+from service.alerts.inhibit import IncidentPlace, inhibited_ids
 from service.alerts.models import AlertState, OutboxMessage
 from service.alerts.sync import SyncTarget, sync_alerts
 from service.db import Silence
+from service.drain_engine import NETWORK_KIND, DrainEngine
+from service.drain_policy import DrainPolicy
 from service.store import IncidentStore
 from tests.service.alerts.conftest import T0, finding
 
@@ -142,3 +149,149 @@ def test_a_silenced_incident_pages_nobody_until_the_silence_expires(
     # Once the silence expires the incident, still open, is paged.
     assert sync_alerts(engine, [PD], at(101)).triggered == 1
     assert [m[1] for m in messages(engine)] == [2, 1]
+
+
+# -- inhibition for direct receivers --------------------------------------------------------
+
+DIRECT = SyncTarget("pd", "warning", inhibit=True, group_wait_s=30)
+CHAT = dataclasses.replace(DIRECT, name="chat")
+HOSTS = [f"gpu-{i:04d}" for i in range(1, 5)]
+
+
+def host_link(host: str, switch: str = "leaf-03", t: float = 0, **kwargs: Any) -> Finding:
+    """A link incident as the link detectors raise it: port key ``node/port``, link ``a<->b``."""
+    port = f"{host}/mlx5_3"
+    values: dict[str, Any] = {"node": host, "port": port, "link": f"{port}<->{switch}/p{host[-1]}"}
+    return finding(port, t=t, **{**values, **kwargs})
+
+
+def switch_failure(switch: str = "leaf-03", status: str = "firing", t: float = 10) -> Finding:
+    """The drain engine's one network incident for a switch failing as a whole."""
+    return finding(
+        switch,
+        status,
+        t,
+        kind=NETWORK_KIND,
+        node=switch,
+        port=None,
+        detector="drain_policy/1",
+        evidence={"hosts": HOSTS, "incident_ids": []},
+    )
+
+
+def triggered(engine: Engine, receiver: str) -> list[int]:
+    return [m[1] for m in messages(engine, receiver) if m[2] == "trigger"]
+
+
+def test_a_failing_switch_pages_direct_receivers_once_and_alertmanager_gets_everything(
+    store: IncidentStore, engine: Engine
+) -> None:
+    store.apply([host_link(h) for h in HOSTS])  # incidents 1-4, behind leaf-03
+    # An NCCL channel on a host port carries no link label: its far end is known from the link incident.
+    store.apply([finding("gpu-0001/ch3", kind="nccl_channel_slow", node="gpu-0001", port="gpu-0001/mlx5_3")])
+    store.apply([host_link("gpu-0009", switch="leaf-07")])  # 6: another switch
+    sync_alerts(engine, [AM, DIRECT, CHAT], at(5))
+    assert triggered(engine, "am") == [1, 2, 3, 4, 5, 6]
+    assert triggered(engine, "pd") == triggered(engine, "chat") == []  # all within group_wait
+    store.apply([switch_failure(t=10)])  # 7
+    sync_alerts(engine, [AM, DIRECT, CHAT], at(15))
+    assert triggered(engine, "am") == [1, 2, 3, 4, 5, 6, 7]
+    assert triggered(engine, "pd") == []
+    result = sync_alerts(engine, [AM, DIRECT, CHAT], at(41))
+    # The other switch's link, and the switch once; its five host incidents are inhibited.
+    assert triggered(engine, "pd") == triggered(engine, "chat") == [6, 7]
+    assert result.inhibited == 2 * 5
+    sync_alerts(engine, [AM, DIRECT, CHAT], at(100))
+    assert triggered(engine, "pd") == triggered(engine, "chat") == [6, 7]  # exactly once
+    assert triggered(engine, "am") == [1, 2, 3, 4, 5, 6, 7]
+    with Session(engine) as session:
+        assert session.get(AlertState, (1, "pd")) is None  # nothing was written for inhibited ones
+
+
+def test_incidents_still_open_when_the_switch_recovers_are_paged(
+    store: IncidentStore, engine: Engine
+) -> None:
+    store.apply([host_link(h) for h in HOSTS])  # 1-4
+    store.apply([switch_failure(t=10)])  # 5
+    sync_alerts(engine, [DIRECT], at(41))
+    assert triggered(engine, "pd") == [5]
+    store.apply([host_link("gpu-0001", status="cleared", t=50)])  # recovered under the switch incident
+    store.apply([switch_failure(status="cleared", t=60)])
+    sync_alerts(engine, [DIRECT], at(61))
+    assert messages(engine, "pd")[1:] == [  # in incident order, as every sync enqueues
+        ("pd", 2, "trigger", "firing"),
+        ("pd", 3, "trigger", "firing"),
+        ("pd", 4, "trigger", "firing"),
+        ("pd", 5, "resolve", "resolved"),
+    ]
+
+
+def test_a_link_paged_before_the_switch_incident_is_left_to_resolve_normally(
+    store: IncidentStore, engine: Engine
+) -> None:
+    store.apply([host_link("gpu-0001")])
+    sync_alerts(engine, [DIRECT], at(31))
+    store.apply(
+        [host_link(h, t=40) for h in HOSTS],
+    )
+    store.apply([switch_failure(t=45)])  # 5
+    sync_alerts(engine, [DIRECT], at(80))
+    store.apply([host_link("gpu-0001", status="cleared", t=90)])
+    sync_alerts(engine, [DIRECT], at(91))
+    assert messages(engine, "pd") == [
+        ("pd", 1, "trigger", "firing"),
+        ("pd", 5, "trigger", "firing"),
+        ("pd", 1, "resolve", "resolved"),
+    ]
+
+
+def test_group_wait_zero_sends_at_once_and_an_old_incident_pages_without_a_switch(
+    store: IncidentStore, engine: Engine
+) -> None:
+    store.apply([host_link("gpu-0001")])
+    assert sync_alerts(engine, [DIRECT], at(29)).held == 1
+    assert (
+        sync_alerts(engine, [dataclasses.replace(DIRECT, name="now", group_wait_s=0)], at(1)).triggered == 1
+    )
+    assert sync_alerts(engine, [DIRECT], at(30)).triggered == 1  # group_wait old: paged, no switch needed
+    assert triggered(engine, "pd") == [1] and triggered(engine, "now") == [1]
+
+
+def test_inhibition_reads_the_switch_evidence_link_ends_and_ports() -> None:
+    places = [
+        IncidentPlace(
+            1, "speed_downgrade", "gpu-1/mlx5_0", "gpu-1", "gpu-1/mlx5_0", "gpu-1/mlx5_0<->leaf-1/p1"
+        ),
+        IncidentPlace(2, "nccl_channel_slow", "gpu-1/ch0", "gpu-1", "gpu-1/mlx5_0", None),
+        IncidentPlace(3, "congestion", "leaf-1/p9", "leaf-1", "leaf-1/p9", None),  # on the switch itself
+        IncidentPlace(4, "link_flap", "gpu-2/mlx5_0", "gpu-2", "gpu-2/mlx5_0", None),  # counted by the policy
+        IncidentPlace(5, "link_flap", "gpu-2/mlx5_1", "gpu-2", "gpu-2/mlx5_1", "gpu-2/mlx5_1<->leaf-2/p1"),
+        IncidentPlace(6, NETWORK_KIND, "leaf-1", "leaf-1", None, None),
+    ]
+    assert inhibited_ids(places, {"leaf-1": {"hosts": ["gpu-1", "gpu-2"], "incident_ids": [4]}}) == {
+        1,
+        2,
+        3,
+        4,
+    }
+    assert inhibited_ids(places, {}) == set()
+
+
+def test_the_drain_engines_switch_incident_inhibits_the_links_it_counted(
+    store: IncidentStore, engine: Engine
+) -> None:
+    """End to end with the real drain engine: its evidence names the host incidents it blamed."""
+    fabric = build_fabric(TopologySpec(hosts=64, gpus=8))  # 32 hosts per leaf, 8 rails
+    drain = DrainEngine(engine, store, fabric, DrainPolicy(), clock=lambda: at(10))
+    drain.sync_inventory()
+
+    def downgrade(host: int) -> Finding:
+        return finding(f"gpu-{host:04d}/mlx5_2", node=f"gpu-{host:04d}", port=f"gpu-{host:04d}/mlx5_2")
+
+    store.apply([downgrade(h) for h in (1, 2, 3, 4)] + [downgrade(40)])  # 1-4 on leaf-r2-000, 5 not
+    drain.evaluate()
+    (switch,) = store.list_incidents(kind=NETWORK_KIND)
+    assert switch["entity"] == "leaf-r2-000"
+    sync_alerts(engine, [AM, DIRECT], at(41))
+    assert triggered(engine, "am") == [1, 2, 3, 4, 5, switch["id"]]
+    assert triggered(engine, "pd") == [5, switch["id"]]

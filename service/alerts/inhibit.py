@@ -1,0 +1,99 @@
+"""Inhibition for direct receivers: a failing switch pages once, not once per host link.
+
+The drain engine opens one ``switch_failure`` incident per switch that fails as a whole,
+while each host link behind it keeps its own incident. Alertmanager users inhibit those in
+Alertmanager; for webhook, PagerDuty and Slack receivers the sync step leaves them untriggered
+while the switch incident is active. Everything is read from the incident rows themselves:
+link labels ``a<->b`` with port keys ``node/port``, ports, and the switch incident's evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from service.db import ACTIVE_STATUSES, Incident
+from service.drain_engine import NETWORK_KIND as SWITCH_KIND
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentPlace:
+    """Where an active incident sits in the fabric, as its row says."""
+
+    id: int
+    kind: str
+    entity: str
+    node: str | None
+    port: str | None
+    link: str | None
+
+
+def _node_of(port_key: str) -> str:
+    return port_key.split("/", 1)[0]
+
+
+def _link_ends(link: str | None) -> list[str]:
+    if not link or "<->" not in link:
+        return []
+    return [end for end in link.split("<->", 1) if end]
+
+
+def inhibited_ids(
+    places: Iterable[IncidentPlace], switch_evidence: Mapping[str, Mapping[str, Any]]
+) -> set[int]:
+    """Ids of active incidents that sit behind a switch with an active switch incident.
+
+    ``switch_evidence`` maps each such switch to its incident's evidence. An incident is behind
+    switch S when the drain policy counted it (``incident_ids``), when its link has an end on S,
+    when its port or node is on S, or when its port is the far end of a link that another active
+    incident names with an end on S (an NCCL channel on a host port carries no link label).
+    """
+    if not switch_evidence:
+        return set()
+    places = list(places)
+    peer: dict[str, str] = {}
+    for p in places:
+        ends = _link_ends(p.link)
+        if len(ends) == 2:
+            peer[ends[0]], peer[ends[1]] = ends[1], ends[0]
+    counted: set[int] = set()
+    for evidence in switch_evidence.values():
+        counted.update(int(i) for i in evidence.get("incident_ids") or [] if isinstance(i, int))
+    out: set[int] = set()
+    for p in places:
+        if p.kind == SWITCH_KIND:
+            continue
+        nodes = {_node_of(end) for end in _link_ends(p.link)}
+        if p.port:
+            nodes.add(_node_of(p.port))
+            if p.port in peer:
+                nodes.add(_node_of(peer[p.port]))
+        if p.node:
+            nodes.add(p.node)
+        if p.id in counted or nodes & switch_evidence.keys():
+            out.add(p.id)
+    return out
+
+
+def load_inhibited(session: Session) -> set[int]:
+    """Inhibited incident ids as of the committed state the current transaction reads."""
+    switches = {
+        entity: evidence or {}
+        for entity, evidence in session.execute(
+            sa.select(Incident.entity, Incident.evidence).where(
+                Incident.kind == SWITCH_KIND, Incident.status.in_(ACTIVE_STATUSES)
+            )
+        )
+    }
+    if not switches:
+        return set()
+    rows = session.execute(
+        sa.select(
+            Incident.id, Incident.kind, Incident.entity, Incident.node, Incident.port, Incident.link
+        ).where(Incident.status.in_(ACTIVE_STATUSES))
+    )
+    return inhibited_ids((IncidentPlace(*row) for row in rows), switches)
