@@ -2,9 +2,10 @@
 
 No windows, no peers, no persistence (``for: 0``): speed below expected, width below expected,
 any error counter moving, the link-down counter moving, pause frames above a rate, ECN marks
-above a rate, an NCCL channel 25% over the poll's median, a job's median collective time 10%
-over its last hour's average, any NCCL row on ``NET/Socket``. ``graywire eval`` scores it beside
-the real detectors on the same data, so the difference is measured, not claimed.
+above a rate, xmit_wait ticks above a rate, an NCCL channel 25% over the poll's median, a job's
+median collective time 10% over its last hour's average, any NCCL row on ``NET/Socket``.
+``graywire eval`` scores it beside the real detectors on the same data, so the difference is
+measured, not claimed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from detectors.findings import Finding
 class BaselineConfig:
     pause_frames_per_second: float = 100.0
     ecn_marks_per_second: float = 1000.0
+    xmit_wait_ticks_per_second: float = 1e5
     nccl_over_median: float = 1.25
     step_over_hour_mean: float = 1.10
 
@@ -42,11 +44,12 @@ class StaticRules:
         "link_flap",
         "pfc_storm",
         "ecn_hotspot",
+        "xmit_wait_hotspot",
         "nccl_channel_slow",
         "nccl_job_slowdown",
         "nccl_transport_fallback",
     )
-    port_kinds = kinds[:6]
+    port_kinds = kinds[:7]
 
     def __init__(self, fabric: Fabric, cfg: BaselineConfig | None = None) -> None:
         self.fabric = fabric
@@ -84,6 +87,7 @@ class StaticRules:
             "link_flap": rate("link_downed") > 0,
             "pfc_storm": pauses > cfg.pause_frames_per_second,
             "ecn_hotspot": rate("ecn_marked_packets") > cfg.ecn_marks_per_second,
+            "xmit_wait_hotspot": rate("xmit_wait_ticks") > cfg.xmit_wait_ticks_per_second,
         }
         now = batch.column("time")[0].as_py()
         out = []

@@ -1,4 +1,4 @@
-"""Congestion: PFC pause storms and ECN hotspots.
+"""Congestion: PFC pause storms, ECN hotspots and xmit_wait (credit starvation) hotspots.
 
 A PFC storm is a port that keeps its peer paused nearly all the time (a NIC that cannot drain
 its receive queue pauses its whole rail): the share of wall time it asked for pauses, from
@@ -10,6 +10,12 @@ An ECN hotspot is a host whose received packets are marked far more often than i
 plus a minimum ratio to the median. Marking that rises everywhere (a global burst) moves the
 median with it and blames no one; bounded marking alone never alarms; a fabric that marks
 nothing has no baseline and no findings.
+
+An xmit_wait hotspot is a port that spends far more time than its peers with data to send and
+no credit to send it (InfiniBand ``PortXmitWait``): the receiver behind it is not returning
+credits. Same peer statistics as ECN, on log ticks per second, plus an absolute floor. A port
+whose waiting is explained by PFC pauses (it, or its peer, reports a high pause share) is the
+PFC storm detector's business and is never reported twice.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import pyarrow as pa
 
 from collectors.model import Fabric
 from collectors.schemas import PFC_PRIORITIES
-from detectors.base import Hysteresis, HysteresisConfig, PortIndexer, column
+from detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
 from detectors.findings import Finding
 from detectors.robust import MAD_TO_SIGMA
 
@@ -213,5 +219,172 @@ class EcnHotspotDetector:
                 "peer_median_fraction": float(med),
                 "robust_z": float(z),
                 "ratio_to_peers": float(ratio),
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class XmitWaitConfig:
+    open_z: float = 4.0
+    min_ratio: float = 50.0  # wait rate at least this many times the peers' median
+    min_ticks_per_second: float = 1e4  # a few ticks is never a hotspot (device ticks: tune per model)
+    min_peers: int = 8
+    #: A port that received pauses (or whose peer sent them) this share of the poll waits because
+    #: it was told to: the PFC storm detector owns that, this one stays silent.
+    pause_explains_share: float = 0.01
+    pause_explains_frames_per_second: float = 1000.0  # the same, for ports that count frames only
+    #: Device ticks per second, when known (e.g. from the switch model): adds the share of the
+    #: poll spent waiting to the evidence. ``None``: ticks are reported as they are.
+    ticks_per_second: float | None = None
+    hysteresis: HysteresisConfig = field(
+        default_factory=lambda: HysteresisConfig(open_after=3, close_after=3)
+    )
+
+
+class XmitWaitDetector:
+    name = "xmit_wait_hotspot"
+    version = "1"
+    consumes = "port_rates"
+    kinds = ("xmit_wait_hotspot",)
+
+    def __init__(self, fabric: Fabric, cfg: XmitWaitConfig | None = None) -> None:
+        self.fabric = fabric
+        self.cfg = cfg or XmitWaitConfig()
+        self.port_index = PortIndexer(fabric)
+        self.links = LinkEntities(fabric)
+        self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
+        roles = np.array(fabric.node_roles)
+        role_code = {r: i for i, r in enumerate(sorted(set(fabric.node_roles)))}
+        self.role_of_port = np.array([role_code[r] for r in roles[fabric.node_of_port]], dtype=np.int64)
+
+    def _pause(self, batch: pa.RecordBatch, idx: np.ndarray) -> np.ndarray:
+        """Per fabric port, whether PFC pauses explain its waiting this poll."""
+        cfg, f = self.cfg, self.fabric
+
+        def worst(kind: str) -> np.ndarray:
+            cols = [
+                np.nan_to_num(column(batch, f"pfc{p}_{kind}_per_second"), nan=0.0) for p in PFC_PRIORITIES
+            ]
+            return np.max(np.vstack(cols), axis=0)
+
+        n = f.n_ports
+        rx_share, tx_share = np.zeros(n), np.zeros(n)
+        rx_frames, tx_frames = np.zeros(n), np.zeros(n)
+        ok = idx >= 0
+        rx_share[idx[ok]] = worst("rx_pause_seconds")[ok]
+        tx_share[idx[ok]] = worst("tx_pause_seconds")[ok]
+        rx_frames[idx[ok]] = worst("rx_pause_frames")[ok]
+        tx_frames[idx[ok]] = worst("tx_pause_frames")[ok]
+        peer = f.peer
+        has_peer = peer >= 0
+        peer_tx_share = np.where(has_peer, tx_share[np.maximum(peer, 0)], 0.0)
+        peer_tx_frames = np.where(has_peer, tx_frames[np.maximum(peer, 0)], 0.0)
+        return (np.maximum(rx_share, peer_tx_share) >= cfg.pause_explains_share) | (
+            np.maximum(rx_frames, peer_tx_frames) >= cfg.pause_explains_frames_per_second
+        )
+
+    def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        cfg = self.cfg
+        if batch.num_rows == 0:
+            return []
+        idx = self.port_index(batch.column("port"))
+        wait = column(batch, "xmit_wait_ticks_per_second")
+        ok = (idx >= 0) & np.isfinite(wait) & (wait >= 0)
+        if ok.sum() < cfg.min_peers:
+            return []
+        ports, w = idx[ok], wait[ok]
+        x = np.log10(w + 1.0)
+        role = self.role_of_port[ports]
+        bad = np.zeros(ports.size, dtype=bool)
+        judged = np.zeros(ports.size, dtype=bool)
+        z = np.zeros(ports.size)
+        ratio = np.zeros(ports.size)
+        med_of = np.zeros(ports.size)
+        for r in np.unique(role):
+            sel = role == r
+            if sel.sum() < cfg.min_peers:
+                continue
+            med_rate = float(np.median(w[sel]))
+            med = np.median(x[sel])
+            scale = max(MAD_TO_SIGMA * float(np.median(np.abs(x[sel] - med))), 0.1)
+            z[sel] = (x[sel] - med) / scale
+            ratio[sel] = (w[sel] + 1.0) / (med_rate + 1.0)
+            med_of[sel] = med_rate
+            judged[sel] = True
+            bad[sel] = (
+                (z[sel] >= cfg.open_z) & (ratio[sel] >= cfg.min_ratio) & (w[sel] >= cfg.min_ticks_per_second)
+            )
+        if bad.any():  # pauses are looked up only for ports that would otherwise be bad
+            bad &= ~self._pause(batch, idx)[ports]
+        if not judged.any():
+            return []
+        # One entity per link: either end waiting is one finding about that cable and its ends.
+        n = self.fabric.n_ports
+        ent = self.links.of_port[ports[judged]]
+        ent_bad = np.zeros(n, dtype=bool)
+        np.logical_or.at(ent_bad, ent, bad[judged])
+        ids = np.unique(ent)
+        opened, closed = self.hyst.update(ids, ent_bad[ids])
+        if not opened.size and not closed.size:
+            return []
+        now = batch.column("time")[0].as_py()
+        # The worst judged end of each entity carries the evidence.
+        rows = np.flatnonzero(judged)
+        dt = column(batch, "interval_seconds")[ok]
+        out = []
+        for status, group in (("firing", opened), ("cleared", closed)):
+            for e in group.tolist():
+                ends = rows[ent == e]
+                j = int(ends[np.argmax(w[ends])])
+                out.append(
+                    self._finding(int(e), int(ports[j]), status, now, w[j], med_of[j], z[j], ratio[j], dt[j])
+                )
+        return out
+
+    def _finding(
+        self,
+        entity: int,
+        port: int,
+        status: str,
+        now: datetime,
+        rate: float,
+        med: float,
+        z: float,
+        ratio: float,
+        interval: float,
+    ) -> Finding:
+        f, cfg = self.fabric, self.cfg
+        place = self.links.place(entity)
+        waiting = f.keys[port]
+        share = rate / cfg.ticks_per_second if cfg.ticks_per_second else None
+        if status == "firing":
+            spent = f" ({share:.1%} of the time)" if share is not None else ""
+            summary = (
+                f"{waiting} waits for credits at {rate:.3g} ticks/s{spent}, {ratio:.0f}x its peers' median: "
+                f"the receiver on {place['entity']} is not returning credits"
+            )
+        else:
+            summary = f"{waiting} xmit_wait back in line with its peers"
+        return Finding(
+            kind="xmit_wait_hotspot",
+            entity=str(place["entity"]),
+            status=status,  # type: ignore[arg-type]
+            time=now,
+            severity="warning",
+            summary=summary,
+            detector=f"{self.name}/{self.version}",
+            node=place["node"],
+            port=place["port"],
+            link=place["link"],
+            score=float(z),
+            evidence={
+                "waiting_port": waiting,
+                "xmit_wait_ticks_per_second": float(rate),
+                "peer_median_ticks_per_second": float(med),
+                "ratio_to_peers": float(ratio),
+                "robust_z": float(z),
+                "wait_share": float(share) if share is not None else None,
+                "interval_seconds": float(interval) if np.isfinite(interval) else None,
+                "polls_required": cfg.hysteresis.open_after,
             },
         )

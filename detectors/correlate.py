@@ -26,7 +26,9 @@ from typing import Any, Literal
 
 from collectors.model import Fabric
 
-LINK_KINDS = frozenset({"speed_downgrade", "width_downgrade", "link_flap", "ber_degradation", "pfc_storm"})
+LINK_KINDS = frozenset(
+    {"speed_downgrade", "width_downgrade", "link_flap", "ber_degradation", "pfc_storm", "xmit_wait_hotspot"}
+)
 PATH_KINDS = frozenset({"nccl_path_slow"})
 NCCL_TIMING_KINDS = frozenset({"nccl_channel_slow"})
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}

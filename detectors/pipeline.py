@@ -17,7 +17,7 @@ from collectors.schemas import record_kind
 from detectors.base import Detector
 from detectors.ber import BerDetector
 from detectors.ber_thresholds import ThresholdTable
-from detectors.congestion import EcnHotspotDetector, PfcStormDetector
+from detectors.congestion import EcnHotspotDetector, PfcStormDetector, XmitWaitDetector
 from detectors.findings import Finding
 from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
@@ -42,6 +42,7 @@ def default_detectors(
         BerDetector(fabric, ber_table),
         PfcStormDetector(fabric),
         EcnHotspotDetector(fabric),
+        XmitWaitDetector(fabric),
         NcclChannelOutlier(fabric),
         NcclStepTime(),
         NcclTransportDetector(),

@@ -35,6 +35,7 @@ MAGNITUDES: dict[str, tuple[float, ...]] = {
     "job_slowdown": (0.1, 0.2, 0.5),
     "nccl_transport_fallback": (0.5, 1.0),
     "nccl_gdrdma_missing": (0.1, 0.3),
+    "credit_starvation": (0.02, 0.1, 0.5),
 }
 BENIGN = (
     "counter_reset@{a}+5m,counter_wrap@{b},short_retrain@{c},collector_outage@{d}+90s,checkpoint_burst@{e}+2m,"

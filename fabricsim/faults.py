@@ -24,6 +24,7 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "ber_ramp": ("ber_degradation",),
     "pfc_storm": ("pfc_storm",),
     "ecn_hotspot": ("ecn_hotspot",),
+    "credit_starvation": ("xmit_wait_hotspot",),
     "link_flap": ("link_flap",),
     "slow_channel": ("nccl_channel_slow",),
     "slow_rank": ("nccl_channel_slow",),
@@ -38,7 +39,9 @@ BENIGN_KINDS = (
 )  # fmt: skip
 #: NCCL faults that change how a host's ranks are wired (what NCCL_DEBUG lines show).
 TRANSPORT_KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing")
-OWN_STREAM_KINDS = frozenset({"nccl_slow_path", "job_slowdown", "slow_step", *TRANSPORT_KINDS})
+OWN_STREAM_KINDS = frozenset(
+    {"nccl_slow_path", "job_slowdown", "slow_step", "credit_starvation", *TRANSPORT_KINDS}
+)
 
 DEFAULT_MAGNITUDE = {
     "speed_downgrade": 0.5,  # negotiated speed as a fraction of expected (800G -> 400G)
@@ -46,6 +49,7 @@ DEFAULT_MAGNITUDE = {
     "ber_ramp": 10.0,  # final pre-FEC BER as a multiple of the field "Error" threshold
     "pfc_storm": 1.0,  # share of the interval the NIC holds its rail paused
     "ecn_hotspot": 200.0,  # ECN mark rate as a multiple of the healthy rate
+    "credit_starvation": 0.3,  # share of the interval the leaf port waits for the NIC's credits
     "link_flap": 4.0,  # number of flaps in the window
     "slow_channel": 0.3,  # extra duration on one (rank, channel): 30% slower
     "slow_rank": 0.2,  # extra duration on every channel of one rank
@@ -157,7 +161,7 @@ def default_requests(duration_s: float) -> list[FaultRequest]:
         "speed_downgrade", "counter_reset", "slow_channel", "width_downgrade", "short_retrain",
         "ber_ramp", "counter_wrap", "pfc_storm", "checkpoint_burst", "slow_rank", "collector_outage",
         "ecn_hotspot", "link_flap", "nccl_slow_path", "slow_step", "nccl_transport_fallback",
-        "nccl_gdrdma_missing", "job_slowdown",
+        "nccl_gdrdma_missing", "credit_starvation", "job_slowdown",
     ]  # fmt: skip
     slot = duration_s / len(kinds)
     reqs = []
@@ -196,8 +200,8 @@ def resolve_faults(
     host_nics = np.flatnonzero(fabric.host_port)
     used: set[int] = set()
     faults: list[Fault] = []
-    # The NCCL path, job and transport faults draw from their own stream, so adding them to a
-    # spec leaves every other fault's target, and the simulated fabric, as they were.
+    # The NCCL path, job, transport and credit faults draw from their own stream, so adding them
+    # to a spec leaves every other fault's target, and the simulated fabric, as they were.
     seq = getattr(rng.bit_generator, "seed_seq", None)
     own = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(0x4E43,))) if seq else rng
     base_rng = rng
@@ -213,6 +217,8 @@ def resolve_faults(
             dur = mag
         else:
             mag = r.magnitude if r.magnitude is not None else DEFAULT_MAGNITUDE[r.kind]
+            if r.kind == "credit_starvation" and not 0 < mag <= 1:
+                raise ValueError(f"credit_starvation is a share of the interval in (0, 1], not {mag:g}")
         f = Fault(id=f"f{i:03d}", kind=r.kind, start_s=start, end_s=start + dur, magnitude=mag,
                   benign=r.kind in BENIGN_KINDS)  # fmt: skip
         faults.append(_place(f, r.target, fabric, host_nics, used, jobs, gpus, channels, rng))

@@ -45,6 +45,7 @@ HOST_ONLY = ("ecn_marked_packets", "cnp_sent", "cnp_handled")  # RoCE NP/RP coun
 WRAP_COUNTERS = ("rx_packets", "tx_packets")
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 TRANSPORT_REFRESH = 30
+XMIT_WAIT_TICKS_PER_SECOND = 2.5e8  # a port waiting the whole interval counts this many ticks a second
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +275,12 @@ class FabricSim:
             inc[C["pfc3_rx_pause_frames"], leaf] = frames
             pause_inc[1, nic] = dt * 0.995 * fl.magnitude
             pause_inc[0, leaf] = dt * 0.995 * fl.magnitude
-            inc[C["xmit_wait_ticks"], leaf] = dt * 2.5e8
+            inc[C["xmit_wait_ticks"], leaf] = dt * XMIT_WAIT_TICKS_PER_SECOND
+        for fl in self.active(t, "credit_starvation"):
+            # The NIC stops returning credits: its leaf port has data for it and waits. No pause
+            # frames and no ECN marks: InfiniBand flow control is credit based.
+            leaf = int(f.peer[self._port_index(fl.port)])
+            inc[C["xmit_wait_ticks"], leaf] = dt * XMIT_WAIT_TICKS_PER_SECOND * min(fl.magnitude, 1.0)
         # Link down events: count once per outage start, on both ends.
         downs = np.zeros(L)
         for kind in ("short_retrain", "link_flap"):

@@ -13,7 +13,7 @@ from collectors.schemas import LINK, PORT_SAMPLE, make_batch
 from detectors.base import PortIndexer
 from detectors.ber import BerDetector
 from detectors.ber_thresholds import ThresholdTable
-from detectors.congestion import EcnHotspotDetector, PfcStormDetector
+from detectors.congestion import EcnHotspotDetector, PfcStormDetector, XmitWaitDetector
 from detectors.findings import Finding
 from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
@@ -105,6 +105,7 @@ def test_default_detectors() -> None:
         BerDetector,
         PfcStormDetector,
         EcnHotspotDetector,
+        XmitWaitDetector,
         NcclChannelOutlier,
         NcclStepTime,
         NcclTransportDetector,
@@ -117,6 +118,7 @@ def test_default_detectors() -> None:
             "ber_degradation",
             "pfc_storm",
             "ecn_hotspot",
+            "xmit_wait_hotspot",
             "nccl_channel_slow",
             "nccl_path_slow",
             "nccl_job_slowdown",
@@ -144,10 +146,11 @@ def test_stage_statistics() -> None:
     n = sim.fabric.n_ports
     st = pipe.stats
     assert set(st) == {  # named by detector.name
-        "rates", "link_downgrade", "link_flap", "ber", "pfc_storm", "ecn_hotspot", "nccl_channel_outlier",
-        "nccl_step_time",
+        "rates", "link_downgrade", "link_flap", "ber", "pfc_storm", "ecn_hotspot", "xmit_wait_hotspot",
+        "nccl_channel_outlier", "nccl_step_time",
     }  # fmt: skip
-    assert sum(st[k].findings for k in ("link_flap", "ber", "pfc_storm", "ecn_hotspot")) == 0
+    congestion = ("pfc_storm", "ecn_hotspot", "xmit_wait_hotspot")
+    assert sum(st[k].findings for k in ("link_flap", "ber", *congestion)) == 0
     assert (st["rates"].batches, st["rates"].rows, st["rates"].findings) == (7, 7 * n, 0)
     assert (st["link_downgrade"].batches, st["link_downgrade"].rows) == (7, 7 * n)
     assert (st["nccl_channel_outlier"].batches, st["nccl_channel_outlier"].rows) == (6, nccl_rows)
@@ -193,7 +196,7 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     truth = truth_document(sim)
     report = score(findings, truth, pipe.kinds)
 
-    assert len(truth["faults"]) == 18
+    assert len(truth["faults"]) == 19
     assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
     covered = {k for k, s in report.by_fault.items() if s.covered}
     assert covered == set(FAULT_KINDS)

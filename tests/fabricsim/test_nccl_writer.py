@@ -142,6 +142,6 @@ def test_debug_log_gives_gpu_nic_and_ring(tmp_path: Path) -> None:
 
 
 def test_only_nccl_timing_batches(tmp_path: Path) -> None:
-    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=2), duration_s=0.0))
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=2), duration_s=0.0, faults="none"))
     with pytest.raises(ValueError, match="takes nccl_timing batches, not port_sample"):
         InspectorWriter(tmp_path).write(sim.step().port_sample)
