@@ -134,6 +134,12 @@ class Fabric:
         return roles[self.node_of_port]
 
     @cached_property
+    def port_role_code(self) -> np.ndarray:
+        """Role of each port's node as a small int (roles sorted by name): peers by role, vectorized."""
+        _, code = np.unique(np.array(self.node_roles, dtype=object), return_inverse=True)
+        return code.astype(np.int64)[self.node_of_port]
+
+    @cached_property
     def host_port(self) -> np.ndarray:
         """True for ports on hosts (the end a node verdict is about)."""
         return self.port_role == "host"

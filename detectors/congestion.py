@@ -130,9 +130,7 @@ class EcnHotspotDetector:
         self.cfg = cfg or EcnHotspotConfig()
         self.port_index = PortIndexer(fabric)
         self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
-        roles = np.array(fabric.node_roles)
-        role_code = {r: i for i, r in enumerate(sorted(set(fabric.node_roles)))}
-        self.role_of_port = np.array([role_code[r] for r in roles[fabric.node_of_port]], dtype=np.int64)
+        self.role_of_port = fabric.port_role_code
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         cfg = self.cfg
@@ -253,9 +251,7 @@ class XmitWaitDetector:
         self.port_index = PortIndexer(fabric)
         self.links = LinkEntities(fabric)
         self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
-        roles = np.array(fabric.node_roles)
-        role_code = {r: i for i, r in enumerate(sorted(set(fabric.node_roles)))}
-        self.role_of_port = np.array([role_code[r] for r in roles[fabric.node_of_port]], dtype=np.int64)
+        self.role_of_port = fabric.port_role_code
 
     def _pause(self, batch: pa.RecordBatch, idx: np.ndarray) -> np.ndarray:
         """Per fabric port, whether PFC pauses explain its waiting this poll."""
