@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -117,10 +118,8 @@ class DrainEngine:
     def sync_inventory(self) -> None:
         """Record the fabric model's nodes (new ones added, known ones touched)."""
         now = self.clock()
-        ports: dict[str, int] = {}
-        for i in range(self.fabric.n_ports):
-            name = self.fabric.node_names[int(self.fabric.node_of_port[i])]
-            ports[name] = ports.get(name, 0) + 1
+        per_node = np.bincount(self.fabric.node_of_port, minlength=len(self.fabric.node_names))
+        ports = dict(zip(self.fabric.node_names, per_node.tolist(), strict=True))
         with self.writing() as session:
             known = {n.name: n for n in session.scalars(sa.select(InventoryNode))}
             for name, role in zip(self.fabric.node_names, self.fabric.node_roles, strict=True):
