@@ -370,6 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # Alembic announces each of its plugins at INFO on every start; the migrations it runs stay.
+        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)
     except ValueError as e:
