@@ -29,7 +29,7 @@ from service.alerts import alertmanager, outbox, pagerduty, slack, webhook
 from service.alerts.config import AlertsSettings, ReceiverConfig
 from service.alerts.events import AlertEvent
 from service.alerts.models import OutboxMessage
-from service.alerts.sync import SyncTarget, sync_alerts
+from service.alerts.sync import SyncResult, SyncTarget, sync_alerts
 
 log = logging.getLogger("graywire.alerts")
 
@@ -162,6 +162,8 @@ class Dispatcher:
         self.dead: Counter[str] = Counter()
         #: The outbox as of the last cycle (for /metrics, which never queries the database).
         self.backlog: dict[str, outbox.Backlog] = {}
+        #: What the last sync enqueued, held back (group_wait) and inhibited (failed switch).
+        self.last_sync = SyncResult()
         self._warned_unknown: set[str] = set()
 
     @property
@@ -171,7 +173,7 @@ class Dispatcher:
         return self._client
 
     def sync(self) -> None:
-        sync_alerts(
+        self.last_sync = sync_alerts(
             self.engine,
             [d.sync for d in self.destinations.values()],
             self.clock(),

@@ -60,3 +60,14 @@ class AlertsCollector(Collector):
         yield pending
         yield age
         yield dead
+        last = d.last_sync
+        yield GaugeMetricFamily(
+            "graywire_alert_incidents_held",
+            "Incident pages the last sync held back for alerts.group_wait (summed over direct receivers)",
+            value=last.held,
+        )
+        yield GaugeMetricFamily(
+            "graywire_alert_incidents_inhibited",
+            "Incident pages the last sync withheld because their switch has failed as a whole",
+            value=last.inhibited,
+        )

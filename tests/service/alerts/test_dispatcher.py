@@ -7,6 +7,7 @@ import contextlib
 import re
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,7 +21,7 @@ from service.alerts.metrics import AlertsCollector
 from service.alerts.models import OutboxMessage
 from service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from service.store import IncidentStore
-from tests.service.alerts.conftest import finding
+from tests.service.alerts.conftest import T0, finding
 from tests.service.alerts.receiver import Recorder
 
 FAST_RETRY = {"initial_backoff": "0.05s", "max_backoff": "0.2s", "jitter": 0.0}
@@ -198,3 +199,18 @@ def test_credentials_in_an_alertmanager_url_are_used_but_never_exposed(
         exposed += " ".join(session.scalars(sa.select(OutboxMessage.receiver)))
     assert "graywire_alert_messages" in exposed and "127.0.0.1" in exposed
     assert "hunter2-secret" not in exposed
+
+
+def test_held_pages_are_counted_in_the_metrics(
+    engine: Engine, store: IncidentStore, recorder: Recorder
+) -> None:
+    s = settings(recorder, {"name": "chat", "type": "slack", "url": "/services/T0/B0/x"})
+    s = s.model_copy(update={"group_wait": "1h"})  # a fresh incident waits before its first page
+    dispatcher = Dispatcher(engine, s, clock=lambda: T0 + timedelta(seconds=5))
+    store.apply([finding(t=0)])
+    dispatcher.sync()
+    registry = CollectorRegistry()
+    registry.register(AlertsCollector(dispatcher))
+    text = generate_latest(registry).decode()
+    assert "graywire_alert_incidents_held 1.0" in text
+    assert "graywire_alert_incidents_inhibited 0.0" in text
