@@ -87,6 +87,9 @@ NCCL_TIMING = pa.schema(
         pa.field("seq", pa.int64()),
         pa.field("message_bytes", pa.int64()),
         pa.field("channel", pa.int16()),
+        #: When this rank entered the collective (whole rows) or started the channel's kernel
+        #: (channel rows), on the rank's host clock: arrival skew across ranks, where clocks agree.
+        pa.field("start_time", TS),
         pa.field("duration_seconds", pa.float64(), nullable=False),
         pa.field("bus_bandwidth_bps", pa.float64()),
         pa.field("transport", pa.dictionary(pa.int8(), pa.string())),

@@ -1,7 +1,10 @@
 """Job step-time slowdown: the whole job's collectives got slower and stayed slower.
 
 Peer comparisons cannot see this (every rank moved together), so each communicator group
-(communicator, collective, message-size bucket) is compared with its own past: the median of
+(communicator, collective, message-size bucket) is compared with its own past. A poll's level
+is the collective's own time: per instance, the duration of the rank that arrived last (it
+waited for no one), so a compute straggler, which makes every other rank wait, is not a
+job-wide slowdown (detectors/nccl_straggler.py names it). The judgement is the median of
 the last ``recent_s`` seconds of per-poll step times against the median of the ``ref_s``
 seconds before them (a two-window median shift). It opens when the shift is at least
 ``open_shift`` on ``open_after`` polls in a row; a slow step or a checkpoint shorter than half
@@ -79,7 +82,7 @@ class NcclStepTime:
             dur = dur[ok]
         gid = self._group_ids(batch)
         used, inv = np.unique(gid, return_inverse=True)
-        level = group_median(np.log(dur), inv, used.size)
+        level = self._levels(batch, np.log(dur), inv, used.size)
         first = np.zeros(used.size, dtype=np.int64)
         first[inv[::-1]] = np.arange(inv.size)[::-1]
         jobs = batch.column("job")
@@ -97,6 +100,36 @@ class NcclStepTime:
                 if grp.is_open:
                     out += self._roll_up(g, grp, "cleared", now, expired=True)
         return out
+
+    @staticmethod
+    def _levels(batch: pa.RecordBatch, x: np.ndarray, inv: np.ndarray, n: int) -> np.ndarray:
+        """Per group, the poll's level: the median over its collective instances of the fastest
+        rank's (log) duration. The rank that arrived last waited for no one, so its duration is
+        the collective's own time: a straggler makes every other rank wait but leaves this
+        alone (it is the straggler detector's finding), while a slower fabric moves it. Rows
+        without a sequence number fall back to the median of all rows."""
+        seq = batch.column("seq")
+        if seq.null_count == len(seq):
+            return group_median(x, inv, n)
+        s = seq.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        rank = batch.column("rank").to_numpy(zero_copy_only=False).astype(np.int64)
+        # (group, seq) instances, then (instance, rank) values: the median of a rank's rows.
+        _, inst = np.unique(np.stack([inv, s]), axis=1, return_inverse=True)
+        inst = inst.ravel()
+        vk, v_inv = np.unique(inst * (int(rank.max()) + 1) + rank, return_inverse=True)
+        v = group_median(x, v_inv, vk.size)
+        v_inst = vk // (int(rank.max()) + 1)
+        lo = np.full(int(inst.max()) + 1, np.inf)
+        np.minimum.at(lo, v_inst, v)
+        inst_group = np.zeros(lo.size, dtype=np.int64)
+        inst_group[inst] = inv
+        level = group_median(lo, inst_group, n)
+        no_seq = s < 0  # rows without a sequence number: their group's plain median
+        if no_seq.any():
+            plain = group_median(x[no_seq], inv[no_seq], n)
+            seqless = np.bincount(inv[~no_seq], minlength=n) == 0
+            level[seqless] = plain[seqless]
+        return level
 
     def _group_ids(self, batch: pa.RecordBatch) -> np.ndarray:
         """Group id (communicator|collective|log2 size) per row; strings only for distinct groups."""

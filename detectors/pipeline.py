@@ -24,6 +24,7 @@ from detectors.link_state import LinkDowngradeDetector
 from detectors.multivariate import MultivariateOutlier
 from detectors.nccl_channel import NcclChannelOutlier
 from detectors.nccl_step import NcclStepTime
+from detectors.nccl_straggler import NcclStraggler
 from detectors.nccl_transport import NcclTransportDetector
 from detectors.rates import CounterRates
 
@@ -44,6 +45,7 @@ def default_detectors(
         EcnHotspotDetector(fabric),
         XmitWaitDetector(fabric),
         NcclChannelOutlier(fabric),
+        NcclStraggler(),
         NcclStepTime(),
         NcclTransportDetector(),
     ]

@@ -27,7 +27,8 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "credit_starvation": ("xmit_wait_hotspot",),
     "link_flap": ("link_flap",),
     "slow_channel": ("nccl_channel_slow",),
-    "slow_rank": ("nccl_channel_slow",),
+    "slow_nic": ("nccl_channel_slow",),
+    "straggler": ("nccl_straggler",),
     "nccl_slow_path": ("nccl_path_slow",),
     "job_slowdown": ("nccl_job_slowdown",),
     "nccl_transport_fallback": ("nccl_transport_fallback",),
@@ -40,7 +41,7 @@ BENIGN_KINDS = (
 #: NCCL faults that change how a host's ranks are wired (what NCCL_DEBUG lines show).
 TRANSPORT_KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing")
 OWN_STREAM_KINDS = frozenset(
-    {"nccl_slow_path", "job_slowdown", "slow_step", "credit_starvation", *TRANSPORT_KINDS}
+    {"nccl_slow_path", "job_slowdown", "slow_step", "credit_starvation", "straggler", *TRANSPORT_KINDS}
 )
 
 DEFAULT_MAGNITUDE = {
@@ -52,7 +53,8 @@ DEFAULT_MAGNITUDE = {
     "credit_starvation": 0.3,  # share of the interval the leaf port waits for the NIC's credits
     "link_flap": 4.0,  # number of flaps in the window
     "slow_channel": 0.3,  # extra duration on one (rank, channel): 30% slower
-    "slow_rank": 0.2,  # extra duration on every channel of one rank
+    "slow_nic": 0.2,  # extra duration on every channel of one rank (its NIC's hops)
+    "straggler": 0.1,  # one rank enters every collective this share of its duration late
     "nccl_slow_path": 0.3,  # extra duration on one channel of every rank behind one leaf
     "job_slowdown": 0.2,  # extra duration on every rank of one job (step-time shift)
     "nccl_transport_fallback": 0.5,  # a host's ranks on NET/Socket: this much slower
@@ -159,9 +161,9 @@ def default_requests(duration_s: float) -> list[FaultRequest]:
     """One of every fault and benign event, spread over the run without overlapping in time."""
     kinds = [
         "speed_downgrade", "counter_reset", "slow_channel", "width_downgrade", "short_retrain",
-        "ber_ramp", "counter_wrap", "pfc_storm", "checkpoint_burst", "slow_rank", "collector_outage",
+        "ber_ramp", "counter_wrap", "pfc_storm", "checkpoint_burst", "slow_nic", "collector_outage",
         "ecn_hotspot", "link_flap", "nccl_slow_path", "slow_step", "nccl_transport_fallback",
-        "nccl_gdrdma_missing", "credit_starvation", "job_slowdown",
+        "nccl_gdrdma_missing", "credit_starvation", "straggler", "job_slowdown",
     ]  # fmt: skip
     slot = duration_s / len(kinds)
     reqs = []
@@ -321,7 +323,7 @@ def _place(
             pool = np.flatnonzero(roles == ("leaf" if f.kind == "collector_outage" else "host"))
             node = fabric.node_names[int(rng.choice(pool))]
         return replace(f, node=node)
-    if f.kind in ("slow_channel", "slow_rank"):
+    if f.kind in ("slow_channel", "slow_nic", "straggler"):
         if target:
             host, _, rest = target.partition("/")
             gpu_s, _, ch_s = rest.partition(":")

@@ -6,8 +6,9 @@ with one dump per :meth:`InspectorWriter.write`, byte for byte in the plugin's l
 (six decimals, ``"nan"`` for NaN), ``/`` escaped as ``\\/``. The default ``v4.3`` layout writes a
 ``dump_stats`` marker carrying ``header``/``metadata`` and then bare ``{"coll_perf":...}``
 lines; ``v4.0`` writes self-contained records. Verbose records list every channel's kernel
-start/stop (gettimeofday µs): a channel row of the batch becomes one ``kernel_events`` entry,
-so the per-channel slowness fabricsim injects is what the collector reads back.
+start/stop (gettimeofday µs): a channel row of the batch becomes one ``kernel_events`` entry
+starting at the row's ``start_time``, so the per-channel slowness and the late arrivals
+fabricsim injects are what the collector reads back.
 
 With ``debug_log``, each process also gets ``<dir>/nccl.<hostname>.<pid>`` (what
 ``NCCL_DEBUG=INFO NCCL_DEBUG_FILE=nccl.%h.%p`` produces): the ``NET/IB : Using`` NIC list, the
@@ -118,6 +119,9 @@ class InspectorWriter:
         seq = col["seq"].fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         chan = col["channel"].fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         dur = col["duration_seconds"].to_numpy(zero_copy_only=False)
+        start_us = np.full(n, -1, dtype=np.int64)
+        if "start_time" in col:
+            start_us = col["start_time"].cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
         # One record per (job, communicator, rank, collective, seq); channels inside it.
         order = np.lexsort((chan, seq, codes["collective"], rank, codes["communicator"], codes["job"]))
         key = np.stack([codes["job"], codes["communicator"], rank, codes["collective"], seq])[:, order]
@@ -168,7 +172,9 @@ class InspectorWriter:
                 f'"rec_mechanism":"nccl_profiler_interface","dump_timestamp_us":{t_us},'
                 f'"hostname":{_str(host)},"pid":{proc.pid}}}'
             )
-            body = self._coll(coll, int(seq[i]), sizes[i] or 0, nranks[i] or 1, chan[g], dur[g], t_us)
+            body = self._coll(
+                coll, int(seq[i]), sizes[i] or 0, nranks[i] or 1, chan[g], dur[g], start_us[g], t_us
+            )
             if self.version == "v4.0":
                 line = f'{{"header":{header},"metadata":{meta},"coll_perf":{body}}}'
             else:
@@ -191,7 +197,15 @@ class InspectorWriter:
         return written
 
     def _coll(
-        self, coll: str, seq: int, size: int, nranks: int, chans: np.ndarray, durs: np.ndarray, t_us: int
+        self,
+        coll: str,
+        seq: int,
+        size: int,
+        nranks: int,
+        chans: np.ndarray,
+        durs: np.ndarray,
+        starts: np.ndarray,
+        t_us: int,
     ) -> str:
         per_channel = chans >= 0
         ch = chans[per_channel].tolist()
@@ -208,10 +222,14 @@ class InspectorWriter:
         if self.verbose and ch:
             end = t_us - 1000  # the last kernel ends 1 ms before the dump
             start0 = end - exec_us
-            coll_start = start0 - 120
+            # Kernels start when the rank arrives (the row's start time, where it has one) and
+            # launch 1 µs apart; the collective's CPU start event comes 120 µs before them.
+            given = starts[per_channel]
+            kstart = [int(g) if g >= 0 else start0 + j for j, g in enumerate(given.tolist())]
+            coll_start = min(kstart) - 120
             sn_ev, ts_ev = [], []
             for j, (c, d) in enumerate(zip(ch, d_us, strict=True)):
-                s = start0 + j
+                s = kstart[j]
                 sn_ev.append(
                     f'{{"channel_id":{c},"kernel_start_sn":{3 + j},"kernel_stop_sn":{4 + len(ch) + 2 * j},'
                     f'"kernel_record_sn":{3 + len(ch) + 2 * j}}}'

@@ -133,6 +133,15 @@ class FabricSim:
         self.job_base = rng.uniform(0.012, 0.016, len(self.jobs))
         self.nccl_channels = ch
         self.seq = 0
+        # Arrival at each collective (a fraction of the job's collective time): a small lasting
+        # per-rank bias plus per-collective jitter, and each host's clock offset (PTP-grade) in
+        # the start times it reports. Drawn from their own stream so the rest stays as it was.
+        seq_seed = getattr(rng.bit_generator, "seed_seq", None)
+        self.arrival_rng = np.random.default_rng(
+            np.random.SeedSequence(seq_seed.entropy if seq_seed else cfg.seed, spawn_key=(0x4152,))
+        )
+        self.r_bias = self.arrival_rng.normal(0, 0.002, self.r_host.size)
+        self.clock_offset_s = self.arrival_rng.normal(0, 100e-6, cfg.topology.hosts)
         # The leaf each rank's NIC hangs off: a slow leaf slows those ranks' crossing channels.
         self.r_leaf = f.node_of_port[np.maximum(f.peer[self.r_nic], 0)]
         self._transport_state: tuple[str, ...] | None = None
@@ -360,7 +369,12 @@ class FabricSim:
         common = np.exp(rng.normal(0, 0.03, len(self.jobs)))[self.r_job]
         if self.active(t, "checkpoint_burst"):
             common = common * 1.3
-        dur = (self.job_base[self.r_job] * common)[:, None] * np.exp(rng.normal(0, 0.015, (R, ch)))
+        work = self.job_base[self.r_job] * common
+        # Every channel of a collective starts at its rank's arrival and ends together on every
+        # rank, so ranks share each channel's pace and differ little within a channel.
+        own = np.exp(0.25 * rng.normal(0, 0.015, (R, ch)))
+        pace = np.exp(self.arrival_rng.normal(0, 0.012, (len(self.jobs), ch)))[self.r_job]
+        dur = work[:, None] * own * pace
         spikes = rng.random((R, ch)) < 5e-4  # a rare slow poll (the row summarizes a poll)
         dur[spikes] *= rng.uniform(1.2, 1.8, int(spikes.sum()))
         # A NIC negotiated below its expected speed slows every channel of its rank.
@@ -371,7 +385,7 @@ class FabricSim:
         ratio = f.expected_speed_bps[self.r_nic] / np.maximum(nic_speed[self.r_nic], 1.0)
         dur *= (1 + 0.8 * (ratio - 1))[:, None]
         for fl in self.faults:
-            if fl.kind not in ("slow_channel", "slow_rank") or not fl.active(t):
+            if fl.kind not in ("slow_channel", "slow_nic") or not fl.active(t):
                 continue
             j = self.job_names.index(fl.job)
             in_job = np.flatnonzero(self.r_job == j)
@@ -398,6 +412,18 @@ class FabricSim:
                 dur[on_host] *= (1 + fl.magnitude) / (1 + 0.15 * fl.magnitude)
                 if fl.kind == "nccl_transport_fallback":
                     socket |= on_host
+        # Collectives are synchronous: a rank that arrives late (a compute straggler) starts its
+        # kernels last and runs them shortest, while every other rank's kernels wait for it.
+        arrive = self.r_bias + self.arrival_rng.normal(0, 0.004, R)
+        for fl in self.faults:
+            if fl.kind == "straggler" and fl.active(t):
+                arrive[np.flatnonzero(self.r_job == self.job_names.index(fl.job))[fl.rank]] += fl.magnitude
+        arrive_s = arrive * work
+        last = np.full(len(self.jobs), -np.inf)
+        np.maximum.at(last, self.r_job, arrive_s)
+        dur += (last[self.r_job] - arrive_s)[:, None]
+        end_s = now.timestamp() - 1e-3  # the last kernel ends 1 ms before the poll
+        start_s = end_s - dur + self.clock_offset_s[self.r_host][:, None]
         n = R * ch
         busbw = (
             (self.msg_bytes * 2 * (self.r_nranks - 1) / self.r_nranks)[:, None] / dur * 8
@@ -428,6 +454,7 @@ class FabricSim:
                 "seq": pa.array(np.full(n, self.seq, dtype=np.int64)),
                 "message_bytes": pa.array(np.full(n, self.msg_bytes, dtype=np.int64)),
                 "channel": pa.array(np.tile(np.arange(ch, dtype=np.int16), R)),
+                "start_time": pa.array(np.rint(start_s.ravel() * 1e6).astype(np.int64)).cast(TS),
                 "duration_seconds": pa.array(dur.ravel()),
                 "bus_bandwidth_bps": pa.array(busbw.ravel()),
                 "transport": pa.DictionaryArray.from_arrays(

@@ -72,7 +72,7 @@ def busbw_factor(collective: str, nranks: int) -> float:
 #: The columns of :class:`TimingRows`, in tuple order.
 ROW_FIELDS = (
     "job", "communicator", "rank", "nranks", "host", "device", "collective", "seq", "message_bytes",
-    "channel", "duration_seconds", "bus_bandwidth_bps", "transport", "observed_us",
+    "channel", "duration_seconds", "bus_bandwidth_bps", "transport", "observed_us", "start_us",
 )  # fmt: skip
 _F = {name: i for i, name in enumerate(ROW_FIELDS)}
 
@@ -82,7 +82,8 @@ class TimingRows:
     """nccl_timing rows as tuples (one append per row), transposed into columns once.
 
     ``observed_us`` is each row's own time (µs since the epoch); a batch has one time, so
-    :meth:`to_batch` takes the newest unless told otherwise.
+    :meth:`to_batch` takes the newest unless told otherwise. ``start_us`` is when the rank
+    entered the collective (or started the channel's kernel), the ``start_time`` column.
     """
 
     rows: list[tuple[Any, ...]] = field(default_factory=list)
@@ -107,10 +108,11 @@ class TimingRows:
         bus_bandwidth_bps: float | None = None,
         transport: str | None = None,
         observed_us: int | None = None,
+        start_us: int | None = None,
     ) -> None:
         self.rows.append(
             (job, communicator, rank, nranks, host, device, collective, seq, message_bytes, channel,
-             duration_seconds, bus_bandwidth_bps, transport, observed_us)
+             duration_seconds, bus_bandwidth_bps, transport, observed_us, start_us)
         )  # fmt: skip
 
     def extend(self, other: TimingRows) -> None:
@@ -151,6 +153,7 @@ class TimingRows:
             "seq": pa.array(c["seq"], type=pa.int64()),
             "message_bytes": pa.array(c["message_bytes"], type=pa.int64()),
             "channel": pa.array(c["channel"], type=pa.int16()),
+            "start_time": pa.array(c["start_us"], type=pa.int64()).cast(TS),
             "duration_seconds": pa.array(np.asarray(c["duration_seconds"], dtype=np.float64)),
             "bus_bandwidth_bps": bw,
             "transport": _dict(c["transport"]),

@@ -23,7 +23,10 @@ The Inspector (NVIDIA/nccl ``plugins/profiler/inspector``) writes one file per p
 callbacks' sequence numbers (0 = the callback never came).
 
 Rows: one whole-collective row per ``coll_perf`` (channel null, duration = exec time), plus
-one row per channel of a verbose record (duration = kernel stop - start). A channel row's bus
+one row per channel of a verbose record (duration = kernel stop - start). ``start_time`` is
+when the rank arrived: ``coll_start_ts`` for the whole row (else its first kernel start), the
+kernel start for a channel row; a rank that enters late starts last and, since the collective
+ends together on every rank, runs shortest (see detectors/nccl_straggler.py). A channel row's bus
 bandwidth is the collective's scaled to that channel's pace (busbw x exec time / channel
 time), so channels compare like with like. A row's time is its collective's last kernel stop
 when the record is verbose, else the dump time. The JSON has no GPU index and no job id: the
@@ -201,6 +204,7 @@ class InspectorParser:
                 channel=None,
                 duration_seconds=exec_us / 1e6,
                 bus_bandwidth_bps=busbw * GBPS_TO_BPS if busbw is not None else None,
+                start_us=self._arrival(body, trace, channels),
             )
         for ch, start, stop in channels:
             dur = (stop - start) / 1e6
@@ -208,7 +212,20 @@ class InspectorParser:
             transport = None
             if self.transport_of is not None and host is not None and pid is not None:
                 transport = self.transport_of(host, pid, rank, ch)
-            rows.add(**common, channel=ch, duration_seconds=dur, bus_bandwidth_bps=bw, transport=transport)
+            rows.add(**common, channel=ch, duration_seconds=dur, bus_bandwidth_bps=bw, transport=transport,
+                     start_us=start)  # fmt: skip
+
+    @staticmethod
+    def _arrival(
+        body: dict[str, Any], trace: dict[str, Any], channels: list[tuple[int, int, int]]
+    ) -> int | None:
+        """When the rank entered the collective: ``coll_start_ts`` if its callback fired, else
+        its first kernel start (both CPU gettimeofday µs on the rank's host)."""
+        sn = body.get("event_trace_sn") if isinstance(body.get("event_trace_sn"), dict) else {}
+        start = as_int(trace.get("coll_start_ts"))
+        if start is not None and _plausible_us(start) and as_int(sn.get("coll_start_sn")) != 0:
+            return start
+        return min((s for _, s, _ in channels), default=None)
 
     @staticmethod
     def _channels(body: dict[str, Any], trace: dict[str, Any]) -> list[tuple[int, int, int]]:
@@ -228,12 +245,19 @@ class InspectorParser:
                 continue
             ch = as_int(ev.get("channel_id"))
             start, stop = as_int(ev.get("kernel_start_ts")), as_int(ev.get("kernel_stop_ts"))
-            if ch is None or start is None or stop is None or start <= 0 or stop <= start:
+            if ch is None or start is None or stop is None or not _plausible_us(start) or stop <= start:
                 continue  # the kernel stop never came (or clocks went backwards): no duration
+            if not _plausible_us(stop):
+                continue
             if stopped.get(ch, 1) == 0:
                 continue  # sequence number 0: the stop callback never fired
             out.append((ch, start, stop))
         return out
+
+
+def _plausible_us(us: int) -> bool:
+    """A gettimeofday µs value an int64 timestamp can hold (after 1970, before year 2262)."""
+    return 0 < us < 2**63 // 1000
 
 
 def iter_json_values(text: str) -> Iterator[tuple[int, Any]]:

@@ -100,8 +100,8 @@ def test_slow_channel_is_cleared_after_the_fault_ends() -> None:
     check_localized(cleared, fault, channel=2)
 
 
-def test_slow_rank_found_on_every_channel_as_one_rank_incident() -> None:
-    faults, findings, _ = simulate("slow_rank@60s+200s:gpu-0005/mlx5_3", 0)
+def test_slow_nic_found_on_every_channel_as_one_rank_incident() -> None:
+    faults, findings, _ = simulate("slow_nic@60s+200s:gpu-0005/mlx5_3", 0)
     fault = faults[0]
     firing = [f for f in findings if f.status == "firing"]
     assert sorted(f.evidence["channel"] for f in firing) == [0, 1, 2, 3]

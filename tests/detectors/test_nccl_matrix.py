@@ -50,7 +50,7 @@ def test_slow_path_is_one_network_finding_on_the_leaf_not_sixteen_hosts() -> Non
 
 def test_three_slow_ranks_behind_one_leaf_stay_three_host_findings() -> None:
     """Rows, not a column: each rank is slow on every channel, so the leaf is not blamed."""
-    faults = ",".join(f"slow_rank@60s+200s=0.2:gpu-{h:04d}/mlx5_2" for h in (1, 4, 9))
+    faults = ",".join(f"slow_nic@60s+200s=0.2:gpu-{h:04d}/mlx5_2" for h in (1, 4, 9))
     firing = [f for f in simulate(faults) if f.status == "firing"]
     assert {f.kind for f in firing} == {"nccl_channel_slow"}
     assert {f.node for f in firing} == {"gpu-0001", "gpu-0004", "gpu-0009"}

@@ -127,6 +127,8 @@ def test_two_groups_of_one_job_are_one_incident_and_jobs_are_apart() -> None:
 
 def test_bad_rows_are_ignored() -> None:
     det = NcclStepTime()
-    b = poll(0, 0.01).set_column(11, "duration_seconds", pa.array([float("nan")] * 16))
+    b = poll(0, 0.01)
+    i = b.schema.get_field_index("duration_seconds")
+    b = b.set_column(i, "duration_seconds", pa.array([float("nan")] * 16))
     assert det.observe(b) == []
     assert det.observe(poll(0, 0.0)) == []

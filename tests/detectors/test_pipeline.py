@@ -19,6 +19,7 @@ from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
 from detectors.nccl_channel import NcclChannelOutlier
 from detectors.nccl_step import NcclStepTime
+from detectors.nccl_straggler import NcclStraggler
 from detectors.nccl_transport import NcclTransportDetector
 from detectors.pipeline import Pipeline, default_detectors
 from detectors.rates import CounterRates, rates_schema
@@ -107,6 +108,7 @@ def test_default_detectors() -> None:
         EcnHotspotDetector,
         XmitWaitDetector,
         NcclChannelOutlier,
+        NcclStraggler,
         NcclStepTime,
         NcclTransportDetector,
     ]
@@ -121,6 +123,7 @@ def test_default_detectors() -> None:
             "xmit_wait_hotspot",
             "nccl_channel_slow",
             "nccl_path_slow",
+            "nccl_straggler",
             "nccl_job_slowdown",
             "nccl_transport_fallback",
             "nccl_gdrdma_missing",
@@ -147,7 +150,7 @@ def test_stage_statistics() -> None:
     st = pipe.stats
     assert set(st) == {  # named by detector.name
         "rates", "link_downgrade", "link_flap", "ber", "pfc_storm", "ecn_hotspot", "xmit_wait_hotspot",
-        "nccl_channel_outlier", "nccl_step_time",
+        "nccl_channel_outlier", "nccl_straggler", "nccl_step_time",
     }  # fmt: skip
     congestion = ("pfc_storm", "ecn_hotspot", "xmit_wait_hotspot")
     assert sum(st[k].findings for k in ("link_flap", "ber", *congestion)) == 0
@@ -196,7 +199,7 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     truth = truth_document(sim)
     report = score(findings, truth, pipe.kinds)
 
-    assert len(truth["faults"]) == 19
+    assert len(truth["faults"]) == 20
     assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
     covered = {k for k, s in report.by_fault.items() if s.covered}
     assert covered == set(FAULT_KINDS)

@@ -37,14 +37,17 @@ def test_one_mixed_scenario_detectors_beat_the_baseline(table: ThresholdTable) -
     assert (ours.false_findings, ours.benign_alarms) == (0, 0)
     assert ours.precision == 1.0
     # Every NCCL fault type is covered and localized, the slow path on its leaf.
-    for kind in ("slow_channel", "slow_rank", "nccl_slow_path", "job_slowdown", "nccl_transport_fallback",
-                 "nccl_gdrdma_missing"):  # fmt: skip
+    for kind in ("slow_channel", "slow_nic", "straggler", "nccl_slow_path", "job_slowdown",
+                 "nccl_transport_fallback", "nccl_gdrdma_missing"):  # fmt: skip
         s = ours.by_fault[kind]
         assert (s.total, s.detected, s.localized) == (1, 1, 1), kind
     # The static rules page on benign events (the retrain, the checkpoint burst) and on noise.
     assert base.benign_alarms > 0
     assert base.by_fault["job_slowdown"].covered and base.by_fault["nccl_transport_fallback"].covered
-    assert base.precision is not None and base.precision < 0.5
+    # It pages on noise too, and has no rule for a rank that arrives late.
+    assert base.false_findings > 0
+    assert base.precision is not None and base.precision < 0.8
+    assert base.by_fault["straggler"].detected == 0
 
 
 def test_evaluate_reports_the_documented_shape(table: ThresholdTable) -> None:

@@ -220,13 +220,13 @@ def test_uncovered_kinds() -> None:
     assert score([], truth(STORM), ["speed_downgrade"]).recall is None
 
 
-def test_slow_channel_and_slow_rank_share_a_finding_kind() -> None:
-    slow = {"id": "f005", "kind": "slow_rank", "start_s": 100.0, "end_s": 300.0, "port": "gpu-0002/mlx5_4",
+def test_slow_channel_and_slow_nic_share_a_finding_kind() -> None:
+    slow = {"id": "f005", "kind": "slow_nic", "start_s": 100.0, "end_s": 300.0, "port": "gpu-0002/mlx5_4",
             "node": "gpu-0002", "job": "job-000", "rank": 20, "benign": False}  # fmt: skip
     r = score([finding("nccl_channel_slow", 140, node="gpu-0002")], truth(slow), ["nccl_channel_slow"])
-    assert r.by_fault["slow_rank"].covered and r.by_fault["slow_channel"].covered
-    assert r.by_fault["slow_rank"].detected == 1
-    assert r.by_fault["slow_rank"].delays_s == [40.0]
+    assert r.by_fault["slow_nic"].covered and r.by_fault["slow_channel"].covered
+    assert r.by_fault["slow_nic"].detected == 1
+    assert r.by_fault["slow_nic"].delays_s == [40.0]
 
 
 def test_delay_percentiles_over_several_faults() -> None:

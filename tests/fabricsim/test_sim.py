@@ -344,8 +344,8 @@ def test_slow_channel_slows_that_rank_and_channel() -> None:
     assert np.median(outside) < 1.05
 
 
-def test_slow_rank_slows_every_channel_of_the_rank() -> None:
-    _, steps = simulate("slow_rank@50+50=0.5:gpu-0006/mlx5_0", duration=150)
+def test_slow_nic_slows_every_channel_of_the_rank() -> None:
+    _, steps = simulate("slow_nic@50+50=0.5:gpu-0006/mlx5_0", duration=150)
     rank, _, dur = nccl_frame(steps[7])
     mine = rank == 48
     assert mine.sum() == 4

@@ -1,0 +1,373 @@
+"""Compute stragglers: the rank that arrives last at every collective of its communicator.
+
+NCCL collectives are synchronous. A rank that enters late (a slow GPU, a throttled clock, a
+busy host CPU, a slow data loader on one node) starts its kernels last, and since the
+collective ends together on every rank, its kernels run *shortest*, while every other rank's
+run long, waiting for it. A detector that looks for the slowest rank never sees it; this one
+looks for the rank whose durations fall short of its peers' by the same margin, collective
+after collective (Greyhound/Falcon, Holmes and Mycroft localize stragglers the same way).
+
+Rules, per collective instance (communicator, collective, ``seq``), then per rank:
+
+- A rank's duration in an instance is its whole-collective row, else the median of its
+  channel rows. Its *deficit* is ``1 - duration / median duration of the instance's ranks``:
+  the share of the collective it spent not waiting for someone else. This needs no
+  synchronised clocks.
+- Where rows carry ``start_time``, the rank's *start skew* is its arrival minus the instance's
+  median arrival. It is evidence only (host clocks may disagree by more than the skew), and
+  the finding says whether it agrees with the deficit.
+- Per poll, a cell (communicator group, rank) scores the median deficit over the poll's
+  instances; the last ``window`` polls' median is compared with the group's other ranks
+  (robust z). It opens when z >= ``open_z`` and the windowed deficit is at least
+  ``open_deficit``, and holds while above the close thresholds. An instance with fewer than
+  ``min_ranks`` ranks, and a group with fewer than ``min_peers``, says nothing.
+- A job-wide slowdown moves every rank together: no deficit, no finding. A slow rank (its own
+  kernels long) is the channel detector's, not this one's.
+
+Findings are per (communicator, rank): compute-side, on the rank's host and GPU, never on a
+port or link.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from detectors.base import EntityIndex, Hysteresis, HysteresisConfig
+from detectors.findings import Finding
+from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
+
+
+@dataclass(frozen=True, slots=True)
+class NcclStragglerConfig:
+    window: int = 3  # polls in the scored median (2 of 3 must be late)
+    open_z: float = 5.0
+    open_deficit: float = 0.03  # at least 3% of the collective spent not waiting
+    close_z: float = 2.5
+    close_deficit: float = 0.015
+    min_scale: float = 0.004  # floor on the peers' spread of windowed deficits
+    min_ranks: int = 4  # ranks an instance needs before its deficits mean anything
+    min_peers: int = 4  # ranks of a group with full windows before any is judged
+    #: A cell not seen for this many polls (its job ended, or stopped reporting) is closed.
+    expire_polls: int = 30
+    #: Start skew agrees with the deficit when within this share of it (both in seconds).
+    skew_agreement: float = 0.5
+    hysteresis: HysteresisConfig = field(
+        default_factory=lambda: HysteresisConfig(open_after=1, close_after=3)
+    )
+
+
+def _codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """Batch-local integer codes of a string column, and their dictionary."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    return arr.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), arr.dictionary
+
+
+def _first_index(inv: np.ndarray, n: int) -> np.ndarray:
+    first = np.zeros(n, dtype=np.int64)
+    first[inv[::-1]] = np.arange(inv.size)[::-1]
+    return first
+
+
+class NcclStraggler:
+    """The rank persistently last to arrive: shortest own durations, every peer waiting for it."""
+
+    name = "nccl_straggler"
+    version = "1"
+    consumes = "nccl_timing"
+    kinds = ("nccl_straggler",)
+
+    def __init__(self, cfg: NcclStragglerConfig | None = None) -> None:
+        self.cfg = cfg or NcclStragglerConfig()
+        self.groups = EntityIndex()  # communicator|collective|size bucket -> id
+        self.cells = EntityIndex()  # group id|rank -> cell id
+        self.hist = np.full((0, self.cfg.window), np.nan)
+        self.count = np.zeros(0, dtype=np.int64)
+        self.last_seen = np.zeros(0, dtype=np.int64)
+        self.hyst = Hysteresis(self.cfg.hysteresis)
+        self.polls = 0
+        self.rank_open: dict[tuple[str, int], set[int]] = {}  # (communicator, rank) -> open cells
+        self._cell_where: dict[int, dict[str, Any]] = {}
+
+    def _grow(self, n: int) -> None:
+        if n > self.count.size:
+            extra = n - self.count.size
+            self.hist = np.vstack([self.hist, np.full((extra, self.cfg.window), np.nan)])
+            self.count = np.concatenate([self.count, np.zeros(extra, np.int64)])
+            self.last_seen = np.concatenate([self.last_seen, np.zeros(extra, np.int64)])
+            self.hyst.grow(n)
+
+    def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        cfg = self.cfg
+        if batch.num_rows == 0:
+            return []
+        dur = batch.column("duration_seconds").to_numpy(zero_copy_only=False)
+        ok = np.isfinite(dur) & (dur > 0) & batch.column("seq").is_valid().to_numpy(zero_copy_only=False)
+        if not ok.all():
+            batch = batch.filter(pa.array(ok))
+            dur = dur[ok]
+        now = batch.column("time")[0].as_py() if batch.num_rows else None
+        if batch.num_rows == 0 or now is None:
+            return []
+        per = _PerRank.of(batch, dur)
+        if per is None:
+            return []
+        self.polls += 1
+        # Per instance: the ranks' median duration and arrival; each rank's deficit and skew.
+        n_inst = int(per.inst.max()) + 1
+        present = np.bincount(per.inst, minlength=n_inst)
+        med = group_median(per.dur, per.inst, n_inst)
+        deficit = 1.0 - per.dur / med[per.inst]
+        skew = np.full(per.dur.size, np.nan)
+        has_start = np.isfinite(per.start)
+        if has_start.any():
+            s_med = group_median(per.start[has_start], per.inst[has_start], n_inst)
+            skew[has_start] = per.start[has_start] - s_med[per.inst[has_start]]
+        usable = present[per.inst] >= cfg.min_ranks
+        if not usable.any():
+            return self._expire(now)
+        # Per cell (group, rank): the poll's median over its instances.
+        g_ids = self.groups.ids(per.group_keys)
+        cell_keys = pc.binary_join_element_wise(
+            pa.array(g_ids[per.group_of]).cast(pa.string()), pa.array(per.rank).cast(pa.string()), "|"
+        )
+        cell = self.cells.ids(cell_keys)
+        cell, deficit, skew, rows = cell[usable], deficit[usable], skew[usable], np.flatnonzero(usable)
+        ids, c_inv = np.unique(cell, return_inverse=True)
+        self._grow(len(self.cells.keys))
+        x = group_median(deficit, c_inv, ids.size)
+        last = np.zeros(ids.size)
+        # How often the cell was the very last to arrive (largest deficit of its instance).
+        inst_of = per.inst[usable]
+        top = np.full(n_inst, -np.inf)
+        np.maximum.at(top, inst_of, deficit)
+        np.add.at(last, c_inv, (deficit >= top[inst_of]).astype(np.float64))
+        inst_count = np.bincount(c_inv, minlength=ids.size)
+        skew_ok = np.isfinite(skew)
+        skew_cell = np.full(ids.size, np.nan)
+        if skew_ok.any():
+            skew_cell = group_median(skew[skew_ok], c_inv[skew_ok], ids.size)
+        slot = self.count[ids] % cfg.window
+        self.hist[ids, slot] = x
+        self.count[ids] += 1
+        self.last_seen[ids] = self.polls
+        full = self.count[ids] >= cfg.window
+        wmed = np.median(self.hist[ids], axis=1)
+        # Peers: the other ranks of the same group, by their windowed deficits.
+        group_of_cell = g_ids[per.group_of[rows[_first_index(c_inv, ids.size)]]]
+        used_g, gc_inv = np.unique(group_of_cell, return_inverse=True)
+        center = np.full(used_g.size, np.nan)
+        spread = np.full(used_g.size, np.nan)
+        if full.any():
+            center, spread = group_median_mad(wmed[full], gc_inv[full], used_g.size)
+        peers = np.bincount(gc_inv[full], minlength=used_g.size)
+        scale = np.maximum(MAD_TO_SIGMA * np.nan_to_num(spread, nan=0.0), cfg.min_scale)
+        z = (wmed - np.nan_to_num(center[gc_inv], nan=0.0)) / scale[gc_inv]
+        enough = full & (peers[gc_inv] >= cfg.min_peers)
+        opening = (z >= cfg.open_z) & (wmed >= cfg.open_deficit)
+        holding = (z >= cfg.close_z) & (wmed >= cfg.close_deficit)
+        bad = np.where(self.hyst.is_open[ids], holding, opening) & enough
+        opened, closed = self.hyst.update(ids[enough], bad[enough])
+        out = self._expire(now)
+        if not opened.size and not closed.size:
+            return out
+        pos = {int(c): j for j, c in enumerate(ids.tolist())}
+        first_row = rows[_first_index(c_inv, ids.size)]
+        for status, cells in (("firing", opened), ("cleared", closed)):
+            for c in cells.tolist():
+                j = pos[c]
+                r = int(first_row[j])
+                stats = {
+                    "deficit": float(x[j]),
+                    "windowed_deficit": float(wmed[j]),
+                    "robust_z": float(z[j]),
+                    "peer_median_deficit": float(np.nan_to_num(center[gc_inv[j]], nan=0.0)),
+                    "peer_spread": float(scale[gc_inv[j]]),
+                    "peers": int(peers[gc_inv[j]]),
+                    "instances": int(inst_count[j]),
+                    "last_to_arrive_share": float(last[j] / max(1, inst_count[j])),
+                    "instance_median_seconds": float(med[per.inst[r]]),
+                    "start_skew_seconds": None if math.isnan(skew_cell[j]) else float(skew_cell[j]),
+                }
+                out += self._roll_up(status, c, now, per.describe(r), stats)
+        return out
+
+    # -- incidents ------------------------------------------------------------------------------------
+    def _roll_up(
+        self, status: str, cell: int, now: datetime, where: dict[str, Any], stats: dict[str, Any]
+    ) -> list[Finding]:
+        """One incident per (communicator, rank), however many collectives and sizes show it."""
+        key = (where["communicator"], where["rank"])
+        open_cells = self.rank_open.setdefault(key, set())
+        if status == "firing":
+            first = not open_cells
+            open_cells.add(cell)
+            self._cell_where[cell] = where
+            if not first:
+                return []
+        else:
+            open_cells.discard(cell)
+            self._cell_where.pop(cell, None)
+            if open_cells:
+                return []
+            del self.rank_open[key]
+        return [self._finding(status, now, where, stats)]
+
+    def _finding(self, status: str, now: datetime, where: dict[str, Any], stats: dict[str, Any]) -> Finding:
+        host, device, rank, comm = where["host"], where["device"], where["rank"], where["communicator"]
+        gpu = f"GPU {device}" if device is not None else "GPU ?"
+        late_s = stats["windowed_deficit"] * stats["instance_median_seconds"]
+        skew = stats["start_skew_seconds"]
+        if skew is None:
+            clocks = "no start times: judged by durations only (clock-free)"
+        elif abs(skew - late_s) <= self.cfg.skew_agreement * max(late_s, 1e-9):
+            clocks = "start skew agrees with the duration deficit (host clocks in step)"
+        else:
+            clocks = "start skew disagrees with the duration deficit: host clocks differ; durations decide"
+        if status == "firing":
+            summary = (
+                f"rank {rank} of {comm} ({host} {gpu}) arrives last at its collectives: its kernels run "
+                f"{stats['windowed_deficit']:.0%} shorter than its {stats['peers'] - 1} peers' "
+                f"(~{late_s * 1e3:.2f} ms late each time), every other rank waits for it: "
+                "a compute straggler on this host"
+            )
+        else:
+            summary = f"rank {rank} of {comm} ({host}) arrives with its peers again"
+        return Finding(
+            kind="nccl_straggler",
+            entity=f"{comm}|rank {rank}",
+            status=status,  # type: ignore[arg-type]
+            time=now,
+            severity="warning",
+            summary=summary,
+            detector=f"{self.name}/{self.version}",
+            node=host,
+            score=float(stats["robust_z"]),
+            confidence=float(min(1.0, stats["robust_z"] / (2 * self.cfg.open_z)))
+            if status == "firing"
+            else 1.0,
+            evidence={
+                **where,
+                **stats,
+                "late_seconds": late_s,
+                "signal": "clock-free: own durations shortest while peers wait",
+                "clocks": clocks,
+                "side": "host",
+                "window_polls": self.cfg.window,
+                "expected": f"deficit < {self.cfg.open_deficit:.0%} of the collective, like its peers",
+            },
+        )
+
+    def _expire(self, now: datetime) -> list[Finding]:
+        """Close ranks whose late cells stopped reporting: an ended job leaves nothing open."""
+        n = self.hyst.is_open.size
+        stale = np.flatnonzero(self.hyst.is_open & (self.polls - self.last_seen[:n] > self.cfg.expire_polls))
+        out: list[Finding] = []
+        for c in stale.tolist():
+            self.hyst.is_open[c] = False
+            self.hyst.bad_run[c] = 0
+            where = self._cell_where.get(c)
+            if where is None:
+                continue
+            stats = {"windowed_deficit": 0.0, "instance_median_seconds": 0.0, "start_skew_seconds": None,
+                     "robust_z": 0.0, "peers": 0}  # fmt: skip
+            why = (
+                f"rank {where['rank']} of {where['communicator']} stopped reporting for "
+                f"{self.cfg.expire_polls} polls (job ended?): closed"
+            )
+            out += [replace(f, summary=why) for f in self._roll_up("cleared", c, now, where, stats)]
+        return out
+
+
+@dataclass(slots=True)
+class _PerRank:
+    """One value per (collective instance, rank) of a poll, with its group and where it ran."""
+
+    batch: pa.RecordBatch
+    inst: np.ndarray  # instance id per value (batch-local)
+    group_of: np.ndarray  # batch-local group index per value
+    group_keys: pa.Array  # communicator|collective|log2 size per batch-local group
+    rank: np.ndarray
+    dur: np.ndarray
+    start: np.ndarray  # seconds since the epoch, NaN where unknown
+    row: np.ndarray  # a batch row of the value
+
+    @classmethod
+    def of(cls, batch: pa.RecordBatch, dur: np.ndarray) -> _PerRank | None:
+        comm, comm_dict = _codes(batch.column("communicator"))
+        coll, coll_dict = _codes(batch.column("collective"))
+        seq = batch.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
+        rank = batch.column("rank").to_numpy(zero_copy_only=False).astype(np.int64)
+        size = batch.column("message_bytes").fill_null(0).to_numpy(zero_copy_only=False)
+        bucket = np.floor(np.log2(np.maximum(size, 1))).astype(np.int64)
+        whole = batch.column("channel").is_null().to_numpy(zero_copy_only=False)
+        if "start_time" in batch.schema.names:
+            st = batch.column("start_time").cast(pa.int64())
+            start = st.to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
+            if st.null_count:
+                start[~st.is_valid().to_numpy(zero_copy_only=False)] = np.nan
+        else:
+            start = np.full(batch.num_rows, np.nan)
+        # Instance = (communicator, collective, seq); value = (instance, rank), whole rows first.
+        cc = comm * len(coll_dict) + coll
+        order = np.lexsort((rank, seq, cc))
+        ks = np.stack([cc[order], seq[order]])
+        new_inst = np.concatenate(([True], np.any(ks[:, 1:] != ks[:, :-1], axis=0)))
+        inst_sorted = np.cumsum(new_inst) - 1
+        inst = np.empty_like(inst_sorted)
+        inst[order] = inst_sorted
+        vkey = inst * (int(rank.max()) + 1) + rank
+        # A rank with a whole-collective row is judged by it; else by its channels' median.
+        has_whole = np.zeros(batch.num_rows, dtype=bool)
+        if whole.any():
+            wk = np.unique(vkey[whole])
+            has_whole = np.isin(vkey, wk)
+        keep = whole | ~has_whole
+        if not keep.any():
+            return None
+        uk, v_inv = np.unique(vkey[keep], return_inverse=True)
+        rows_kept = np.flatnonzero(keep)
+        n_val = uk.size
+        v_dur = group_median(dur[keep], v_inv, n_val)
+        v_start = np.full(n_val, np.nan)
+        st_k = start[keep]
+        fin = np.isfinite(st_k)
+        if fin.any():
+            v_start_all = np.full(n_val, np.inf)
+            np.minimum.at(v_start_all, v_inv[fin], st_k[fin])
+            v_start = np.where(np.isfinite(v_start_all), v_start_all, np.nan)
+        v_row = rows_kept[_first_index(v_inv, n_val)]
+        # Groups (communicator, collective, size bucket) of the values, named once each.
+        gcombo = (comm[v_row] * len(coll_dict) + coll[v_row]) * 64 + bucket[v_row]
+        ug, g_inv = np.unique(gcombo, return_inverse=True)
+        k = len(coll_dict)
+        names = [
+            f"{comm_dict[int(u // 64 // k)]}|{coll_dict[int((u // 64) % k)]}|{int(u % 64)}"
+            for u in ug.tolist()
+        ]
+        return cls(
+            batch, inst[v_row], g_inv, pa.array(names, pa.string()), rank[v_row], v_dur, v_start, v_row
+        )
+
+    def describe(self, j: int) -> dict[str, Any]:
+        """Where value ``j`` ran: job, communicator, collective, size, rank, host, GPU."""
+        rec = self.batch.slice(int(self.row[j]), 1).to_pylist()[0]
+        return {
+            "job": rec.get("job"),
+            "communicator": rec.get("communicator"),
+            "collective": rec.get("collective"),
+            "message_bytes": rec.get("message_bytes"),
+            "rank": int(rec["rank"]),
+            "nranks": rec.get("nranks"),
+            "host": rec.get("host"),
+            "device": rec.get("device"),
+        }
