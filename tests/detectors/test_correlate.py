@@ -95,3 +95,15 @@ def test_transport_regressions_are_host_verdicts_and_job_slowdowns_none() -> Non
            "status": "open", "summary": "job job-a 20% slower"}  # fmt: skip
     v = by_node([fb, job])
     assert list(v) == ["gpu-0003"] and v["gpu-0003"]["side"] == "host"
+
+
+def test_a_compute_straggler_is_its_hosts_even_behind_a_slow_path() -> None:
+    """A late rank is compute-side: a host verdict, never moved onto the network by a slow
+    path or by links to the same leaf."""
+    straggler = {"id": 7, "kind": "nccl_straggler", "node": "gpu-0002", "port": None, "severity": "warning",
+                 "status": "open", "summary": "rank 18 arrives last"}  # fmt: skip
+    path = {"id": 8, "kind": "nccl_path_slow", "node": "leaf-r2-000", "port": None, "severity": "warning",
+            "status": "open", "summary": "slow path"}  # fmt: skip
+    v = by_node([straggler, path])
+    assert (v["gpu-0002"]["side"], v["gpu-0002"]["blamed_switch"], v["gpu-0002"]["ports"]) == ("host", None, [])
+    assert v["leaf-r2-000"]["side"] == "network"
