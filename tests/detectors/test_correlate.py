@@ -105,5 +105,6 @@ def test_a_compute_straggler_is_its_hosts_even_behind_a_slow_path() -> None:
     path = {"id": 8, "kind": "nccl_path_slow", "node": "leaf-r2-000", "port": None, "severity": "warning",
             "status": "open", "summary": "slow path"}  # fmt: skip
     v = by_node([straggler, path])
-    assert (v["gpu-0002"]["side"], v["gpu-0002"]["blamed_switch"], v["gpu-0002"]["ports"]) == ("host", None, [])
+    host = v["gpu-0002"]
+    assert (host["side"], host["blamed_switch"], host["ports"]) == ("host", None, [])
     assert v["leaf-r2-000"]["side"] == "network"
