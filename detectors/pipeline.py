@@ -44,14 +44,18 @@ def default_detectors(
         PfcStormDetector(fabric),
         EcnHotspotDetector(fabric),
         XmitWaitDetector(fabric),
-        NcclChannelOutlier(fabric),
-        NcclStraggler(),
-        NcclStepTime(),
+        *nccl_timing_detectors(fabric),
         NcclTransportDetector(),
     ]
     if multivariate:
         detectors.append(MultivariateOutlier(fabric))
     return detectors
+
+
+def nccl_timing_detectors(fabric: Fabric) -> list[Detector]:
+    """The detectors of ``nccl_timing`` rows: also what judges timings a job pushed, apart
+    from the ones graywire collected itself (pushed data is the least trusted input)."""
+    return [NcclChannelOutlier(fabric), NcclStraggler(), NcclStepTime()]
 
 
 @dataclass

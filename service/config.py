@@ -110,6 +110,9 @@ class DrainSettings(BaseModel):
     cooldown: str = "30m"
     #: Host and link verdicts at or above this severity drain; below it they are watched.
     min_severity: Literal["info", "warning", "critical"] = "warning"
+    #: Timings a job pushed (``POST /api/v1/ingest/nccl``) are the least trusted input: alone
+    #: they only put a host on watch. True lets them drain like collected data.
+    trust_pushed: bool = False
 
     @field_validator("window", "clean_window", "cooldown")
     @classmethod
@@ -123,6 +126,27 @@ class DrainSettings(BaseModel):
         # A zero window counts no earlier drain: the cap would apply per poll, not per window.
         if parse_duration(v) <= 0:
             raise ValueError("must be a positive duration such as 10m")
+        return v
+
+
+class IngestSettings(BaseModel):
+    """What ``POST /api/v1/ingest/nccl`` accepts (docs/security.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: A push naming hosts outside the fabric model: refuse it whole (422), or drop those rows
+    #: and count them (``graywire_rejected_rows{reason="unknown_host"}``).
+    unknown_hosts: Literal["reject", "drop"] = "reject"
+    #: A push dated further ahead of graywire's clock than this is refused: data never decides
+    #: what "now" is.
+    max_clock_skew: str = "5m"
+    #: A push older than this is refused (its incidents would open in the past).
+    max_age: str = "1h"
+
+    @field_validator("max_clock_skew", "max_age")
+    @classmethod
+    def _positive(cls, v: str) -> str:
+        if parse_duration(v) <= 0:
+            raise ValueError("must be a positive duration such as 5m")
         return v
 
 
@@ -192,6 +216,7 @@ class Settings(BaseSettings):
     sources: list[SourceConfig] = Field(default_factory=lambda: [FabricSimSource()], min_length=1)
     #: Largest body accepted by the NCCL push endpoint.
     max_push_bytes: int = Field(16 * 2**20, ge=1024)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)

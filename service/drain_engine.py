@@ -68,6 +68,7 @@ def policy_from_settings(s: DrainSettings) -> DrainPolicy:
         clean_window=timedelta(seconds=parse_duration(s.clean_window)),
         cooldown=timedelta(seconds=parse_duration(s.cooldown)),
         min_severity=s.min_severity,
+        trust_pushed=s.trust_pushed,
     )
 
 

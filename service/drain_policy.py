@@ -9,6 +9,9 @@ Rules, in the order they apply to a host:
 - Only hosts are drained. A host behind a switch that is blamed (links to 3 or more of its
   hosts bad at once) is not drained: the switch is one *network* incident, not 32 drains.
 - A host or link verdict at or above ``min_severity`` wants a drain; below it, a watch.
+- A verdict whose every incident comes from timings a job pushed (evidence ``provenance``
+  ``push``) is only watched: pushed data names hosts and times graywire cannot check, so a
+  drain needs corroboration from data graywire collected itself, unless ``trust_pushed``.
 - An excluded node is never drained: it is watched instead, and a drain in place is lifted.
 - A drained node stays drained while it has any verdict, and until it has had none for
   ``clean_window``.
@@ -43,6 +46,7 @@ class DrainPolicy:
     clean_window: timedelta = timedelta(minutes=10)
     cooldown: timedelta = timedelta(minutes=30)
     min_severity: str = "warning"
+    trust_pushed: bool = False
 
     def cap(self, hosts: int) -> int:
         """New drains allowed per window: a fraction of the hosts, never less than one."""
@@ -108,6 +112,12 @@ def _since(ids: Iterable[int], incidents: Mapping[int, Mapping[str, Any]], now: 
     return min(parsed) if parsed else now
 
 
+def _pushed_only(v: NodeVerdict, incidents: Mapping[int, Mapping[str, Any]]) -> bool:
+    """Every incident behind the verdict comes from timings a job pushed."""
+    found = [incidents[i] for i in v.incident_ids if i in incidents]
+    return bool(found) and all((i.get("evidence") or {}).get("provenance") == "push" for i in found)
+
+
 def decide(
     verdicts: Iterable[NodeVerdict],
     incidents: Mapping[int, Mapping[str, Any]],
@@ -127,6 +137,7 @@ def decide(
     tripped = breaker.tripped
     min_rank = SEVERITY_RANK.get(policy.min_severity, 1)
     wanted: dict[str, tuple[Action, NodeVerdict]] = {}
+    push_held: set[str] = set()  # would drain, but on pushed timings alone
     for v in verdicts:
         if v.role != "host":
             if v.side == "network":
@@ -142,7 +153,11 @@ def decide(
         if v.side == "network":
             wanted[v.node] = ("none", v)
         elif SEVERITY_RANK.get(v.severity, 0) >= min_rank:
-            wanted[v.node] = ("drain", v)
+            if not policy.trust_pushed and _pushed_only(v, incidents):
+                push_held.add(v.node)
+                wanted[v.node] = ("watch", v)
+            else:
+                wanted[v.node] = ("drain", v)
         else:
             wanted[v.node] = ("watch", v)
 
@@ -169,6 +184,11 @@ def decide(
         if node in excluded and want == "drain":
             want = "watch"
             reason = f"excluded from drains ({excluded[node]}); would drain: {reason}"
+        if node in push_held:
+            reason = (
+                "pushed timings only, not corroborated by data graywire collected itself: watch, not drain "
+                f"(drain.trust_pushed: true lets them drain): {reason}"
+            )
         if v is not None and v.side == "network" and v.blamed_switch:
             reason = f"behind {v.blamed_switch}, which is failing as a whole (a network incident): {reason}"
 

@@ -2,17 +2,24 @@
 
 The body is JSON lines (or a JSON array) of Inspector records; it is parsed strictly, so a bad
 record rejects the whole request with a 422 naming the line, and nothing half-parsed is kept.
-Accepted rows are queued and go through the detectors with the next poll.
+Pushed data is the least trusted input (docs/security.md): a push must name hosts of the
+fabric model and be dated within ``ingest.max_age`` behind and ``ingest.max_clock_skew``
+ahead of graywire's own clock. Accepted rows are queued and go through their own detectors
+with the next poll; alone they put a host on watch, never drain it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel
 
 from collectors.nccl import parse_push
+from fabricsim.faults import parse_duration
 from service.runner import Runner
 
 
@@ -50,7 +57,48 @@ def make_ingest_router(runner: Runner, max_bytes: int) -> APIRouter:
         except RecursionError:  # e.g. 100,000 "[": a few bytes, deeper than the JSON parser goes
             raise HTTPException(422, "body is nested too deeply to be NCCL Inspector records") from None
         if batch.num_rows:
+            _check_time(runner, batch)
+            batch = _check_hosts(runner, batch)
+        if batch.num_rows:
             runner.push(batch)
         return IngestOut(accepted_rows=batch.num_rows, job=job)
 
     return router
+
+
+def _check_time(runner: Runner, batch: pa.RecordBatch) -> None:
+    """Refuse a push dated ahead of graywire's clock or too long ago: its times cannot be checked,
+    and a detector must never take a caller's clock for "now"."""
+    cfg = runner.settings.ingest
+    t = batch.column("time")[0].as_py().timestamp()
+    now = time.time()
+    if t > now + parse_duration(cfg.max_clock_skew):
+        runner.reject("nccl_timing", "clock_ahead", batch.num_rows)
+        raise HTTPException(
+            422, f"records are dated {t - now:.0f} s ahead of graywire's clock (ingest.max_clock_skew "
+            f"{cfg.max_clock_skew}): check the job's clock",
+        )  # fmt: skip
+    if t < now - parse_duration(cfg.max_age):
+        runner.reject("nccl_timing", "too_old", batch.num_rows)
+        raise HTTPException(
+            422, f"records are {now - t:.0f} s old (ingest.max_age {cfg.max_age}): push them as written"
+        )
+
+
+def _check_hosts(runner: Runner, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Only hosts of the fabric model: a push may not invent nodes to page about."""
+    hosts = batch.column("host").cast(pa.string())
+    known = pc.is_in(hosts, value_set=pa.array(runner.fabric.node_names, pa.string())).fill_null(False)
+    if pc.all(known).as_py():
+        return batch
+    bad = pc.unique(hosts.filter(pc.invert(known))).to_pylist()
+    shown = ", ".join("(none)" if h is None else repr(h) for h in sorted(bad, key=str)[:5])
+    more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    n_bad = batch.num_rows - pc.sum(known.cast(pa.int64())).as_py()
+    runner.reject("nccl_timing", "unknown_host", n_bad)
+    if runner.settings.ingest.unknown_hosts == "reject":
+        raise HTTPException(
+            422, f"{n_bad} rows name hosts that are not in the fabric model: {shown}{more} "
+            "(ingest.unknown_hosts: drop counts and drops them instead)",
+        )  # fmt: skip
+    return batch.filter(known)

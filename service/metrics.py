@@ -71,6 +71,8 @@ class MetricsState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     rows_ingested: Counter[str] = field(default_factory=Counter)
     rows_dropped: Counter[str] = field(default_factory=Counter)
+    #: Rows refused before detection, by (record, reason): unknown hosts, clocks far ahead.
+    rows_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
     targets: list[TargetStatus] = field(default_factory=list)
     findings: Counter[tuple[str, str]] = field(default_factory=Counter)
     polls: int = 0
@@ -117,6 +119,7 @@ class MetricsState:
                 per_port=self.per_port,
                 rows_ingested=dict(self.rows_ingested),
                 rows_dropped=dict(self.rows_dropped),
+                rows_rejected=dict(self.rows_rejected),
                 targets=[replace(t, stale_ports=list(t.stale_ports)) for t in self.targets],
                 findings=dict(self.findings),
                 polls=self.polls,
@@ -242,6 +245,7 @@ class MetricsSnapshot:
     per_port: bool
     rows_ingested: dict[str, int]
     rows_dropped: dict[str, int]
+    rows_rejected: dict[tuple[str, str], int]
     targets: list[TargetStatus]
     findings: dict[tuple[str, str], int]
     polls: int
@@ -303,6 +307,12 @@ class GraywireCollector(Collector):
             "Rows of malformed batches dropped before detection",
             (([rec], n) for rec, n in sorted(s.rows_dropped.items())),
             ["record"],
+        )
+        yield _counter(
+            "graywire_rejected_rows",
+            "Rows refused before detection, by record and reason (unknown_host, clock_ahead, too_old)",
+            (([rec, why], n) for (rec, why), n in sorted(s.rows_rejected.items())),
+            ["record", "reason"],
         )
         g = GaugeMetricFamily(
             "graywire_poll_batch_rows", "Rows the last poll brought, by record", labels=["record"]

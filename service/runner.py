@@ -14,7 +14,7 @@ import collections
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 import numpy as np
@@ -27,7 +27,7 @@ from collectors.model import Fabric
 from collectors.schemas import record_kind
 from detectors.base import PortIndexer
 from detectors.findings import Finding
-from detectors.pipeline import Pipeline
+from detectors.pipeline import Pipeline, nccl_timing_detectors
 from fabricsim.faults import parse_duration
 from fabricsim.output import INVENTORY
 from service.config import Settings
@@ -81,12 +81,31 @@ class Runner:
             fabric.write_inventory(settings.archive_dir / INVENTORY)
         self._last_prune = 0.0
         self._pushed: collections.deque[pa.RecordBatch] = collections.deque()
+        #: Pushed timings are judged apart from collected data (their findings say so, and
+        #: alone they never drain a host); they cannot skew the collected peers either.
+        self.push_pipeline = Pipeline(fabric, nccl_timing_detectors(fabric))
+        self._max_skew = parse_duration(settings.ingest.max_clock_skew)
         self._unstored: list[Finding] = []
         self._busy = threading.Lock()
 
     def push(self, batch: pa.RecordBatch) -> None:
         """Queue a batch a client pushed (NCCL timings); it is processed with the next poll."""
         self._pushed.append(batch)
+
+    def reject(self, record: str, reason: str, rows: int) -> None:
+        """Count rows refused before detection (``graywire_rejected_rows{record,reason}``)."""
+        with self.metrics.lock:
+            self.metrics.rows_rejected[(record, reason)] += rows
+
+    def _judge_pushed(self, pushed: list[pa.RecordBatch]) -> list[Finding]:
+        """Pushed timings through their own detectors; each finding says where it came from."""
+        if not pushed:
+            return []
+        result = self.push_pipeline.process_poll(pushed)
+        return [
+            replace(f, entity=f"push|{f.entity}", evidence={**f.evidence, "provenance": "push"})
+            for f in result.findings
+        ]
 
     # -- scraping -----------------------------------------------------------------------------
     async def _scrape(self, t: _Target) -> ScrapeResult:
@@ -113,8 +132,6 @@ class Runner:
         results = await asyncio.gather(*(self._scrape(t) for t in due))
         self._account(due, results, now)
         batches = [b for r in results if r.ok for b in r.batches]
-        while self._pushed:
-            batches.append(self._pushed.popleft())
         caps = self._new_capabilities(due, results)
         return await asyncio.to_thread(self._process, batches, caps)
 
@@ -200,23 +217,34 @@ class Runner:
     def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:
         t0 = time.perf_counter()
         newest = 0.0
-        judged = []
-        for batch in batches:
+        judged, pushed = [], []
+        ahead_of = time.time() + self._max_skew
+        n_collected = len(batches)
+        while self._pushed:
+            batches = [*batches, self._pushed.popleft()]
+        for i, batch in enumerate(batches):
             kind = record_kind(batch.schema)
             with self.metrics.lock:
                 self.metrics.rows_ingested[kind] += batch.num_rows
             if kind == "link":  # discovered cables: counted, not judged (the inventory has the model)
                 continue
-            judged.append(batch)
             if batch.num_rows:
-                newest = max(newest, batch.column("time")[0].as_py().timestamp())
+                t = batch.column("time")[0].as_py().timestamp()
+                if t > ahead_of:  # data never decides what "now" is: a clock far ahead says nothing
+                    log.warning("a %s batch dated %.0f s ahead of this host's clock was dropped", kind,
+                                t - ahead_of + self._max_skew)  # fmt: skip
+                    self.reject(kind, "clock_ahead", batch.num_rows)
+                    continue
+                newest = max(newest, t)
+            (judged if i < n_collected else pushed).append(batch)
         # One view of the fabric per poll: every source's batches reach the detectors together.
         result = self.pipeline.process_poll(judged)
         for kind, rows, reason in result.dropped:
             log.error("dropped a %s batch of %d rows: %s", kind, rows, reason)
             with self.metrics.lock:
                 self.metrics.rows_dropped[kind] += rows
-        findings = result.findings
+        findings = result.findings + self._judge_pushed(pushed)
+        judged += pushed
         self.metrics.observe_poll(judged, result.port_rates)
         for batch in judged:
             kind = record_kind(batch.schema)

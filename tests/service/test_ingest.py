@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from collectors.nccl.inspector import parse_inspector_text
 from fabricsim.nccl_writer import InspectorWriter
 from fabricsim.sim import FabricSim, SimConfig
 from fabricsim.topology import TopologySpec
@@ -17,8 +22,7 @@ from service.config import load_settings
 INGEST_TOKEN = "ingest-token-0123456789"
 
 
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
+def make_client(tmp_path: Path, **overrides: Any) -> TestClient:
     settings = load_settings(
         None,
         data_dir=tmp_path / "data",
@@ -27,20 +31,26 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         archive={"enabled": False},
         sources=[{"type": "fabricsim", "hosts": 8, "seed": 1}],
         auth={"tokens": [{"name": "trainer", "role": "ingest", "token": INGEST_TOKEN}]},
+        **overrides,
     )
-    with TestClient(create_app(settings, run_loop=False)) as c:
-        c.headers["authorization"] = f"Bearer {INGEST_TOKEN}"
+    c = TestClient(create_app(settings, run_loop=False))
+    c.headers["authorization"] = f"Bearer {INGEST_TOKEN}"
+    return c
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with make_client(tmp_path) as c:
         yield c
 
 
-def test_pushed_slow_channel_becomes_an_incident(client: TestClient, tmp_path: Path) -> None:
+def push_run(
+    client: TestClient, tmp_path: Path, faults: str, start: datetime | None = None, **kw: Any
+) -> int:
+    """Run a job's simulation, pushing each dump as the job would, one poll after each."""
+    start = start or datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=130)
     job_sim = FabricSim(
-        SimConfig(
-            topology=TopologySpec(hosts=8),
-            duration_s=120,
-            seed=2,
-            faults="slow_channel@20s+300s=0.3:gpu-0005/mlx5_6:2",
-        )
+        SimConfig(topology=TopologySpec(hosts=8), duration_s=120, seed=2, faults=faults, start=start, **kw)
     )
     writer = InspectorWriter(tmp_path / "insp")
     offsets: dict[Path, int] = {}
@@ -64,11 +74,82 @@ def test_pushed_slow_channel_becomes_an_incident(client: TestClient, tmp_path: P
         assert r.status_code == 202, r.text
         accepted += r.json()["accepted_rows"]
         runner.tick()
+    return accepted
+
+
+def test_pushed_slow_channel_becomes_an_incident_that_only_watches(
+    client: TestClient, tmp_path: Path
+) -> None:
+    accepted = push_run(client, tmp_path, "slow_channel@20s+300s=1.5:gpu-0005/mlx5_6:2")
     assert accepted == 12 * 64 * 5  # 12 pushes x 64 ranks x (whole collective + 4 channels)
     items = client.get("/api/v1/incidents", params={"kind": "nccl_channel_slow"}).json()["items"]
-    assert [(i["node"], i["port"], i["evidence"]["channel"]) for i in items] == [
-        ("gpu-0005", "gpu-0005/mlx5_6", 2)
+    assert [(i["node"], i["port"], i["evidence"]["channel"], i["evidence"]["provenance"]) for i in items] == [
+        ("gpu-0005", "gpu-0005/mlx5_6", 2, "push")
     ]
+    assert items[0]["entity"].startswith("push|")
+    # A 2.5x slower channel, pushed: the host is watched, never drained on pushed data alone.
+    drain = client.get("/api/v1/drain").json()
+    assert [(d["node"], d["action"]) for d in drain] == [("gpu-0005", "watch")]
+    assert drain[0]["reason"].startswith("pushed timings only")
+
+
+def test_a_trusted_push_source_may_drain(tmp_path: Path) -> None:
+    with make_client(tmp_path, drain={"trust_pushed": True}) as c:
+        push_run(c, tmp_path, "slow_channel@20s+300s=1.5:gpu-0005/mlx5_6:2")
+        drain = c.get("/api/v1/drain").json()
+    assert [(d["node"], d["action"]) for d in drain] == [("gpu-0005", "drain")]
+
+
+def test_pushes_naming_unknown_hosts_are_refused_or_dropped(tmp_path: Path) -> None:
+    rows, _ = parse_inspector_text(inspector_record("evil-host", time.time()), "j")
+    body = inspector_record("evil-host", time.time()).encode()
+    with make_client(tmp_path) as c:
+        r = c.post("/api/v1/ingest/nccl", params={"job": "j"}, content=body,
+                   headers={"content-type": "application/x-ndjson"})  # fmt: skip
+        assert r.status_code == 422
+        assert "'evil-host'" in r.json()["detail"] and "not in the fabric model" in r.json()["detail"]
+        metrics = c.get("/metrics").text
+        assert 'graywire_rejected_rows_total{reason="unknown_host",record="nccl_timing"} 1.0' in metrics
+        assert c.get("/api/v1/incidents").json()["count"] == 0
+    with make_client(tmp_path / "drop", ingest={"unknown_hosts": "drop"}) as c:
+        good = inspector_record("gpu-0001", time.time())
+        r = c.post("/api/v1/ingest/nccl", params={"job": "j"}, content=(good + body.decode()).encode(),
+                   headers={"content-type": "application/x-ndjson"})  # fmt: skip
+        assert (r.status_code, r.json()["accepted_rows"]) == (202, len(rows))
+
+
+@pytest.mark.parametrize(("offset", "message"), [(86_400, "ahead of graywire's clock"),
+                                                 (-3 * 3600, "old (ingest.max_age 1h)")])  # fmt: skip
+def test_pushes_dated_off_graywires_clock_are_refused(
+    client: TestClient, offset: float, message: str
+) -> None:
+    body = inspector_record("gpu-0001", time.time() + offset).encode()
+    r = client.post("/api/v1/ingest/nccl", params={"job": "j"}, content=body,
+                    headers={"content-type": "application/x-ndjson"})  # fmt: skip
+    assert r.status_code == 422 and message in r.json()["detail"]
+    client.app.state.runner.tick()  # type: ignore[attr-defined]
+    assert client.get("/api/v1/incidents").json()["count"] == 0
+
+
+def test_a_push_dated_past_any_real_clock_is_stamped_with_graywires() -> None:
+    """Year 9999 is no time a collective ran: the record is kept, timed by graywire's receipt."""
+    from collectors.nccl import parse_push
+
+    received = datetime.now(UTC).replace(microsecond=0)
+    body = inspector_record("gpu-0001", 253_402_300_000).encode()  # 9999-12-31
+    batch = parse_push(body, "application/x-ndjson", job="j", received=received)
+    assert batch.column("time")[0].as_py() == received
+
+
+def inspector_record(host: str, t: float) -> str:
+    """One self-contained Inspector v4.0 record of ``host``, dumped at ``t``."""
+    return json.dumps({
+        "header": {"id": "0xabc", "rank": 0, "n_ranks": 8, "nnodes": 1},
+        "metadata": {"inspector_output_format_version": "v4.0", "dump_timestamp_us": int(t * 1e6),
+                     "hostname": host, "pid": 7},
+        "coll_perf": {"coll": "AllReduce", "coll_sn": 3, "coll_msg_size_bytes": 1024,
+                      "coll_exec_time_us": 120, "coll_busbw_gbs": 1.0},
+    }) + "\n"  # fmt: skip
 
 
 @pytest.mark.parametrize(
