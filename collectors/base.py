@@ -10,6 +10,7 @@ policy (the service runner), so every collector behaves the same way under failu
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -49,13 +50,25 @@ class Collector(Protocol):
     async def scrape(self) -> ScrapeResult: ...
 
 
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the userinfo of every URL in it (``user:password@``) replaced by ``***@``.
+
+    Targets and scrape errors are shown on the unauthenticated ``/metrics``, in
+    ``/api/v1/sources`` and in logs; a password in a configured URL must reach none of them.
+    """
+    return _USERINFO.sub("***@", text)
+
+
 def failed(source: str, target: str, error: str | BaseException, duration_s: float = 0.0) -> ScrapeResult:
-    """A failed scrape with a readable reason (exception type and message)."""
+    """A failed scrape with a readable reason (exception type and message), URLs redacted."""
     if isinstance(error, BaseException):
         text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     else:
         text = error
-    return ScrapeResult(source, target, ok=False, error=text, duration_s=duration_s)
+    return ScrapeResult(source, redact_url(target), ok=False, error=redact_url(text), duration_s=duration_s)
 
 
 async def guarded_scrape(

@@ -167,8 +167,9 @@ class FakeUfm:
 
     ``step`` is the simulation step every request reads; :meth:`advance` moves to the next one.
     ``delay_s`` makes every response wait (a hung server), ``truncate_to`` cuts telemetry bodies
-    after that many bytes while announcing the full length, and ``telemetry_body`` replaces the
-    telemetry payload (garbage tests).
+    after that many bytes while announcing the full length (or ``declare_length`` bytes, a
+    server lying about its size), and ``telemetry_body`` replaces the telemetry payload
+    (garbage tests).
     """
 
     def __init__(
@@ -187,6 +188,7 @@ class FakeUfm:
         self.step: SimStep = sim.step()
         self.delay_s = 0.0
         self.truncate_to: int | None = None
+        self.declare_length: int | None = None
         self.telemetry_body: bytes | None = None
         self.requests: list[str] = []
         self._ports = _Ports(self.fabric)
@@ -400,7 +402,7 @@ def create_app(fake: FakeUfm) -> FastAPI:
         if fake.telemetry_body is not None:
             body = fake.telemetry_body
         if fake.truncate_to is not None:
-            return _Truncated(body[: fake.truncate_to], len(body), media_type)
+            return _Truncated(body[: fake.truncate_to], fake.declare_length or len(body), media_type)
         return Response(body, media_type=media_type)
 
     @app.get("/metrics")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
@@ -366,13 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        # Alembic announces each of its plugins at INFO on every start; the migrations it runs stay.
-        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    from service import logs
+
+    logs.configure(args.verbose)
     try:
         return int(args.func(args) or 0)
     except ValueError as e:

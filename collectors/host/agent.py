@@ -43,7 +43,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from collectors.base import Collector, ScrapeResult, failed
+from collectors.base import Collector, ScrapeResult, failed, redact_url
 from collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
 from collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
 from collectors.keys import port_key
@@ -211,7 +211,7 @@ class AgentCollector:
 
     def __init__(self, url: str, timeout: float = 5.0) -> None:
         self.url = url.rstrip("/")
-        self.target = self.url
+        self.target = redact_url(self.url)
         self.timeout = timeout
         self._ports = pa.array([], type=pa.string())
 

@@ -61,6 +61,8 @@ class UfmSourceConfig(BaseModel):
     read_timeout: float = Field(30.0, gt=0, le=3600)
     #: Deadline for one whole scrape (all requests of it).
     timeout: float = Field(120.0, gt=0, le=3600)
+    #: Largest response body read from UFM; a bigger one fails the scrape unread.
+    max_body_bytes: int = Field(1 << 30, ge=1 << 16)
 
     _url = field_validator("url", "telemetry_url")(classmethod(lambda cls, v: _http_url(v)))
 
@@ -101,6 +103,7 @@ class UfmSourceConfig(BaseModel):
             "connect_timeout_s": self.connect_timeout,
             "read_timeout_s": self.read_timeout,
             "total_timeout_s": self.timeout,
+            "max_body_bytes": self.max_body_bytes,
         }
         if not authenticated:
             return HttpSettings(auth="none", **common)  # type: ignore[arg-type]

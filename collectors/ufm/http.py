@@ -46,6 +46,9 @@ class HttpSettings:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
     total_timeout_s: float = 120.0
+    #: Largest response body read; a bigger one (declared or streamed) fails the scrape before
+    #: it is held in memory. UFM Telemetry of ~100k ports in Prometheus text is ~0.5 GB.
+    max_body_bytes: int = 1 << 30
     headers: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -55,7 +58,7 @@ class HttpSettings:
             raise ValueError("token authentication needs an access token")
         if self.ca_file is not None and not self.verify:
             raise ValueError("ca_file is set but verify is false: choose one")
-        for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s"):
+        for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "max_body_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
 
@@ -128,12 +131,27 @@ class UfmHttp:
         """GET ``path`` (relative to the base URL); the whole body and its content type.
 
         Raises :class:`UfmHttpError` with the URL and what to check on a status other than 200,
-        and lets httpx's own errors (timeouts, refused connections, TLS failures, a body cut short
-        against its Content-Length or chunking) through for the caller to report.
+        or on a body over ``max_body_bytes`` (declared or as it streams, so it is never held),
+        and lets httpx's own errors (timeouts, refused connections, TLS failures, a body cut
+        short against its Content-Length or chunking) through for the caller to report.
         """
         client = self._get_client()
-        resp = await client.get(path)
-        body = resp.content  # read in full: a partial body raises here, never returns
+        limit = self.settings.max_body_bytes
+        async with client.stream("GET", path) as resp:
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise UfmHttpError(
+                    f"{resp.request.url} declares a {int(declared):,}-byte body, over the {limit:,}-byte "
+                    "limit (max_body_bytes): not read"
+                )
+            buf = bytearray()
+            async for chunk in resp.aiter_bytes():
+                buf += chunk
+                if len(buf) > limit:
+                    raise UfmHttpError(
+                        f"{resp.request.url} sent more than {limit:,} bytes (max_body_bytes): stopped reading"
+                    )
+            body = bytes(buf)  # read in full: a partial body raises in aiter_bytes, never returns
         if resp.status_code != 200:
             url = str(resp.request.url)
             hint = {

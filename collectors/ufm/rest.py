@@ -24,6 +24,7 @@ ends enable.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -33,7 +34,7 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from collectors.base import ScrapeResult, guarded_scrape
+from collectors.base import ScrapeResult, guarded_scrape, redact_url
 from collectors.model import Fabric
 from collectors.schemas import LINK, LOGICAL_ACTIVE, PHYS_LINK_UP, PORT_SAMPLE, TS, make_batch
 from collectors.ufm.http import REST_PREFIX, HttpSettings, UfmHttp
@@ -259,6 +260,15 @@ def expected_from_capabilities(fabric: Fabric, caps: pa.Table) -> np.ndarray:
     return np.where(fabric.expected_speed_bps > 0, fabric.expected_speed_bps, both).astype(np.int64)
 
 
+def _decode(resource: str, body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"UFM {resource}: not JSON (truncated?): {e}") from None
+    except RecursionError:
+        raise ValueError(f"UFM {resource}: JSON nested deeper than any UFM answer") from None
+
+
 class UfmRestCollector:
     """One UFM server's REST API -> a ``port_sample`` batch (state, speed, width) and a ``link`` batch."""
 
@@ -280,7 +290,7 @@ class UfmRestCollector:
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"UFM URL must be http(s)://host[:port], not {url!r}")
         self.settings = settings or HttpSettings()
-        self.target = url.rstrip("/")
+        self.target = redact_url(url.rstrip("/"))
         self.prefix = parts.path.rstrip("/") + REST_PREFIX[self.settings.auth]
         self.links = links
         self.http = UfmHttp(f"{parts.scheme}://{parts.netloc}", self.settings, transport)
@@ -292,10 +302,9 @@ class UfmRestCollector:
 
     async def _get_json(self, resource: str) -> Any:
         body, _ = await self.http.get_bytes(f"{self.prefix}/resources/{resource}")
-        try:
-            return json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"UFM {resource}: not JSON (truncated?): {e}") from None
+        # Tens of MB of JSON on a large fabric: decoded off the event loop, so the API and the
+        # other scrapes never wait for it.
+        return await asyncio.to_thread(_decode, resource, body)
 
     def _parse(self, ports: Any, links: Any, now: datetime) -> tuple[list[pa.RecordBatch], pa.Table]:
         batch, caps = parse_ports(ports, self.keys, now, self.source)

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from collectors.base import ScrapeResult, guarded_scrape
+from collectors.base import ScrapeResult, guarded_scrape, redact_url
 from collectors.model import Fabric
 from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
 from collectors.ufm.counters import CounterSpec, counter_spec
@@ -716,7 +716,7 @@ class UfmTelemetryCollector:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"telemetry URL must be http(s)://host[:port]/path, not {url!r}")
-        self.target = url
+        self.target = redact_url(url)
         self.path = parts.path or "/metrics"
         if parts.query:
             self.path += "?" + parts.query

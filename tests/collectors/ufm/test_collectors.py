@@ -194,6 +194,21 @@ def test_telemetry_truncated_body_is_a_failed_scrape(fake: FakeUfm, ufm_url: str
     assert (result.error or "").startswith("RemoteProtocolError")
 
 
+def test_telemetry_body_over_the_limit_is_never_read(fake: FakeUfm, ufm_url: str) -> None:
+    """A target declaring 5 GB fails at once, unread; one streaming past the cap stops there."""
+    fake.truncate_to, fake.declare_length = 5000, 5_000_000_000
+    t0 = time.monotonic()
+    result = scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric))
+    assert not result.ok and result.batches == ()
+    assert "declares a 5,000,000,000-byte body, over the 1,073,741,824-byte limit" in (result.error or "")
+    assert time.monotonic() - t0 < 2.0
+    fake.truncate_to = fake.declare_length = None
+    small = HttpSettings(max_body_bytes=1 << 16)
+    result = scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric, small))
+    assert not result.ok and "(max_body_bytes)" in (result.error or "")
+    assert scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric)).ok
+
+
 def test_telemetry_garbage_is_a_failed_scrape(fake: FakeUfm, ufm_url: str) -> None:
     fake.telemetry_body = b"<html>\n<body>Service Unavailable</body>\n</html>\n"
     result = scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric))
@@ -274,3 +289,14 @@ def test_config_rejects_bad_settings(doc: dict[str, Any], message: str) -> None:
 def test_config_defaults_verify_tls() -> None:
     cfg = UfmSourceConfig(telemetry_url="https://ufm:9001/metrics")
     assert cfg.verify is True and cfg.http_settings(authenticated=False).verify_arg() is True
+
+
+def test_a_password_in_a_target_url_is_never_shown(fake: FakeUfm, ufm_url: str) -> None:
+    """``http://user:pw@host`` works, and neither the target nor a failure's reason shows the password."""
+    host = ufm_url.removeprefix("http://")
+    good = UfmTelemetryCollector(f"http://admin:s3cret@{host}/metrics", fake.fabric)
+    assert good.target == f"http://***@{host}/metrics"
+    assert scrape(good).ok
+    bad = scrape(UfmTelemetryCollector(f"http://admin:s3cret@{host}/nope", fake.fabric))
+    assert not bad.ok and "HTTP 404" in (bad.error or "")
+    assert "s3cret" not in f"{bad.target} {bad.error}" and "***@" in (bad.error or "")
