@@ -189,13 +189,19 @@ def as_float(value: object) -> float | None:
     """A float from JSON; ``"nan"`` (how the Inspector writes NaN) and garbage give None."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        v = float(value)
-        return v if math.isfinite(v) else None
-    if isinstance(value, str):
-        try:
+    try:
+        if isinstance(value, int | float):
+            v = float(value)  # an int past 1.8e308 overflows: not a usable number
+            return v if math.isfinite(v) else None
+        if isinstance(value, str):
             v = float(value)
-        except ValueError:
-            return None
-        return v if math.isfinite(v) else None
+            return v if math.isfinite(v) else None
+    except (ValueError, OverflowError):
+        return None
     return None
+
+
+def in_range(value: int | None, lo: int, hi: int) -> int | None:
+    """``value`` when ``lo <= value < hi``, else None: a JSON integer may have any number of
+    digits, and one that does not fit its column must null the row's cell, not crash the batch."""
+    return value if value is not None and lo <= value < hi else None

@@ -45,7 +45,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int
+from collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, in_range
+
+_I32 = 2**31
+_I64 = 2**63
+#: A collective longer than a day is not a timing (and would not fit the arithmetic below).
+_MAX_EXEC_US = 86_400e6
 
 #: (host, pid, rank, nranks) -> CUDA device index, or None when unknown.
 DeviceResolver = Callable[[str, int, int, int | None], int | None]
@@ -157,34 +162,35 @@ class InspectorParser:
         exec_us = as_float(body.get("coll_exec_time_us"))
         if not isinstance(comm, str) or not comm:
             raise RecordError("header.id (communicator hash) missing")
-        if rank is None or rank < 0:
-            raise RecordError(f"header.rank {header.get('rank')!r} is not a rank")
+        if rank is None or not 0 <= rank < _I32:
+            raise RecordError(f"header.rank {_short(header.get('rank'))} is not a rank")
         if not isinstance(coll, str) or not coll:
             raise RecordError("coll_perf.coll missing")
-        if exec_us is None or exec_us < 0:
+        if exec_us is None or not 0 <= exec_us <= _MAX_EXEC_US:
             raise RecordError(
-                f"coll_perf.coll_exec_time_us {body.get('coll_exec_time_us')!r} is not a duration"
+                f"coll_perf.coll_exec_time_us {_short(body.get('coll_exec_time_us'))} is not a duration"
             )
-        nranks = as_int(header.get("n_ranks"))
-        nnodes = as_int(header.get("nnodes"))
+        nranks = in_range(as_int(header.get("n_ranks")), 0, _I32)
+        nnodes = in_range(as_int(header.get("nnodes")), 0, _I32)
         host = metadata.get("hostname") if isinstance(metadata.get("hostname"), str) else None
         if host and self.short_hostnames:
             host = host.split(".", 1)[0]
-        pid = as_int(metadata.get("pid"))
+        pid = in_range(as_int(metadata.get("pid")), 0, _I64)
         device = None
         if self.device_of is not None and host is not None and pid is not None:
             device = self.device_of(host, pid, rank, nranks)
         g = self.gpus_per_host
         if device is None and g and nranks and nnodes and nnodes * g == nranks:
             device = rank % g  # host-major ranks over whole hosts: local rank = GPU index
-        seq = as_int(body.get("coll_sn"))
-        size = as_int(body.get("coll_msg_size_bytes"))
+        seq = in_range(as_int(body.get("coll_sn")), 0, _I64)
+        size = in_range(as_int(body.get("coll_msg_size_bytes")), 0, _I64)
         busbw = as_float(body.get("coll_busbw_gbs"))
         trace = body.get("event_trace_ts") if isinstance(body.get("event_trace_ts"), dict) else {}
         channels = self._channels(body, trace) if self.channel_rows else []
         # When it was observed: the last kernel stop (CPU clock), else the dump that wrote it.
-        observed = max((stop for _, _, stop in channels), default=None) or as_int(
-            metadata.get("dump_timestamp_us")
+        dumped = as_int(metadata.get("dump_timestamp_us"))
+        observed = max((stop for _, _, stop in channels), default=None) or (
+            dumped if dumped is not None and _plausible_us(dumped) else None
         )
         common = dict(
             job=self.job,
@@ -243,7 +249,7 @@ class InspectorParser:
         for ev in events:
             if not isinstance(ev, dict):
                 continue
-            ch = as_int(ev.get("channel_id"))
+            ch = in_range(as_int(ev.get("channel_id")), 0, 2**15)
             start, stop = as_int(ev.get("kernel_start_ts")), as_int(ev.get("kernel_stop_ts"))
             if ch is None or start is None or stop is None or not _plausible_us(start) or stop <= start:
                 continue  # the kernel stop never came (or clocks went backwards): no duration
@@ -253,6 +259,12 @@ class InspectorParser:
                 continue  # sequence number 0: the stop callback never fired
             out.append((ch, start, stop))
         return out
+
+
+def _short(value: object) -> str:
+    """A caller's value for an error message, cut short (a 400-digit number is not a message)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _plausible_us(us: int) -> bool:

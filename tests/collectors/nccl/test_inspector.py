@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -200,3 +201,42 @@ def test_size_buckets() -> None:
     assert parse_size_bucket("0B") == (0, 0)
     assert parse_size_bucket("1-2KB") == (1024, 2048)
     assert parse_size_bucket("huge") == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("coll_exec_time_us", 10**400),
+        ("coll_exec_time_us", 2**70),
+        ("rank", 2**70),
+        ("coll_msg_size_bytes", 10**26),
+        ("dump_timestamp_us", 2**70),
+        ("coll_sn", -(2**70)),
+        ("channel_id", 2**40),
+        ("kernel_start_ts", 10**26),
+    ],
+)
+def test_integers_of_any_size_never_crash_a_batch(real_fixtures: Path, field: str, value: int) -> None:
+    """JSON integers have no size limit; a value that fits no column is refused or nulled, and
+    the batch still builds (no OverflowError, no ArrowInvalid)."""
+    rec = json.loads(
+        (real_fixtures / "nccl" / "nccl_inspector_readme_coll_perf_verbose_example.json").read_text()
+    )
+    where = {"rank": rec["header"], "dump_timestamp_us": rec["metadata"]}.get(field, rec["coll_perf"])
+    if field in ("channel_id", "kernel_start_ts"):
+        where = rec["coll_perf"]["event_trace_ts"]["kernel_events"][0]
+        if field == "channel_id":
+            rec["coll_perf"]["event_trace_sn"]["kernel_events"][0]["channel_id"] = value
+    where[field] = value
+    good = json.loads((real_fixtures / "nccl" / "nccl_inspector_readme_coll_perf_example.json").read_text())
+    text = json.dumps(good) + "\n" + json.dumps(rec) + "\n"
+    rows, parser = parse_inspector_text(text, "j")
+    batch = rows.to_batch()
+    assert parser.records + parser.skipped == 2
+    assert parser.records >= 1  # the good record is kept whatever the bad one holds
+    assert batch.num_rows >= 1
+    if parser.skipped:
+        assert "is not a" in parser.problems[0] and len(parser.problems[0]) < 200
+    refused = field in ("coll_exec_time_us", "rank")
+    with pytest.raises(RecordError, match="is not a") if refused else contextlib.nullcontext():
+        parse_inspector_text(json.dumps(rec), "j", strict=True)[0].to_batch()
