@@ -395,9 +395,7 @@ class NcclTopology:
         pick = net or seen
         return next(iter(pick)) if len(pick) == 1 else None
 
-    def net_port(
-        self, host: str, pid: int, rank: int, channel: int, peer: int, direction: str
-    ) -> str | None:
+    def net_port(self, host: str, pid: int, rank: int, channel: int, peer: int, direction: str) -> str | None:
         """The NIC port key a rank's network connection to ``peer`` on ``channel`` uses (the
         profiler's ProxyOp names channel and peer; the channel line names the NIC): None when
         the lines do not say, or name two NICs (a NIC name only resolves with ``NET/IB : Using``)."""

@@ -373,7 +373,6 @@ class ProfilerParser:
             )
         return len(self.kernels)
 
-
     def net_table(self) -> pa.Table:
         """One row per network-plugin event: the QP (IB) or socket that carried a step."""
         ev = self.net_events

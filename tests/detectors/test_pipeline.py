@@ -87,7 +87,7 @@ def test_rejects_other_records() -> None:
     link = make_batch(
         LINK, 1, {"a_port": pa.array(["a/1"]), "b_port": pa.array(["b/1"]), "source": pa.array(["x"])}
     )
-    with pytest.raises(ValueError, match="port_sample, nccl_timing or nccl_transport"):
+    with pytest.raises(ValueError, match="port_sample, nccl_timing, nccl_transport or nccl_proxy"):
         pipe.process(link)
     bare = pa.RecordBatch.from_pydict({"time": [1]})
     with pytest.raises(ValueError, match="metadata"):
