@@ -387,7 +387,7 @@ class NcclHopDetector:
         link = f"{s_port}<->{d_port}" if s_port and d_port else None
         ends = f"{s_port or s_host or f'rank {src}'} -> {d_port or d_host or f'rank {dst}'}"
         lab = self._label[elevated]
-        others = lab[(lab[:, 0] == comm) & (elevated != e)]
+        others = lab[(lab[:, 0] == comm) & ~((lab[:, 2] == src) & (lab[:, 3] == dst))]  # other pairs
         ev: dict[str, Any] = {
             "communicator": name,
             "channel": chan,
