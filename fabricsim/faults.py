@@ -166,7 +166,7 @@ def default_requests(duration_s: float) -> list[FaultRequest]:
         "speed_downgrade", "counter_reset", "slow_channel", "width_downgrade", "short_retrain",
         "ber_ramp", "counter_wrap", "pfc_storm", "checkpoint_burst", "slow_rank", "collector_outage",
         "ecn_hotspot", "link_flap", "nccl_slow_path", "slow_step", "nccl_transport_fallback",
-        "nccl_gdrdma_missing", "credit_starvation", "job_slowdown",
+        "nccl_gdrdma_missing", "credit_starvation", "job_slowdown", "slow_hop",
     ]  # fmt: skip
     slot = duration_s / len(kinds)
     reqs = []

@@ -18,6 +18,7 @@ from detectors.findings import Finding
 from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
 from detectors.nccl_channel import NcclChannelOutlier
+from detectors.nccl_peer import NcclHopDetector
 from detectors.nccl_step import NcclStepTime
 from detectors.nccl_transport import NcclTransportDetector
 from detectors.pipeline import Pipeline, default_detectors
@@ -109,6 +110,7 @@ def test_default_detectors() -> None:
         NcclChannelOutlier,
         NcclStepTime,
         NcclTransportDetector,
+        NcclHopDetector,
     ]
     assert pipe.kinds == sorted(
         [
@@ -125,6 +127,7 @@ def test_default_detectors() -> None:
             "nccl_transport_fallback",
             "nccl_gdrdma_missing",
             "nccl_channels_reduced",
+            "nccl_hop_slow",
         ]
     )
     assert [type(d) for d in default_detectors(sim.fabric)] == kinds
@@ -193,10 +196,12 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
             findings += pipe.process(s.nccl_timing)
         if s.nccl_transport is not None:
             findings += pipe.process(s.nccl_transport)
+        if s.nccl_proxy is not None:
+            findings += pipe.process(s.nccl_proxy)
     truth = truth_document(sim)
     report = score(findings, truth, pipe.kinds)
 
-    assert len(truth["faults"]) == 19
+    assert len(truth["faults"]) == 20
     assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
     covered = {k for k, s in report.by_fault.items() if s.covered}
     assert covered == set(FAULT_KINDS)
