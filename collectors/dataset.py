@@ -165,7 +165,8 @@ def iter_polls(root: str | Path, kind: str) -> Iterator[pa.RecordBatch]:
 
 
 def iter_replay(
-    root: str | Path, kinds: tuple[str, ...] = ("port_sample", "nccl_timing", "nccl_transport")
+    root: str | Path,
+    kinds: tuple[str, ...] = ("port_sample", "nccl_timing", "nccl_transport", "nccl_proxy"),
 ) -> Iterator[pa.RecordBatch]:
     """Merge several records' polls in time order (at equal times in the order of ``kinds``)."""
     streams = [

@@ -122,11 +122,49 @@ NCCL_TRANSPORT = pa.schema(
     metadata={"graywire.record": "nccl_transport", "graywire.version": "1"},
 )
 
+#: The NCCL profiler plugin's per-peer network steps (ProxyOp + its ProxySteps, v4/v5): one row
+#: per (rank, channel, peer, direction) per collective, its steps' wait states summed. The wait
+#: columns of the other direction are null (a send has no RecvWait), never 0.
+NCCL_PROXY_WAITS: tuple[str, ...] = (
+    "send_gpu_wait_seconds",
+    "send_peer_wait_seconds",
+    "send_wait_seconds",
+    "recv_wait_seconds",
+    "recv_flush_wait_seconds",
+    "recv_gpu_wait_seconds",
+)
+NCCL_PROXY = pa.schema(
+    [
+        pa.field("time", TS, nullable=False),
+        pa.field("job", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("communicator", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("host", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("device", pa.int16()),
+        pa.field("pid", pa.int64()),
+        pa.field("collective", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("seq", pa.int64()),
+        pa.field("channel", pa.int16(), nullable=False),
+        pa.field("peer", pa.int32(), nullable=False),
+        pa.field("direction", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("steps", pa.int32()),
+        pa.field("bytes", pa.int64()),
+        pa.field("duration_seconds", pa.float64()),
+        *(pa.field(c, pa.float64()) for c in NCCL_PROXY_WAITS),
+        pa.field("port", pa.string()),
+        pa.field("net_device", pa.int16()),
+        pa.field("qp_num", pa.int64()),
+        pa.field("qps", pa.int16()),
+    ],
+    metadata={"graywire.record": "nccl_proxy", "graywire.version": "1"},
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "port_sample": PORT_SAMPLE,
     "link": LINK,
     "nccl_timing": NCCL_TIMING,
     "nccl_transport": NCCL_TRANSPORT,
+    "nccl_proxy": NCCL_PROXY,
 }
 
 #: Batch metadata key: JSON object {counter column: bit width} for counters narrower than 64

@@ -12,6 +12,9 @@
 - A slow NCCL *path* (``nccl_path_slow``: one channel slow on the ranks of 3+ hosts behind one
   leaf, their other channels normal) is the leaf's *network* verdict; a host behind it whose
   only evidence is NCCL slowness points at that leaf instead of getting a host verdict.
+- A slow NCCL *hop* (``nccl_hop_slow``: one ring connection's network wait, from the
+  profiler's proxy steps) is the link or NIC pair between two ranks: both hosts get a
+  *network* verdict naming their NIC, never a host verdict (and so never a drain by itself).
 - A job-wide step-time slowdown names no node and makes no verdict.
 
 Pure: takes incident dicts (as the store returns them) and the fabric model.
@@ -31,6 +34,7 @@ LINK_KINDS = frozenset(
 )
 PATH_KINDS = frozenset({"nccl_path_slow"})
 NCCL_TIMING_KINDS = frozenset({"nccl_channel_slow"})
+HOP_KINDS = frozenset({"nccl_hop_slow"})
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 Side = Literal["host", "link", "network"]
@@ -124,9 +128,23 @@ def node_verdicts(
 
     for inc in open_:
         kind, node, port = inc["kind"], inc.get("node"), inc.get("port")
+        sev = inc.get("severity", "warning")
+        if kind in HOP_KINDS:
+            ev = inc.get("evidence") or {}
+            ends = ((ev.get("src_host"), ev.get("src_port")), (ev.get("dst_host"), ev.get("dst_port")))
+            for host, nic in ends:
+                if not host:
+                    continue
+                v = verdict(host, "network", sev)
+                v.reasons.append(
+                    f"{inc['summary']} (a hop between two NICs: the network side, not this host)"
+                )
+                v.incident_ids.append(inc["id"])
+                if nic:
+                    v.ports.append(nic)
+            continue
         if not node:
             continue
-        sev = inc.get("severity", "warning")
         if kind in PATH_KINDS:
             v = verdict(node, "network", sev)
             v.reasons.append(

@@ -23,6 +23,7 @@ from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
 from detectors.multivariate import MultivariateOutlier
 from detectors.nccl_channel import NcclChannelOutlier
+from detectors.nccl_peer import NcclHopDetector
 from detectors.nccl_step import NcclStepTime
 from detectors.nccl_straggler import NcclStraggler
 from detectors.nccl_transport import NcclTransportDetector
@@ -46,6 +47,7 @@ def default_detectors(
         XmitWaitDetector(fabric),
         *nccl_timing_detectors(fabric),
         NcclTransportDetector(),
+        NcclHopDetector(fabric),
     ]
     if multivariate:
         detectors.append(MultivariateOutlier(fabric))
@@ -119,6 +121,7 @@ class Pipeline:
         rates: list[pa.RecordBatch] = []
         nccl: list[pa.RecordBatch] = []
         wiring: list[pa.RecordBatch] = []
+        proxy: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
             if kind == "port_sample":
@@ -133,10 +136,15 @@ class Pipeline:
                 nccl.append(batch)
             elif kind == "nccl_transport":
                 wiring.append(batch)
+            elif kind == "nccl_proxy":
+                proxy.append(batch)
             else:
-                why = f"the pipeline takes port_sample, nccl_timing or nccl_transport, not {kind}"
+                why = f"the pipeline takes port_sample, nccl_timing, nccl_transport or nccl_proxy, not {kind}"
                 result.dropped.append((kind, batch.num_rows, why))
-        for consumes, parts in (("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring)):
+        routes = (
+            ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy)
+        )  # fmt: skip
+        for consumes, parts in routes:
             if not parts:
                 continue
             inputs = self._stable_dictionaries(consumes, _one_batch(parts)) if len(parts) > 1 else parts[0]

@@ -37,6 +37,7 @@ MAGNITUDES: dict[str, tuple[float, ...]] = {
     "nccl_transport_fallback": (0.5, 1.0),
     "nccl_gdrdma_missing": (0.1, 0.3),
     "credit_starvation": (0.02, 0.1, 0.5),
+    "slow_hop": (0.2, 0.5, 1.0),
 }
 BENIGN = (
     "counter_reset@{a}+5m,counter_wrap@{b},short_retrain@{c},collector_outage@{d}+90s,checkpoint_burst@{e}+2m,"
@@ -191,6 +192,8 @@ def run_scenario(
             base_found += base.observe(step.nccl_timing)
         if step.nccl_transport is not None:
             found += pipe.process(step.nccl_transport)
+        if step.nccl_proxy is not None:
+            found += pipe.process(step.nccl_proxy)
         if tick:
             tick(1)
     truth = truth_document(sim)

@@ -33,6 +33,7 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "job_slowdown": ("nccl_job_slowdown",),
     "nccl_transport_fallback": ("nccl_transport_fallback",),
     "nccl_gdrdma_missing": ("nccl_gdrdma_missing",),
+    "slow_hop": ("nccl_hop_slow",),
 }
 #: Events that happen on healthy fabrics and must not raise a finding.
 BENIGN_KINDS = (
@@ -41,8 +42,19 @@ BENIGN_KINDS = (
 #: NCCL faults that change how a host's ranks are wired (what NCCL_DEBUG lines show).
 TRANSPORT_KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing")
 OWN_STREAM_KINDS = frozenset(
-    {"nccl_slow_path", "job_slowdown", "slow_step", "credit_starvation", "straggler", *TRANSPORT_KINDS}
+    {
+        "nccl_slow_path",
+        "job_slowdown",
+        "slow_step",
+        "credit_starvation",
+        "straggler",
+        "slow_hop",
+        *TRANSPORT_KINDS,
+    }
 )
+#: Jobs the NCCL profiler plugin runs in (the first ones): fabricsim's ``nccl_proxy`` rows come
+#: from these, so a ``slow_hop`` is drawn in one of them.
+PROFILED_JOBS = 2
 
 DEFAULT_MAGNITUDE = {
     "speed_downgrade": 0.5,  # negotiated speed as a fraction of expected (800G -> 400G)
@@ -59,6 +71,7 @@ DEFAULT_MAGNITUDE = {
     "job_slowdown": 0.2,  # extra duration on every rank of one job (step-time shift)
     "nccl_transport_fallback": 0.5,  # a host's ranks on NET/Socket: this much slower
     "nccl_gdrdma_missing": 0.1,  # a host's ranks on NET/IB without GPUDirect RDMA
+    "slow_hop": 0.5,  # one ring hop (sender NIC -> receiver NIC) this much slower on the wire
     "slow_step": 1.0,  # one poll of one job this much slower (a checkpoint step)
     "counter_reset": 0.0,
     "counter_wrap": 0.0,
@@ -163,7 +176,7 @@ def default_requests(duration_s: float) -> list[FaultRequest]:
         "speed_downgrade", "counter_reset", "slow_channel", "width_downgrade", "short_retrain",
         "ber_ramp", "counter_wrap", "pfc_storm", "checkpoint_burst", "slow_nic", "collector_outage",
         "ecn_hotspot", "link_flap", "nccl_slow_path", "slow_step", "nccl_transport_fallback",
-        "nccl_gdrdma_missing", "credit_starvation", "straggler", "job_slowdown",
+        "nccl_gdrdma_missing", "credit_starvation", "straggler", "job_slowdown", "slow_hop",
     ]  # fmt: skip
     slot = duration_s / len(kinds)
     reqs = []
@@ -299,6 +312,8 @@ def _place(
         return replace(f, job=job)
     if f.kind == "nccl_slow_path":
         return _place_path(f, target, fabric, used, jobs, channels, rng)
+    if f.kind == "slow_hop":
+        return _place_hop(f, target, fabric, used, jobs, gpus, channels, rng)
     if f.kind in TRANSPORT_KINDS:
         if target:
             if target not in fabric.node_names:
@@ -357,3 +372,60 @@ def _place(
     peer = int(fabric.peer[idx])
     return replace(f, port=fabric.keys[idx], peer=fabric.keys[peer] if peer >= 0 else None,
                    node=fabric.node_of(idx))  # fmt: skip
+
+
+def _place_hop(
+    f: Fault,
+    target: str | None,
+    fabric: Fabric,
+    used: set[int],
+    jobs: dict[str, list[int]],
+    gpus: int,
+    channels: int,
+    rng: np.random.Generator,
+) -> Fault:
+    """A slow hop: the ring connection from one rank's NIC to the next host's NIC on its rail.
+
+    Target ``HOST/mlx5_G[:CHANNEL]`` names the sender; drawn, a sender in a profiled job whose
+    NIC and receiver NIC no other fault uses. Without a channel every channel of the hop is slow
+    (a degraded cable or NIC pair carries all of them). Truth names both NIC ports.
+    """
+    names = fabric.node_names
+    profiled = list(jobs)[:PROFILED_JOBS]
+    ch: int | None = None
+    if target:
+        port, _, ch_s = target.partition(":")
+        host, _, nic = port.partition("/")
+        job = next((j for j in profiled if host in [names[h] for h in jobs[j]]), None)
+        if job is None:
+            raise ValueError(f"{f.kind}: {host!r} runs no profiled job ({', '.join(profiled)})")
+        gpu = int(nic.removeprefix("mlx5_") or 0)
+        if not 0 <= gpu < gpus:
+            raise ValueError(f"{f.kind}: {target!r} names GPU {gpu}, hosts have {gpus}")
+        if ch_s:
+            ch = int(ch_s)
+            if not 0 <= ch < channels:
+                raise ValueError(f"{f.kind}: {target!r} names channel {ch}, ranks have {channels} channels")
+        pos = [names[h] for h in jobs[job]].index(host)
+    else:
+        cands = []
+        for j in profiled:
+            hs = jobs[j]
+            for pos in range(len(hs)):
+                for gpu in range(gpus):
+                    a, b = hs[pos] * gpus + gpu, hs[(pos + 1) % len(hs)] * gpus + gpu
+                    ends = {a, b, int(fabric.peer[a]), int(fabric.peer[b])}
+                    if len(hs) > 1 and not ends & used:
+                        cands.append((j, pos, gpu))
+        if not cands:
+            raise ValueError("fabric too small for that many faults")
+        job, pos, gpu = cands[int(rng.integers(len(cands)))]
+    hs = jobs[job]
+    if len(hs) < 2:
+        raise ValueError(f"{f.kind}: job {job} runs on one host: its ring has no network hop")
+    a, b = hs[pos] * gpus + gpu, hs[(pos + 1) % len(hs)] * gpus + gpu
+    used.update((a, b, int(fabric.peer[a]), int(fabric.peer[b])))
+    nxt = (pos + 1) % len(hs)
+    src, dst = pos * gpus + gpu, nxt * gpus + gpu
+    return replace(f, port=fabric.keys[a], peer=fabric.keys[b], job=job, rank=src, channel=ch,
+                   extra={"dst_rank": dst, "hosts": [names[hs[pos]], names[hs[nxt]]]})  # fmt: skip

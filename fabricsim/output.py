@@ -21,7 +21,7 @@ def write_simulation(
     out.mkdir(parents=True, exist_ok=True)
     sim.fabric.write_inventory(out / INVENTORY)
     write_links(out, sim.fabric.links_table("fabricsim"))
-    rows = {"port_sample": 0, "nccl_timing": 0, "nccl_transport": 0}
+    rows = {"port_sample": 0, "nccl_timing": 0, "nccl_transport": 0, "nccl_proxy": 0}
     total = sim.n_steps
     with DatasetWriter(out) as writer:
         for step in sim.run():
@@ -33,6 +33,9 @@ def write_simulation(
             if step.nccl_transport is not None:
                 writer.write(step.nccl_transport)
                 rows["nccl_transport"] += step.nccl_transport.num_rows
+            if step.nccl_proxy is not None:
+                writer.write(step.nccl_proxy)
+                rows["nccl_proxy"] += step.nccl_proxy.num_rows
             if progress:
                 progress(step.index + 1, total)
     (out / TRUTH).write_text(json.dumps(truth_document(sim), indent=1))

@@ -19,6 +19,7 @@ from collectors.model import Fabric
 from collectors.schemas import (
     LOGICAL_ACTIVE,
     LOGICAL_DOWN,
+    NCCL_PROXY,
     NCCL_TIMING,
     NCCL_TRANSPORT,
     PHYS_LINK_UP,
@@ -27,7 +28,7 @@ from collectors.schemas import (
     TS,
     make_batch,
 )
-from fabricsim.faults import TRANSPORT_KINDS, Fault, FaultRequest, parse_spec, resolve_faults
+from fabricsim.faults import PROFILED_JOBS, TRANSPORT_KINDS, Fault, FaultRequest, parse_spec, resolve_faults
 from fabricsim.topology import TopologySpec, build_fabric
 
 ROCE_PRIORITY = 3
@@ -69,6 +70,8 @@ class SimStep:
     #: The ranks' wiring (what NCCL_DEBUG lines say): at the first NCCL poll, when a transport
     #: fault starts or ends (the job re-initialized), and every ``TRANSPORT_REFRESH`` polls.
     nccl_transport: pa.RecordBatch | None = None
+    #: The NCCL profiler's per-peer proxy steps of the profiled jobs (``PROFILED_JOBS``).
+    nccl_proxy: pa.RecordBatch | None = None
 
 
 class FabricSim:
@@ -146,6 +149,7 @@ class FabricSim:
         self.r_leaf = f.node_of_port[np.maximum(f.peer[self.r_nic], 0)]
         self._transport_state: tuple[str, ...] | None = None
         self._transport_age = 0
+        self._init_proxy()
 
     # -- helpers ----------------------------------------------------------------------------------
     def time_of(self, k: int) -> datetime:
@@ -183,7 +187,9 @@ class FabricSim:
         port = self._port_batch(t, now)
         nccl = self._nccl_batch(t, now) if k > 0 else None
         wiring = self._transport_batch(t, now) if k > 0 else None
-        return SimStep(k, now, port, nccl, wiring)
+        proxy = self._proxy_batch(t, now) if k > 0 else None
+        nccl = self._hop_pacing(t, nccl)
+        return SimStep(k, now, port, nccl, wiring, proxy)
 
     def _link_state(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per link: up now, up share of the last interval, speed, width."""
@@ -509,6 +515,149 @@ class FabricSim:
                 "channels": pa.array(np.full(R, ch, dtype=np.int16)),
             },
         )
+
+    # -- the NCCL profiler's proxy steps ------------------------------------------------------------
+    def _init_proxy(self) -> None:
+        """Ring neighbours of the profiled ranks: rank (host i, GPU g) sends to (host i+1, GPU g)
+        over both hosts' rail-g NICs on every channel, and receives from (host i-1, GPU g)."""
+        g = self.cfg.topology.gpus
+        # Its own random stream: the proxy rows leave every other simulated value as it was.
+        self.proxy_rng = np.random.default_rng([self.cfg.seed, 0x5052])
+        profiled = np.flatnonzero(self.r_job < PROFILED_JOBS)
+        self.p_rank = profiled
+        first = np.zeros(len(self.jobs) + 1, dtype=np.int64)
+        first[1:] = np.cumsum(np.bincount(self.r_job, minlength=len(self.jobs)))
+        start = first[self.r_job[profiled]]
+        n = self.r_nranks[profiled]
+        pos = self.r_rank[profiled]
+        self.p_next = start + (pos + g) % n  # global rank index of the next host's same GPU
+        self.p_prev = start + (pos - g) % n
+        self.p_ring = self.r_job[profiled] * g + self.r_gpu[profiled]
+        self.p_steps = 8
+
+    def _proxy_batch(self, t: float, now: datetime) -> pa.RecordBatch | None:
+        """Per profiled rank and channel, a send row (to the ring's next rank) and a receive row
+        (from the previous), with wait states as the plugin reports them: ``SendWait`` is the
+        hop's wire time; the ring runs at its slowest hop's pace, so on the other hops the GPU
+        waits (``SendGPUWait``, ``RecvGPUWait``) take up the slack and ``RecvWait`` grows a little.
+        A compute straggler shows as its neighbours' ``RecvWait``/``SendPeerWait`` and its own
+        ``SendGPUWait``, never as wire time."""
+        r = self.p_rank
+        if not r.size:
+            return None
+        rng, f, ch = self.proxy_rng, self.fabric, self.nccl_channels
+        nranks = self.r_nranks[r].astype(np.float64)
+        per_channel = float(self.msg_bytes) * 2 * (nranks - 1) / nranks / ch
+        _, _, speed, _ = self._link_state(t)
+        nic_speed = np.zeros(f.n_ports)
+        nic_speed[self.ends] = np.tile(speed, 2)
+        hop_speed = np.minimum(nic_speed[self.r_nic[r]], nic_speed[self.r_nic[self.p_next]])
+        base = per_channel * 8 * ch / (0.8 * np.maximum(hop_speed, 1.0))  # the channels share the NIC
+        wire = base[:, None] * np.exp(rng.normal(0, 0.02, (r.size, ch)))
+        common = np.ones(r.size)
+        straggle = np.zeros(r.size)  # seconds a rank's GPU is late per channel
+        if self.active(t, "checkpoint_burst"):
+            common *= 1.3  # fabric-wide: every hop alike
+        for fl in self.faults:
+            if not fl.active(t):
+                continue
+            if fl.kind in ("job_slowdown", "slow_step"):
+                common[self.r_job[r] == self.job_names.index(fl.job)] *= 1 + fl.magnitude
+            elif fl.kind == "slow_hop":
+                j = self.job_names.index(fl.job)
+                src = np.flatnonzero((self.r_job[r] == j) & (self.r_rank[r] == fl.rank))
+                cols = slice(None) if fl.channel is None else fl.channel
+                wire[src, cols] *= 1 + fl.magnitude
+            elif fl.kind == "nccl_slow_path":
+                leaf = f.node_names.index(fl.node)
+                behind = (self.r_leaf[r] == leaf) | (self.r_leaf[self.p_next] == leaf)
+                wire[behind, fl.channel] *= 1 + fl.magnitude
+            elif fl.kind == "straggler" and fl.job in self.job_names[:PROFILED_JOBS]:
+                j = self.job_names.index(fl.job)
+                straggle[(self.r_job[r] == j) & (self.r_rank[r] == fl.rank)] = fl.magnitude * float(
+                    base.mean()
+                )
+        wire *= common[:, None]
+        # The ring's pace: its slowest hop, per channel.
+        pace = np.zeros((int(self.p_ring.max()) + 1, ch))
+        np.maximum.at(pace, self.p_ring, wire)
+        slack = pace[self.p_ring] - wire
+        w0 = base[:, None] * common[:, None]
+        late = straggle[:, None]
+        pos = {int(g): i for i, g in enumerate(r.tolist())}
+        nxt = np.array([pos[int(x)] for x in self.p_next.tolist()])  # row of each rank's receiver
+        prv = np.array([pos[int(x)] for x in self.p_prev.tolist()])
+        noise = lambda: np.exp(rng.normal(0, 0.02, (r.size, ch)))  # noqa: E731
+        ring_late = np.zeros((int(self.p_ring.max()) + 1, 1))
+        np.maximum.at(ring_late, self.p_ring, late)
+        send = {
+            "send_gpu_wait_seconds": (0.1 * w0 + 0.9 * slack + late + 0.5 * ring_late[self.p_ring]) * noise(),
+            "send_peer_wait_seconds": (0.02 * w0 + late[nxt]) * noise(),  # the receiver frees buffers late
+            "send_wait_seconds": wire * np.exp(rng.normal(0, 0.01, (r.size, ch))),
+        }
+        # Receive rows: rank i receives the hop prev(i) -> i.
+        recv = {
+            "recv_wait_seconds": (wire[prv] + 0.1 * slack[prv] + late[prv]) * noise(),
+            "recv_flush_wait_seconds": 0.01 * w0 * noise(),
+            "recv_gpu_wait_seconds": (0.05 * w0 + 0.8 * slack[prv] + 0.5 * ring_late[self.p_ring]) * noise(),
+        }
+        n = r.size * ch
+        both = 2 * n
+        rows = np.tile(np.repeat(r, ch), 2)
+        chan = np.tile(np.arange(ch, dtype=np.int16), 2 * r.size)
+        peer_g = np.concatenate([np.repeat(self.p_next, ch), np.repeat(self.p_prev, ch)])
+        is_recv = np.repeat(np.array([0, 1], dtype=np.int8), n)
+        cols: dict[str, pa.Array] = {
+            "time": pa.array(np.full(both, np.datetime64(now.replace(tzinfo=None), "us")), type=TS),
+            "job": pa.DictionaryArray.from_arrays(
+                pa.array(self.r_job[rows].astype(np.int32)), pa.array(self.job_names)
+            ),
+            "communicator": pa.DictionaryArray.from_arrays(
+                pa.array(self.r_job[rows].astype(np.int32)), pa.array([f"{j}:world" for j in self.job_names])
+            ),
+            "rank": pa.array(self.r_rank[rows].astype(np.int32)),
+            "host": pa.DictionaryArray.from_arrays(
+                pa.array(self.r_host[rows].astype(np.int32)), pa.array(f.node_names)
+            ),
+            "device": pa.array(self.r_gpu[rows].astype(np.int16)),
+            "collective": pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(both, dtype=np.int8)), pa.array(["AllReduce"])
+            ),
+            "seq": pa.array(np.full(both, self.seq, dtype=np.int64)),
+            "channel": pa.array(chan),
+            "peer": pa.array(self.r_rank[peer_g].astype(np.int32)),
+            "direction": pa.DictionaryArray.from_arrays(pa.array(is_recv), pa.array(["send", "recv"])),
+            "steps": pa.array(np.full(both, self.p_steps, dtype=np.int32)),
+            "bytes": pa.array(np.tile(np.repeat(per_channel, ch), 2).astype(np.int64)),
+            "duration_seconds": pa.array(np.tile((pace[self.p_ring] + late).ravel() * 1.05, 2)),
+            "port": f.key_array.take(pa.array(self.r_nic[rows])).cast(pa.string()),
+            "net_device": pa.array(np.zeros(both, dtype=np.int16)),
+            "qp_num": pa.array(0x100 + rows.astype(np.int64) * 2 * ch + chan * 2 + is_recv),
+            "qps": pa.array(np.ones(both, dtype=np.int16)),
+        }
+        for name, vals in send.items():
+            cols[name] = pa.array(np.concatenate([vals.ravel(), np.full(n, np.nan)]), from_pandas=True)
+        for name, vals in recv.items():
+            cols[name] = pa.array(np.concatenate([np.full(n, np.nan), vals.ravel()]), from_pandas=True)
+        return make_batch(NCCL_PROXY, both, cols)
+
+    def _hop_pacing(self, t: float, nccl: pa.RecordBatch | None) -> pa.RecordBatch | None:
+        """A slow hop paces its whole ring: its channels run slower on every rank of the job
+        (about half a channel's time is the network), which per-rank timings cannot localize."""
+        hops = [fl for fl in self.active(t, "slow_hop")]
+        if nccl is None or not hops:
+            return nccl
+        job = nccl.column("job").indices.to_numpy(zero_copy_only=False)
+        chan = nccl.column("channel").to_numpy(zero_copy_only=False)
+        factor = np.ones(nccl.num_rows)
+        for fl in hops:
+            hit = job == self.job_names.index(fl.job)
+            if fl.channel is not None:
+                hit &= chan == fl.channel
+            factor[hit] = np.maximum(factor[hit], 1 + 0.5 * fl.magnitude)
+        i = nccl.schema.get_field_index("duration_seconds")
+        dur = nccl.column(i).to_numpy(zero_copy_only=False) * factor
+        return nccl.set_column(i, nccl.schema.field(i), pa.array(dur))
 
 
 def _outages(fl: Fault) -> list[tuple[float, float]]:

@@ -170,6 +170,8 @@ class NcclTopology:
     _version: int = 0  # bumped when ranks or links change, to rebuild the lookup indexes
     _dev_by_rank: dict[tuple[str, int, int, int | None], set[int | None]] = field(default_factory=dict)
     _net_by_channel: dict[tuple[str, int, int, int], set[str]] = field(default_factory=dict)
+    _port_version: int = -1
+    _port_by_conn: dict[tuple[str, int, int, int, int], set[str]] = field(default_factory=dict)
     nccl_lines: int = 0
     other_lines: int = 0
     malformed: int = 0  # NCCL lines that look like wiring but do not parse
@@ -240,6 +242,7 @@ class NcclTopology:
                     names = [h[0] for h in _HCA.findall(body)] if m["net"] == "IB" else [body.split(":")[0]]
                     devs[int(d["idx"])] = names
                 (self.nics if m["net"] == "IB" else self.socket_nics)[(host, pid)] = devs
+                self._version += 1  # NIC names resolve the ports of links already seen
             return
         m = _USING_NETWORK.match(msg)
         if m:
@@ -391,6 +394,21 @@ class NcclTopology:
         net = {t for t in seen if t.startswith("NET/")}
         pick = net or seen
         return next(iter(pick)) if len(pick) == 1 else None
+
+    def net_port(self, host: str, pid: int, rank: int, channel: int, peer: int, direction: str) -> str | None:
+        """The NIC port key a rank's network connection to ``peer`` on ``channel`` uses (the
+        profiler's ProxyOp names channel and peer; the channel line names the NIC): None when
+        the lines do not say, or name two NICs (a NIC name only resolves with ``NET/IB : Using``)."""
+        if self._port_version != self._version or self._port_version < 0:
+            self._port_by_conn = {}
+            for lk in self.links:
+                if lk.port is not None:
+                    key = (lk.host, lk.pid, lk.from_rank, lk.to_rank, lk.channel)
+                    self._port_by_conn.setdefault(key, set()).add(lk.port)
+            self._port_version = self._version
+        src, dst = (rank, peer) if direction == "send" else (peer, rank)
+        ports = self._port_by_conn.get((host, pid, src, dst, channel))
+        return next(iter(ports)) if ports is not None and len(ports) == 1 else None
 
     # -- tables and judgements ----------------------------------------------------------------
     def ranks_table(self) -> pa.Table:

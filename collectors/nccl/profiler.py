@@ -1,41 +1,69 @@
 """The NCCL example profiler plugin's trace dump -> per-channel kernel timings and per-peer proxy steps.
 
-The example plugin (NVIDIA/nccl ``plugins/profiler/example``, ``print_event.cc``) writes
-``${NCCL_PROFILE_DUMP_FILE}-<hostname>-<tid>.txt``: a Chrome-trace JSON array, one event per
-line (``{...},``), closed by ``{}]``. Events open (``"ph": "b"``, with ``args``) and close
-(``"ph": "e"``) and nest in file order: a ``COLL`` event (args ``SeqNum``, ``CommHash``,
-``Rank``, ``Count``, ``Datatype``, ``Algorithm``, ``Protocol``, ``nChannels``) encloses its
-``KernelCh`` events (args ``Channel``, ``StartGpuClk``, ``StopGpuClk``: GPU globaltimer, ns)
-and its ProxyOps (``ScheduleSend``/``ProgressSend``/``ScheduleRecv``/``ProgressRecv`` with
-``Channel``, ``Peer``, ``Steps``, ``ChunkSize``, ``transSize``), and a ``Progress*`` op
-encloses its network steps (``cat`` ``NET``: ``SendGpuWait``, ``SendPeerWait``,
-``SendWait``, ``RecvWait``, ``RecvFlushWait``, ``RecvGpuWait`` with ``Step``). ``ts`` is
-CPU microseconds since the plugin started.
+The example plugin (NVIDIA/nccl ``plugins/profiler/example``, ``print_event.cc``) writes, when
+a communicator is finalized, ``${NCCL_PROFILE_DUMP_FILE}_<commHash>_<rank>.json`` (``plugin.cc``
+``openTraceFile``; its README says ``-hostname-tid.txt``, which the code no longer does): a
+Chrome-trace JSON array, one event per line (``{...},``), closed by ``{}]``. Events open
+(``"ph": "b"``, with ``args``) and close (``"ph": "e"``) and nest in file order: a ``COLL``
+event (args ``SeqNum``, ``CommHash``, ``Rank``, ``Count``, ``Datatype``, ``Algorithm``,
+``Protocol``, ``nChannels``) or ``P2P`` event encloses its ``KernelCh`` events (args
+``Channel``, ``StartGpuClk``, ``StopGpuClk``: GPU globaltimer, ns) and its ProxyOps
+(``ScheduleSend``/``ProgressSend``/``ScheduleRecv``/``ProgressRecv`` with ``Channel``,
+``Peer``, ``Steps``, ``ChunkSize``, ``transSize``: the bytes its steps moved), and a
+``Progress*`` op encloses its ProxySteps (``cat`` ``NET``: ``SendGpuWait``, ``SendPeerWait``,
+``SendWait`` / ``RecvWait``, ``RecvFlushWait``, ``RecvGpuWait`` with ``Step``: one step's
+consecutive wait states). Network-plugin events nest inside the step that posted them: the IB
+plugin's ``Qp`` (``cat`` ``NET_IB``, args ``device``, ``qp_num``, ``opcode``, ``wr_id``,
+``size``: ``ncclProfilerNetIbDescr_v1_t``) inside ``SendWait`` or ``RecvWait``, the socket
+plugin's ``Sock`` (``NET_SOCK``: ``sock``, ``op``, ``size``). ``ts`` is CPU microseconds since
+the plugin started. Profiler API v4 (NCCL 2.27) wraps collectives in ``GROUP`` events; v5 (2.28+)
+adds ``GROUP_API``, ``COLL_API``, ``P2P_API`` and ``KERNEL_LAUNCH`` above them. The proxy lines
+are the same in both, so both parse alike; the API events are skipped.
 
 The parser is lenient because dumps are not always valid JSON: older releases printed
 pointers and data types unquoted (``"Stream": 0x5020000567d0``, ``"datatype": ncclFloat32``),
 the README sample has a typographic quote, and a trace cut short by a crash has no closing
 ``]``. Each line is repaired on its own and a line that still does not parse is skipped and
 counted. Association is by nesting in file order (a step belongs to the innermost open
-``Progress`` op of its direction), which is how the plugin prints them.
+``Progress`` op of its direction, a QP event to the innermost open step), which is how the
+plugin prints them.
+
+:meth:`ProfilerParser.proxy_rows` turns each finished ProxyOp into one ``nccl_proxy`` row: its
+steps' seconds per wait state summed, the bytes and steps it moved, and the QP it used.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from collectors.nccl.common import DTYPE_BYTES, TimingRows, as_float, as_int
+from collectors.nccl.proxy import ProxyRows
 
 _BARE_VALUE = re.compile(r"(:\s*)(0x[0-9a-fA-F]+|\(nil\)|-?nan|-?inf|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])")
 _KEEP = {"true", "false", "null"}
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2033": '"'})
 _PROXY_OPS = {"ScheduleSend", "ProgressSend", "ScheduleRecv", "ProgressRecv"}
+#: ProxyStep state names as printed (``SendGpuWait``) or as the API enum spells them
+#: (``SendGPUWait``), lower-cased -> the nccl_proxy column that sums them.
+WAIT_COLUMN = {
+    "sendgpuwait": "send_gpu_wait_seconds",
+    "sendpeerwait": "send_peer_wait_seconds",
+    "sendwait": "send_wait_seconds",
+    "recvwait": "recv_wait_seconds",
+    "recvflushwait": "recv_flush_wait_seconds",
+    "recvgpuwait": "recv_gpu_wait_seconds",
+}
+_NET_PLUGIN = {"NET_IB", "NET_SOCK"}
+
+#: (host, pid, rank) -> CUDA device; (host, pid, rank, channel, peer, direction) -> NIC port key.
+DeviceOf = Callable[[str, int, int], int | None]
+PortOf = Callable[[str, int, int, int, int, str], str | None]
 
 
 def lenient_event(line: str) -> dict[str, Any] | None:
@@ -84,12 +112,15 @@ class ProfilerParser:
     kernels: list[dict[str, Any]] = field(default_factory=list)
     proxy_ops: list[dict[str, Any]] = field(default_factory=list)
     proxy_steps: list[dict[str, Any]] = field(default_factory=list)
+    net_events: list[dict[str, Any]] = field(default_factory=list)  # QP / socket events of the steps
     skipped: int = 0  # lines that look like events but do not parse
     problems: list[str] = field(default_factory=list)
     _open_colls: list[int] = field(default_factory=list)  # stack of indices into colls
     _open: dict[tuple[str, str, Any], _Open] = field(default_factory=dict)
     _progress: dict[str, list[int]] = field(default_factory=lambda: {"send": [], "recv": []})
+    _steps_open: list[int] = field(default_factory=list)  # NET steps begun and not ended, file order
     _lines: int = 0
+    _next_op: int = 0  # first ProxyOp not yet turned into an nccl_proxy row
 
     def feed(self, lines: Iterable[str | bytes]) -> None:
         for raw in lines:
@@ -160,8 +191,14 @@ class ProfilerParser:
                         "steps": as_int(args.get("Steps")),
                         "chunk_size": as_int(args.get("ChunkSize")),
                         "trans_size": as_int(args.get("transSize")),
+                        "pid": as_int(ev.get("pid")),
                         "start_us": ts,
                         "stop_us": None,
+                        "waits": {},
+                        "step_ids": set(),
+                        "qps": [],
+                        "net_device": None,
+                        "emitted": False,
                     }
                 )
                 if name.startswith("Progress"):
@@ -186,6 +223,33 @@ class ProfilerParser:
                     }
                 )
                 self._open[key] = _Open(name, cat, ev.get("id"), ts, args, len(self.proxy_steps) - 1)
+                self._steps_open.append(len(self.proxy_steps) - 1)
+                return
+            elif cat in _NET_PLUGIN:
+                step = self._steps_open[-1] if self._steps_open else None
+                self.net_events.append(
+                    {
+                        "step": step,
+                        "kind": "qp" if cat == "NET_IB" else "socket",
+                        "device": as_int(args.get("device")),
+                        "qp_num": as_int(args.get("qp_num")),
+                        "opcode": as_int(args.get("opcode")),
+                        "wr_id": as_int(args.get("wr_id")),
+                        "sock": as_int(args.get("sock")),
+                        "size": as_int(args.get("size")),
+                        "start_us": ts,
+                        "stop_us": None,
+                    }
+                )
+                op_idx = self.proxy_steps[step]["op"] if step is not None else None
+                if op_idx is not None and cat == "NET_IB":
+                    op = self.proxy_ops[op_idx]
+                    qp, dev = self.net_events[-1]["qp_num"], self.net_events[-1]["device"]
+                    if qp is not None and qp not in op["qps"]:
+                        op["qps"].append(qp)
+                    if dev is not None and op["net_device"] is None:
+                        op["net_device"] = dev
+                self._open[key] = _Open(name, cat, ev.get("id"), ts, args, len(self.net_events) - 1)
                 return
             return
         # ph == "e": close what it ends.
@@ -205,7 +269,18 @@ class ProfilerParser:
                 if opened.parent in stack:
                     stack.remove(opened.parent)
         elif cat == "NET":
-            self.proxy_steps[opened.parent]["stop_us"] = ts
+            st = self.proxy_steps[opened.parent]
+            st["stop_us"] = ts
+            if opened.parent in self._steps_open:
+                self._steps_open.remove(opened.parent)
+            col = WAIT_COLUMN.get(name.lower())
+            d = _dur(st)
+            if st["op"] is not None and col is not None and d is not None:
+                op = self.proxy_ops[st["op"]]
+                op["waits"][col] = op["waits"].get(col, 0.0) + d
+                op["step_ids"].add(st["step"])
+        elif cat in _NET_PLUGIN:
+            self.net_events[opened.parent]["stop_us"] = ts
 
     # -- output -----------------------------------------------------------------------------------
     def _coll_field(self, idx: int | None, name: str) -> Any:
@@ -298,6 +373,97 @@ class ProfilerParser:
             )
         return len(self.kernels)
 
+    def net_table(self) -> pa.Table:
+        """One row per network-plugin event: the QP (IB) or socket that carried a step."""
+        ev = self.net_events
+        step = lambda name: [self.proxy_steps[r["step"]][name] if r["step"] is not None else None for r in ev]  # noqa: E731
+        return pa.table(
+            {
+                "kind": pa.array([r["kind"] for r in ev], pa.string()),
+                "direction": pa.array(step("direction"), pa.string()),
+                "state": pa.array(step("state"), pa.string()),
+                "step": pa.array(step("step"), pa.int32()),
+                "channel": pa.array(step("channel"), pa.int16()),
+                "peer": pa.array(step("peer"), pa.int32()),
+                "device": pa.array([r["device"] for r in ev], pa.int16()),
+                "qp_num": pa.array([r["qp_num"] for r in ev], pa.int64()),
+                "opcode": pa.array([r["opcode"] for r in ev], pa.int32()),
+                "wr_id": pa.array([r["wr_id"] for r in ev], pa.uint64()),
+                "sock": pa.array([r["sock"] for r in ev], pa.int32()),
+                "size": pa.array([r["size"] for r in ev], pa.int64()),
+                "duration_seconds": pa.array([_dur(r) for r in ev], pa.float64()),
+            }
+        )
+
+    def proxy_rows(
+        self,
+        rows: ProxyRows,
+        *,
+        job: str,
+        host: str | None = None,
+        device_of: DeviceOf | None = None,
+        port_of: PortOf | None = None,
+        observed_us: int | None = None,
+    ) -> int:
+        """Add one nccl_proxy row per finished ``Progress`` op not added before; returns how many.
+
+        An op is finished when its end was printed or its collective closed (a dump cut inside
+        an op still gives the steps it has). ``device_of(host, pid, rank)`` and ``port_of(host,
+        pid, rank, channel, peer, direction)`` resolve the GPU and NIC from NCCL_DEBUG lines.
+        """
+        added = 0
+        ops = self.proxy_ops
+        i = self._next_op
+        while i < len(ops) and (ops[i]["emitted"] or ops[i]["phase"] == "schedule"):
+            i += 1
+        self._next_op = i
+        for op in ops[i:]:
+            if op["emitted"] or op["phase"] != "progress":
+                continue
+            c = self.colls[op["coll"]] if op["coll"] is not None else None
+            if op["stop_us"] is None and (c is None or c["stop_us"] is None):
+                continue
+            op["emitted"] = True
+            if c is None or c["comm_hash"] is None or c["rank"] is None:
+                continue
+            if op["channel"] is None or op["peer"] is None:
+                continue
+            pid = op["pid"] if op["pid"] is not None else c["pid"]
+            rank, direction = c["rank"], op["direction"]
+            dev = device_of(host, pid, rank) if device_of is not None and host and pid is not None else None
+            port = (
+                port_of(host, pid, rank, op["channel"], op["peer"], direction)
+                if port_of is not None and host and pid is not None
+                else None
+            )
+            waits = op["waits"]
+            prefix = direction + "_"
+            rows.add(
+                job=job,
+                communicator=f"0x{c['comm_hash']:x}",
+                rank=rank,
+                host=host,
+                device=dev,
+                pid=pid,
+                collective=c["collective"],
+                seq=c["seq"],
+                channel=op["channel"],
+                peer=op["peer"],
+                direction=direction,
+                steps=op["steps"] if op["steps"] is not None else (len(op["step_ids"]) or None),
+                bytes=op["trans_size"] if op["trans_size"] else None,
+                duration_seconds=_dur(op),
+                # A state no step of the op printed is unknown (a cut dump), not 0.
+                waits={k: v for k, v in waits.items() if k.startswith(prefix)},
+                port=port,
+                net_device=op["net_device"],
+                qp_num=op["qps"][0] if op["qps"] else None,
+                qps=len(op["qps"]) or None,
+                observed_us=observed_us,
+            )
+            added += 1
+        return added
+
 
 def _dur(r: dict[str, Any]) -> float | None:
     if r["start_us"] is None or r["stop_us"] is None or r["stop_us"] < r["start_us"]:
@@ -310,6 +476,23 @@ def host_from_dump_name(name: str) -> str | None:
     only the part after the first dash is taken as the host (``<prefix>-<hostname>-<tid>.txt``)."""
     m = re.match(r"^[^-]+-(?P<host>.+)-(?P<tid>\d+)\.txt$", name)
     return m.group("host") if m else None
+
+
+_JSON_DUMP = re.compile(r"^(?P<prefix>.*)_(?P<hash>\d+)_(?P<rank>\d+)\.json$")
+
+
+def dump_name_parts(name: str) -> tuple[str | None, int | None, int | None]:
+    """(host, commHash, rank) from a dump's file name, where it says them.
+
+    ``<prefix>_<commHash>_<rank>.json`` is what ``plugin.cc`` writes; the prefix is the last
+    part of ``NCCL_PROFILE_DUMP_FILE``, which a launcher sets per host (``.../$(hostname)``),
+    so it is taken as the host. ``<prefix>-<host>-<tid>.txt`` is the README's naming.
+    """
+    m = _JSON_DUMP.match(name)
+    if m:
+        prefix = m.group("prefix")
+        return (prefix or None), int(m.group("hash")), int(m.group("rank"))
+    return host_from_dump_name(name), None, None
 
 
 def parse_profiler_trace(text: str) -> ProfilerParser:

@@ -40,11 +40,14 @@ from collectors.nccl.common import TimingRows
 from collectors.nccl.debug_log import NcclTopology
 from collectors.nccl.inspector import InspectorParser, iter_json_values
 from collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
-from collectors.nccl.profiler import ProfilerParser, host_from_dump_name
+from collectors.nccl.profiler import ProfilerParser, dump_name_parts
+from collectors.nccl.proxy import ProxyRows
 from collectors.nccl.transport import transport_batch
 
 Format = Literal["inspector", "nccl_tests", "profiler"]
-DEFAULT_PATTERN: dict[str, str] = {"inspector": "*-pid*.log", "nccl_tests": "*.log", "profiler": "*.txt"}
+#: The example profiler plugin writes ``<NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json`` (its README's
+#: ``-hostname-tid.txt`` naming needs ``pattern: "*.txt"``).
+DEFAULT_PATTERN: dict[str, str] = {"inspector": "*-pid*.log", "nccl_tests": "*.log", "profiler": "*.json"}
 _FINGERPRINT = 1024
 _JOB_DIR = re.compile(r"^nccl-inspector-(?P<job>.+)$")
 _PROC = re.compile(rb"^\s*(?:\[[^\]]*\]\s+)?([^\s:\[\]]+):(\d+):\d+\s")
@@ -249,6 +252,7 @@ class NcclFileCollector:
         self._transport_age = 0
         self.skipped_lines = 0
         self.rows_total = 0
+        self._proxy = ProxyRows()  # profiler ProxyOps parsed by the last collect()
         self.last_problems: list[str] = []
         # A scrape that timed out keeps running in its thread; the next must not share the state.
         self._busy = threading.Lock()
@@ -339,18 +343,34 @@ class NcclFileCollector:
         problems.extend(f"{name} {p}" for p in st.problems[seen:])
         del st.problems[:]
         mtime = int(tf.path.stat().st_mtime * 1e6) if tf.path.exists() else None
-        tf.emitted = st.timing_rows(
-            rows, job=self._job(tf.path), host=host_from_dump_name(name), observed_us=mtime, start=tf.emitted
+        host = dump_name_parts(name)[0]
+        job = self._job(tf.path)
+        tf.emitted = st.timing_rows(rows, job=job, host=host, observed_us=mtime, start=tf.emitted)
+        topo = self.topology
+        st.proxy_rows(
+            self._proxy,
+            job=job,
+            host=host,
+            device_of=topo.device_of if topo is not None else None,
+            port_of=topo.net_port if topo is not None else None,
+            observed_us=mtime,
         )
         return st.skipped - before
+
+    def collect_proxy(self) -> pa.RecordBatch | None:
+        """The profiler's per-peer network steps (``nccl_proxy``) parsed by the last
+        :meth:`collect`, as one batch; None when there were none (or not a profiler source)."""
+        rows, self._proxy = self._proxy, ProxyRows()
+        return rows.to_batch() if len(rows) else None
 
     def _collect_once(self) -> tuple[pa.RecordBatch, ...]:
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("the previous scrape of this directory is still reading")
         try:
             timing = self.collect()
+            proxy = self.collect_proxy()
             wiring = self.collect_transport(timing.column("time")[0].as_py() if timing is not None else None)
-            return tuple(b for b in (timing, wiring) if b is not None)
+            return tuple(b for b in (timing, proxy, wiring) if b is not None)
         finally:
             self._busy.release()
 
@@ -464,7 +484,7 @@ class NcclSourceConfig(BaseModel):
     type: Literal["nccl"] = "nccl"
     directory: Path
     format: Format = "inspector"
-    #: Glob under ``directory``; default by format: ``*-pid*.log``, ``*.log``, ``*.txt``.
+    #: Glob under ``directory``; default by format: ``*-pid*.log``, ``*.log``, ``*.json``.
     pattern: str | None = None
     #: Job id for every row; default: the file's directory name (``nccl-inspector-<id>`` -> ``<id>``).
     job: str | None = None

@@ -108,3 +108,14 @@ def test_a_compute_straggler_is_its_hosts_even_behind_a_slow_path() -> None:
     host = v["gpu-0002"]
     assert (host["side"], host["blamed_switch"], host["ports"]) == ("host", None, [])
     assert v["leaf-r2-000"]["side"] == "network"
+
+
+def test_a_slow_hop_is_a_network_verdict_on_both_ends() -> None:
+    hop = {"id": 20, "kind": "nccl_hop_slow", "node": None, "port": "gpu-0002/mlx5_3", "severity": "warning",
+           "status": "open", "summary": "NCCL hop gpu-0002/mlx5_3 -> gpu-0003/mlx5_3 slow",
+           "evidence": {"src_host": "gpu-0002", "dst_host": "gpu-0003",
+                        "src_port": "gpu-0002/mlx5_3", "dst_port": "gpu-0003/mlx5_3"}}  # fmt: skip
+    v = by_node([hop])
+    assert sorted(v) == ["gpu-0002", "gpu-0003"]
+    assert {x["side"] for x in v.values()} == {"network"}
+    assert v["gpu-0003"]["ports"] == ["gpu-0003/mlx5_3"] and v["gpu-0002"]["incident_ids"] == [20]

@@ -18,6 +18,7 @@ from detectors.findings import Finding
 from detectors.link_flap import LinkFlapDetector
 from detectors.link_state import LinkDowngradeDetector
 from detectors.nccl_channel import NcclChannelOutlier
+from detectors.nccl_peer import NcclHopDetector
 from detectors.nccl_step import NcclStepTime
 from detectors.nccl_straggler import NcclStraggler
 from detectors.nccl_transport import NcclTransportDetector
@@ -88,7 +89,7 @@ def test_rejects_other_records() -> None:
     link = make_batch(
         LINK, 1, {"a_port": pa.array(["a/1"]), "b_port": pa.array(["b/1"]), "source": pa.array(["x"])}
     )
-    with pytest.raises(ValueError, match="port_sample, nccl_timing or nccl_transport"):
+    with pytest.raises(ValueError, match="port_sample, nccl_timing, nccl_transport or nccl_proxy"):
         pipe.process(link)
     bare = pa.RecordBatch.from_pydict({"time": [1]})
     with pytest.raises(ValueError, match="metadata"):
@@ -111,6 +112,7 @@ def test_default_detectors() -> None:
         NcclStraggler,
         NcclStepTime,
         NcclTransportDetector,
+        NcclHopDetector,
     ]
     assert pipe.kinds == sorted(
         [
@@ -128,6 +130,7 @@ def test_default_detectors() -> None:
             "nccl_transport_fallback",
             "nccl_gdrdma_missing",
             "nccl_channels_reduced",
+            "nccl_hop_slow",
         ]
     )
     assert [type(d) for d in default_detectors(sim.fabric)] == kinds
@@ -196,10 +199,12 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
             findings += pipe.process(s.nccl_timing)
         if s.nccl_transport is not None:
             findings += pipe.process(s.nccl_transport)
+        if s.nccl_proxy is not None:
+            findings += pipe.process(s.nccl_proxy)
     truth = truth_document(sim)
     report = score(findings, truth, pipe.kinds)
 
-    assert len(truth["faults"]) == 20
+    assert len(truth["faults"]) == 21
     assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
     covered = {k for k, s in report.by_fault.items() if s.covered}
     assert covered == set(FAULT_KINDS)

@@ -106,8 +106,8 @@ def test_kind_tables_are_consistent() -> None:
 def test_default_requests_cover_every_kind_without_overlap() -> None:
     reqs = default_requests(1300.0)
     assert {r.kind for r in reqs} == set(FAULT_KINDS) | set(BENIGN_KINDS)
-    assert len(reqs) == 20
-    slot = 1300.0 / 20
+    assert len(reqs) == 21
+    slot = 1300.0 / 21
     durations = {r.kind: r.duration_s for r in reqs}
     assert durations == pytest.approx(
         {
@@ -122,7 +122,7 @@ def test_default_requests_cover_every_kind_without_overlap() -> None:
         }
     )
     starts = [r.start_s for r in reqs if r.kind != "job_slowdown"]
-    assert starts == pytest.approx([0.1 * slot + slot * i for i in range(19)])
+    assert starts == pytest.approx([0.1 * slot + slot * i for i in range(21) if i != 19])
     job = next(r for r in reqs if r.kind == "job_slowdown")
     assert job.start_s + job.duration_s <= 1300.0
     # Every fault has its own stretch of the timeline, but the job-wide slowdown (a job, not a port).
@@ -181,9 +181,9 @@ def test_short_retrain_window_is_its_magnitude() -> None:
 
 def test_resolve_default_targets_do_not_overlap() -> None:
     faults = resolve("default", duration=1300.0, seed=3)
-    assert [f.id for f in faults] == [f"f{i:03d}" for i in range(20)]
+    assert [f.id for f in faults] == [f"f{i:03d}" for i in range(21)]
     ports = [f.port for f in faults if f.port is not None]
-    assert len(ports) == 12  # link/port faults plus the three rank faults
+    assert len(ports) == 13  # link/port faults, the three rank faults and the slow hop's sender
     peers = {f.peer for f in faults if f.peer}
     assert len(set(ports)) == len(ports)
     assert not set(ports) & peers
@@ -204,6 +204,9 @@ def test_resolve_default_targets_do_not_overlap() -> None:
             assert f.node.startswith("gpu-") and f.port is None and f.job
         elif f.kind in ("job_slowdown", "slow_step"):
             assert f.job and f.node is None
+        elif f.kind == "slow_hop":
+            assert f.node is None and f.job
+            assert f.extra["hosts"] == [p.split("/")[0] for p in (f.port, f.peer)]
         assert f.benign == (f.kind in BENIGN_KINDS)
 
 

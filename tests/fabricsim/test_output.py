@@ -29,11 +29,13 @@ def test_write_simulation(tmp_path: Path) -> None:
     rows = write_simulation(sim, tmp_path, lambda done, total: progress.append((done, total)))
 
     assert progress == [(k, 7) for k in range(1, 8)]
-    # One wiring view (the first NCCL poll): 64 ranks.
-    assert rows == {"port_sample": 7 * 256 - 2 * 16, "nccl_timing": 6 * 64 * 4, "nccl_transport": 64}
+    # One wiring view (the first NCCL poll): 64 ranks; a send and a receive row per rank and channel.
+    assert rows == {"port_sample": 7 * 256 - 2 * 16, "nccl_timing": 6 * 64 * 4, "nccl_transport": 64,
+                    "nccl_proxy": 6 * 64 * 4 * 2}  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "inventory.json",
         "link",
+        "nccl_proxy",
         "nccl_timing",
         "nccl_transport",
         "port_sample",
@@ -101,16 +103,10 @@ def test_write_simulation(tmp_path: Path) -> None:
     assert nccl[0].schema.names == NCCL_TIMING.names
     assert [f.type for f in nccl[0].schema] == [f.type for f in NCCL_TIMING]
     kinds = [record_kind(b.schema) for b in iter_replay(tmp_path)]
-    # At equal times: port samples, then timings, then the wiring view (sent at the first NCCL poll).
-    assert (
-        kinds
-        == ["port_sample", "port_sample", "nccl_timing", "nccl_transport"]
-        + [
-            "port_sample",
-            "nccl_timing",
-        ]
-        * 5
-    )
+    # At equal times: port samples, timings, the wiring view (sent at the first NCCL poll), proxy steps.
+    assert kinds == ["port_sample", "port_sample", "nccl_timing", "nccl_transport", "nccl_proxy"] + [
+        "port_sample", "nccl_timing", "nccl_proxy",
+    ] * 5  # fmt: skip
 
     # What was written is what the simulator produced.
     again = list(FabricSim(cfg).run())

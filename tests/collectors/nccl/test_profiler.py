@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from collectors.nccl.common import TimingRows
-from collectors.nccl.profiler import ProfilerParser, host_from_dump_name, lenient_event, parse_profiler_trace
+from collectors.nccl.profiler import (
+    ProfilerParser,
+    dump_name_parts,
+    host_from_dump_name,
+    lenient_event,
+    parse_profiler_trace,
+)
+from collectors.nccl.proxy import ProxyRows
 
 TRACE = Path("nccl") / "nccl_profiler_example_readme_trace.txt"
 
@@ -97,3 +104,80 @@ def test_host_from_dump_file_name() -> None:
     assert host_from_dump_name("nccl_profile-gpu-0003-4242.txt") == "gpu-0003"
     assert host_from_dump_name("prof-node01-17.txt") == "node01"
     assert host_from_dump_name("trace.json") is None
+
+
+DUMPS = Path(__file__).parent / "profiler_dumps"
+V5 = DUMPS / "gpu-0002_9210617411243260523_2.json"
+V4 = DUMPS / "node07_1311768467463790320_0.json"
+
+
+def _proxy(path: Path, **kw: object) -> list[dict]:
+    parser = parse_profiler_trace(path.read_text(encoding="utf-8"))
+    rows = ProxyRows()
+    host, _, _ = dump_name_parts(path.name)
+    parser.proxy_rows(rows, job="j", host=host, observed_us=1_700_000_000_000_000, **kw)  # type: ignore[arg-type]
+    return rows.to_batch().to_pylist()
+
+
+def test_readme_trace_gives_one_proxy_row_per_progress_op(trace: ProfilerParser) -> None:
+    rows = ProxyRows()
+    assert trace.proxy_rows(rows, job="j", host="h") == 2
+    recv, send = rows.to_batch().to_pylist()
+    assert (recv["direction"], recv["channel"], recv["peer"]) == ("recv", 0, 1)
+    assert (recv["steps"], recv["bytes"]) == (4, 524288)
+    # Steps overlap (pipelined): their waits add up to more than the op's own span.
+    assert recv["recv_wait_seconds"] == pytest.approx(
+        (119807.691986 - 119707.677979 + 119844.401001 - 119733.647980 + 120038.847992 - 119753.023987
+         + 120062.944977 - 119772.510986) / 1e6
+    )  # fmt: skip
+    assert recv["send_wait_seconds"] is None  # a receive has no send states: null, not 0
+    # The excerpt cuts the send op after its first step's SendPeerWait: SendWait is unknown.
+    assert send["send_gpu_wait_seconds"] == pytest.approx((119808.636993 - 119710.632996) / 1e6)
+    assert send["send_wait_seconds"] is None and send["duration_seconds"] is None
+    assert trace.proxy_rows(rows, job="j") == 0  # each op once
+
+
+def test_v5_dump_with_ib_qp_events() -> None:
+    assert dump_name_parts(V5.name) == ("gpu-0002", 9210617411243260523, 2)
+    parser = parse_profiler_trace(V5.read_text(encoding="utf-8"))
+    assert parser.skipped == 0
+    (coll,) = parser.colls
+    assert (coll["collective"], coll["seq"], coll["rank"], coll["nchannels"]) == ("AllReduce", 7, 2, 2)
+    qps = parser.net_table().to_pylist()
+    assert len(qps) == 8 and {q["kind"] for q in qps} == {"qp"}
+    assert {(q["direction"], q["state"], q["channel"], q["qp_num"]) for q in qps} == {
+        ("recv", "RecvWait", 0, 4712), ("send", "SendWait", 0, 4711),
+        ("recv", "RecvWait", 1, 4714), ("send", "SendWait", 1, 4713),
+    }  # fmt: skip
+    assert {q["device"] for q in qps} == {0}
+    rows = _proxy(V5, port_of=lambda h, pid, r, ch, peer, d: f"{h}/mlx5_{ch}" if pid == 48211 else None)
+    assert [(r["channel"], r["direction"], r["peer"]) for r in rows] == [
+        (0, "recv", 1), (0, "send", 3), (1, "recv", 1), (1, "send", 3),
+    ]  # fmt: skip
+    send0, send1 = rows[1], rows[3]
+    assert (send0["communicator"], send0["rank"], send0["host"]) == ("0x7fd2afbc4f2eba6b", 2, "gpu-0002")
+    assert send0["send_wait_seconds"] == pytest.approx((30.0 + 31.0) / 1e6)
+    assert send1["send_wait_seconds"] == pytest.approx((60.0 + 61.0) / 1e6)  # the slow hop
+    assert send0["send_gpu_wait_seconds"] == pytest.approx(15.5e-6)
+    assert send0["send_peer_wait_seconds"] == pytest.approx(3e-6)
+    assert (send0["qp_num"], send0["qps"], send0["net_device"]) == (4711, 1, 0)
+    assert (send0["bytes"], send0["steps"], send0["port"]) == (1048576, 2, "gpu-0002/mlx5_0")
+    recv0 = rows[0]
+    assert recv0["recv_wait_seconds"] == pytest.approx(82e-6)
+    assert recv0["recv_flush_wait_seconds"] == pytest.approx(6e-6)
+    assert recv0["recv_gpu_wait_seconds"] == pytest.approx(12.5e-6)
+    assert recv0["qp_num"] == 4712 and recv0["send_wait_seconds"] is None
+
+
+def test_v4_dump_with_socket_events() -> None:
+    parser = parse_profiler_trace(V4.read_text(encoding="utf-8"))
+    assert parser.skipped == 0
+    socks = parser.net_table().to_pylist()
+    assert [(s["kind"], s["sock"], s["direction"]) for s in socks] == [
+        ("socket", 38, "recv"), ("socket", 37, "send"),
+    ]  # fmt: skip
+    recv, send = _proxy(V4)
+    assert (recv["collective"], recv["seq"], recv["host"]) == ("ReduceScatter", 3, "node07")
+    assert send["send_wait_seconds"] == pytest.approx(50e-6)
+    assert send["qp_num"] is None  # sockets have no QP
+    assert recv["recv_wait_seconds"] == pytest.approx(55e-6)

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from collectors.base import ScrapeResult
 from collectors.nccl import NcclFileCollector, NcclSourceConfig, build_collectors, parse_push
 from collectors.nccl.tail import DirectoryTailer, job_from_path
-from collectors.schemas import NCCL_TIMING
+from collectors.schemas import NCCL_PROXY, NCCL_TIMING
 
 NCCL = Path("nccl")
 
@@ -204,13 +204,18 @@ def test_collector_reads_profiler_traces(tmp_path: Path, real_fixtures: Path) ->
     shutil.copy(
         real_fixtures / NCCL / "nccl_profiler_example_readme_trace.txt", tmp_path / "prof-gpu-0007-31.txt"
     )
-    col = NcclFileCollector(tmp_path, format="profiler", job="j")
+    col = NcclFileCollector(tmp_path, "*.txt", format="profiler", job="j")
     batch = col.collect()
     assert batch is not None
     (row,) = batch.to_pylist()
     assert (row["host"], row["channel"], row["communicator"]) == ("gpu-0007", 0, "0x14ba61f9a096f33f")
     assert row["duration_seconds"] == pytest.approx(0.008159232)
-    assert col.collect() is None
+    proxy = col.collect_proxy()
+    assert proxy is not None and proxy.schema == NCCL_PROXY
+    assert [(r["direction"], r["peer"], r["host"]) for r in proxy.to_pylist()] == [
+        ("recv", 1, "gpu-0007"), ("send", 1, "gpu-0007"),
+    ]  # fmt: skip
+    assert col.collect() is None and col.collect_proxy() is None
 
 
 # -- push -----------------------------------------------------------------------------------------
