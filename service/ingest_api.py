@@ -60,6 +60,7 @@ def make_ingest_router(runner: Runner, max_bytes: int) -> APIRouter:
             _check_time(runner, batch)
             batch = _check_hosts(runner, batch)
         if batch.num_rows:
+            _check_communicators(runner, batch)
             runner.push(batch)
         return IngestOut(accepted_rows=batch.num_rows, job=job)
 
@@ -102,3 +103,23 @@ def _check_hosts(runner: Runner, batch: pa.RecordBatch) -> pa.RecordBatch:
             "(ingest.unknown_hosts: drop counts and drops them instead)",
         )  # fmt: skip
     return batch.filter(known)
+
+
+def _check_communicators(runner: Runner, batch: pa.RecordBatch) -> None:
+    """Bound the state pushes create: at most ``ingest.max_communicators`` live at once."""
+    cfg = runner.settings.ingest
+    comms = pc.unique(batch.column("communicator").cast(pa.string())).to_pylist()
+    now = time.time()
+    live = runner.push_communicators
+    for c, seen in list(live.items()):
+        if seen < now - parse_duration(cfg.max_age):
+            del live[c]
+    new = [c for c in comms if c not in live]
+    if len(live) + len(new) > cfg.max_communicators:
+        runner.reject("nccl_timing", "communicator_cap", batch.num_rows)
+        raise HTTPException(
+            422, f"this push adds {len(new)} communicators to the {len(live)} pushed ones graywire tracks, "
+            f"over ingest.max_communicators ({cfg.max_communicators})",
+        )  # fmt: skip
+    for c in comms:
+        live[c] = now

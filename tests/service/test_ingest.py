@@ -195,3 +195,20 @@ def test_nccl_directory_source_is_built_from_config(tmp_path: Path) -> None:
     assert [c.source for c in collectors] == ["fabricsim", "nccl"]
     assert collectors[1].target.endswith(str(tmp_path)) or str(tmp_path) in collectors[1].target
     assert fabric.n_ports == 256
+
+
+def test_pushed_communicators_are_bounded(tmp_path: Path) -> None:
+    """A flood of distinct communicators cannot grow detector state without end."""
+    with make_client(tmp_path, ingest={"max_communicators": 3}) as c:
+        t = time.time()
+
+        def push(comm: str) -> Any:
+            body = inspector_record("gpu-0001", t).replace('"0xabc"', json.dumps(comm)).encode()
+            return c.post("/api/v1/ingest/nccl", params={"job": "j"}, content=body,
+                          headers={"content-type": "application/x-ndjson"})  # fmt: skip
+
+        assert [push(f"0x{i}").status_code for i in range(3)] == [202] * 3
+        assert push("0x1").status_code == 202  # a known one is fine
+        r = push("0x99")
+        assert r.status_code == 422 and "ingest.max_communicators (3)" in r.json()["detail"]
+        assert 'reason="communicator_cap"' in c.get("/metrics").text
