@@ -26,6 +26,7 @@ from detectors.nccl_channel import NcclChannelOutlier
 from detectors.nccl_step import NcclStepTime
 from detectors.nccl_transport import NcclTransportDetector
 from detectors.rates import CounterRates
+from detectors.saturation import CounterSaturationDetector
 
 
 def default_detectors(
@@ -43,6 +44,7 @@ def default_detectors(
         PfcStormDetector(fabric),
         EcnHotspotDetector(fabric),
         XmitWaitDetector(fabric),
+        CounterSaturationDetector(fabric),
         NcclChannelOutlier(fabric),
         NcclStepTime(),
         NcclTransportDetector(),
