@@ -48,8 +48,10 @@ MAX_PAUSE_SECONDS_PER_SECOND = 1.05
 MAX_OTHER_PER_SECOND = 1e12
 
 _DICT_CACHE_SIZE = 16
-#: Bit i of ``saturated_counters`` is ``ERROR_COLUMNS[i]`` read at its saturating maximum.
-SATURATION_BITS: dict[str, int] = {c: 1 << i for i, c in enumerate(ERROR_COLUMNS)}
+#: Counters whose saturation is reported: the error counters, then xmit wait (congestion).
+SATURATION_COLUMNS: tuple[str, ...] = (*ERROR_COLUMNS, "xmit_wait_ticks")
+#: Bit i of ``saturated_counters`` is ``SATURATION_COLUMNS[i]`` read at its saturating maximum.
+SATURATION_BITS: dict[str, int] = {c: 1 << i for i, c in enumerate(SATURATION_COLUMNS)}
 #: Counters that always move on a live link: when every one of them, and every other counter,
 #: reads exactly as before, the row is the source's previous snapshot served again.
 _MOVING = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "phy_received_bits")

@@ -1,8 +1,8 @@
 """Saturated error counters: evidence, not silence.
 
 Legacy IB PortCounters stick at ``2**bits - 1`` (IBA vol. 1, PortCounters), and fleets read
-``link_downed`` 255, ``port_xmit_discards`` 65535 from sysfs on their worst links
-(leptonai/gpud#943). The rate of a stuck counter is unknown, but its reading says "at least
+``link_downed`` 255, ``port_xmit_discards`` 65535, ``port_xmit_wait`` 2**32-1 from sysfs on
+their worst links (leptonai/gpud#943). The rate of a stuck counter is unknown, but its reading says "at least
 this many since the last clear", which is bad news: this detector reports it on the port. It
 clears when the counter is cleared (no saturated error counter for ``close_after`` polls with
 counters); a poll without counter data for the port says nothing.
@@ -20,6 +20,7 @@ from collectors.counters import ERROR_COLUMNS, IBA_COUNTERS
 from collectors.model import Fabric
 from detectors.base import Hysteresis, HysteresisConfig, PortIndexer, column
 from detectors.findings import Finding
+from detectors.rates import SATURATION_COLUMNS
 
 #: Column -> legacy width, for the evidence (saturating sources are the legacy IBA fields).
 _WIDTH = {c.column: c.legacy_bits for c in IBA_COUNTERS.values() if c.legacy_bits}
@@ -73,9 +74,12 @@ class CounterSaturationDetector:
         key = f.keys[port]
         counters = [
             {"counter": c, "value": 2 ** _WIDTH.get(c, 64) - 1, "width": _WIDTH.get(c)}
-            for i, c in enumerate(ERROR_COLUMNS)
+            for i, c in enumerate(SATURATION_COLUMNS)
             if mask >> i & 1
         ]
+        # A stuck error counter is bad news; a stuck xmit-wait counter alone is only congestion
+        # history (busy healthy ports fill a 32-bit PortXmitWait in hours): info.
+        errors = any(c["counter"] in ERROR_COLUMNS for c in counters)
         names = ", ".join(f"{c['counter']} at {c['value']}" for c in counters)
         summary = (
             f"{key}: {names} (saturated: at least that many since the last clear)"
@@ -87,7 +91,7 @@ class CounterSaturationDetector:
             entity=key,
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity="warning" if errors else "info",
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=f.node_of(port),

@@ -70,3 +70,22 @@ def test_saturation_detector_runs_in_the_default_pipeline() -> None:
     assert "counter_saturated" in pipe.kinds
     found = pipe.process(poll(0, 255, 0)) + pipe.process(poll(1, 255, 0))
     assert [f.kind for f in found] == ["counter_saturated"]
+
+
+def test_saturated_xmit_wait_alone_is_info() -> None:
+    schema = with_counter_widths(PORT_SAMPLE, {"xmit_wait_ticks": 32}, saturating=("xmit_wait_ticks",))
+    b = make_batch(
+        schema,
+        1,
+        {
+            "time": pa.array([T0], TS),
+            "port": pa.array([HOST]).dictionary_encode(),
+            "source": pa.array(["perfquery"]).dictionary_encode(),
+            "xmit_wait_ticks": pa.array([2**32 - 1], pa.uint64()),
+        },
+    )
+    (f,) = CounterSaturationDetector(FABRIC).observe(CounterRates().observe(b))
+    assert (f.severity, f.evidence["counters"]) == (
+        "info",
+        [{"counter": "xmit_wait_ticks", "value": 2**32 - 1, "width": 32}],
+    )
