@@ -17,12 +17,15 @@ value is recognized by the rates stage (the value exceeds the width). Data count
 words (×4 for bytes). PortRcvErrorDetails fields have no canonical column and stay in
 :attr:`PerfqueryBlock.values`.
 
-perfquery has no port state and no timestamps: a batch's ``time`` is when the command ran.
+perfquery has no port state and no timestamps: a batch's ``time`` is when the command ran. The
+host agent can run it per InfiniBand port (``graywire agent --perfquery perfquery``) to replace
+sysfs's saturating 16-bit error counters with the 64-bit Extended ones.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from collectors.counters import CounterSpec, iba_spec
+from collectors.host.sysfs import PortReading
 from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
 
 BlockKind = Literal["legacy", "extended", "rcv_error_details", "extended_speeds", "other"]
@@ -152,3 +156,53 @@ def perfquery_batch(
             bits[c] = int(ws[0])
     schema = with_counter_widths(PORT_SAMPLE, bits, tuple(sorted(bits)))
     return make_batch(schema, n, cols)
+
+
+class PerfqueryCommand:
+    """Runs ``perfquery -x -C <device> -P <port>`` (the local port's PortCountersExtended).
+
+    Needs access to the umad device (root, or the ``rdma`` group on most distributions). A
+    missing binary, a timeout or a non-zero exit gives no blocks and a message.
+    """
+
+    def __init__(self, binary: str = "perfquery", timeout: float = 5.0) -> None:
+        self.binary = binary
+        self.timeout = timeout
+
+    def read(self, device: str, port: int) -> tuple[list[PerfqueryBlock], str | None]:
+        args = [self.binary, "-x", "-C", device, "-P", str(port)]
+        if device.startswith("-") or "/" in device:
+            return [], f"invalid device name {device!r}"
+        try:
+            p = subprocess.run(args, capture_output=True, text=True, timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return [], f"{' '.join(args)}: timed out after {self.timeout:g} s"
+        except OSError as e:
+            return [], f"{' '.join(args)}: {e}"
+        if p.returncode != 0:
+            msg = (p.stderr or p.stdout).strip().splitlines()
+            return [], f"{' '.join(args)}: exit {p.returncode}: {msg[0] if msg else ''}"
+        try:
+            return parse_perfquery(p.stdout), None
+        except ValueError as e:
+            return [], f"{' '.join(args)}: {e}"
+
+
+def apply_perfquery(readings: Sequence[PortReading], cmd: PerfqueryCommand) -> list[str]:
+    """Fold each InfiniBand port's 64-bit PortCountersExtended values into its reading.
+
+    sysfs error counters are the legacy, saturating PortCounters fields; ``perfquery -x`` has
+    the Extended ones on HCAs that support them, so those replace the narrow values.
+    """
+    errors: list[str] = []
+    for r in readings:
+        if r.device is None or r.port_num is None or r.ethernet:
+            continue
+        blocks, err = cmd.read(r.device, r.port_num)
+        if err:
+            errors.append(err)
+        for block in blocks:
+            for spec, value in block_specs(block):
+                if spec.bits >= 64:
+                    r.set_counter(spec.column, value * spec.scale)
+    return errors

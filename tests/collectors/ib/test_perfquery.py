@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from collectors.counters import iba_spec
-from collectors.perfquery import parse_perfquery, perfquery_batch
+from collectors.host.sysfs import PortReading
+from collectors.perfquery import PerfqueryCommand, apply_perfquery, parse_perfquery, perfquery_batch
 from collectors.schemas import COUNTER_BITS_KEY, SATURATING_KEY
 
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -122,3 +123,25 @@ def test_rsfec_spellings_of_perfquery_and_ufm_share_one_column() -> None:
 def test_field_before_header_is_rejected() -> None:
     with pytest.raises(ValueError, match="not perfquery output"):
         parse_perfquery("SymbolErrorCounter:......3\n")
+
+
+def test_agent_replaces_saturating_sysfs_errors_with_perfquery_x(real_fixtures: Path, tmp_path: Path) -> None:
+    """A fake perfquery printing the real HCA capture: its 64-bit values replace sysfs's."""
+    out = real_fixtures / "infiniband" / "perfquery_extended_hca_0x7cfe9003003b4bde.out"
+    fake = tmp_path / "perfquery"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\ncat {out}\n')
+    fake.chmod(0o755)
+    r = PortReading("mlx5_0", "mlx5_0", 1, None, "InfiniBand", 5, 4)
+    r.set_counter("symbol_errors", 65535, 16)
+    r.set_counter("rx_bytes", 123, 64)
+    errors = apply_perfquery([r], PerfqueryCommand(str(fake)))
+    assert errors == []
+    assert (tmp_path / "args").read_text().split() == ["-x", "-C", "mlx5_0", "-P", "1"]
+    assert r.counters["symbol_errors"] == 0 and "symbol_errors" not in r.narrow
+    assert r.counters["rx_bytes"] == 9752484588300 * 4
+    # A RoCE port has no IB PMA through umad: not queried. A failing binary is a message.
+    roce = PortReading("mlx5_1", "mlx5_1", 1, "eth0", "Ethernet", 5, 4)
+    assert apply_perfquery([roce], PerfqueryCommand("/nonexistent/perfquery")) == []
+    bad = PortReading("mlx5_2", "mlx5_2", 1, None, "InfiniBand", 5, 4)
+    (msg,) = apply_perfquery([bad], PerfqueryCommand("/nonexistent/perfquery"))
+    assert "/nonexistent/perfquery -x -C mlx5_2 -P 1" in msg
