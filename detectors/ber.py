@@ -29,7 +29,7 @@ SEVERITY = {1: "info", 2: "warning", 3: "critical"}
 RULES = (
     "none",
     "pre-FEC BER rising over its 15-min baseline",
-    "pre-FEC BER estimate 10x its 125-min baseline and its peers",
+    "pre-FEC BER 10x its 125-min baseline and its peers",
     "pre-FEC BER over the field level",
     "symbol BER over the field level (fast window)",
     "PDR: symbol BER over 125 min over the field Warning level",
@@ -200,8 +200,10 @@ class BerDetector:
         exact = src == 0
         rising = exact & enough & (pre >= normal) & (pre >= cfg.rising_ratio * np.maximum(slow_pre, 1e-18))
         raise_to(rising, 1, 1)
-        estimated = enough & (src == 1) | enough & (src == 2)
-        est_ok = estimated & (self.fast[1, p] >= cfg.min_estimate_events)
+        # Scale-free: for an estimate (its scale is unsure), and for every port judged by the
+        # generic rule (its levels are too loose to see a link start to degrade).
+        generic = level_of(lambda t: float(t.generic)) > 0
+        est_ok = enough & has_pre & ((src > 0) | generic) & (self.fast[1, p] >= cfg.min_estimate_events)
         peer_med = self._peer_median(p, pre, est_ok)
         est_rising = est_ok & (pre >= cfg.estimate_ratio * np.maximum(long_pre, 1e-18))
         est_rising &= pre >= cfg.peer_ratio * np.maximum(peer_med, 1e-18)
@@ -293,7 +295,7 @@ class BerDetector:
             unc = float(self.fast[2, port])
             rule = int(self._rule[row]) if row is not None else 0
             src = int(self.src[port])
-            estimated = src in (1, 2)
+            estimated = rule == 2 or src in (1, 2)
             evidence |= {
                 "rule": RULES[rule],
                 "pre_fec_from": PRE_FEC_FROM[src] if src >= 0 else PRE_FEC_FROM[3],
@@ -323,7 +325,7 @@ class BerDetector:
             if level == 3 and unc >= 0.5:
                 what = f"{unc:.0f} uncorrectable FEC blocks in the last minute"
             elif rule == 2:
-                what = f"pre-FEC BER estimate {pre:.1e} rising ({RULES[rule]}; {PRE_FEC_FROM[src]})"
+                what = f"pre-FEC BER {pre:.1e} rising ({RULES[rule]}; {PRE_FEC_FROM[src]})"
             elif rule in (5, 6, 7, 8):
                 what = f"symbol errors: {RULES[rule]} ({self.hour[port]:.0f} in the last hour)"
             elif level == 1:
