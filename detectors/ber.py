@@ -25,6 +25,26 @@ from detectors.findings import Finding
 
 LEVELS = ("ok", "rising", "warning", "error")
 SEVERITY = {1: "info", 2: "warning", 3: "critical"}
+#: Which rule set a port's level, for the evidence (index = rule code; higher codes win ties).
+RULES = (
+    "none",
+    "pre-FEC BER rising over its 15-min baseline",
+    "pre-FEC BER 10x its 125-min baseline and its peers",
+    "pre-FEC BER over the field level",
+    "symbol BER over the field level (fast window)",
+    "PDR: symbol BER over 125 min over the field Warning level",
+    "NVSentinel: more than 10 symbol errors a second",
+    "PDR: symbol BER over 12 min over the field Error level",
+    "NVSentinel: more than 120 symbol errors an hour",
+    "uncorrectable FEC blocks",
+)
+#: Where the pre-FEC BER came from, per source code.
+PRE_FEC_FROM = (
+    "fec_corrected_bits / phy_received_bits",
+    "fec_corrected_symbols / line-rate bits (lower bound)",
+    "fec_corrected_blocks / line-rate bits (lower bound)",
+    "none (no corrected-error counter)",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +54,18 @@ class BerConfig:
     min_bits: float = 1e11  # no verdict on a window with fewer received bits
     rising_ratio: float = 3.0  # fast BER this many times the slow one, and above "Normal"
     min_symbol_errors: float = 3.0  # symbol errors in the window before symbol BER is judged
+    # Without corrected-bit counters (UFM's default set, legacy PM): pre-FEC BER is estimated
+    # from RS-FEC corrected symbols or blocks over line-rate bits, a lower bound.
+    baseline_window_s: float = 7500.0  # the estimate's own baseline: 125 minutes, PDR's long window
+    estimate_ratio: float = 10.0  # estimate this many times its baseline ...
+    peer_ratio: float = 10.0  # ... and this many times its peers' median (same role) is a finding
+    min_estimate_events: float = 30.0  # corrected symbols/blocks the fast window must hold
+    # NVIDIA's PDR plugin: symbol BER over 12 and 125 minutes against the table's symbol levels.
+    pdr_short_s: float = 720.0
+    pdr_long_s: float = 7500.0
+    # NVSentinel: more than 10 symbol errors a second degrades; more than 120 an hour is fatal.
+    nvsentinel_per_second: float = 10.0
+    nvsentinel_per_hour: float = 120.0
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=2, close_after=3)
     )
@@ -56,6 +88,11 @@ class BerDetector:
         self.links = LinkEntities(fabric)
         self.fast = np.zeros((4, n))  # bits, corrected bits, uncorrectable blocks, symbol errors
         self.slow = np.zeros((2, n))  # bits, corrected bits
+        self.long = np.zeros((2, n))  # bits, corrected (estimate's baseline)
+        self.pdr = np.zeros((4, n))  # bits and symbol errors over the PDR short, then long window
+        self.hour = np.zeros(n)  # symbol errors over the last hour (NVSentinel)
+        self.src = np.full(n, -1, dtype=np.int8)  # pre-FEC source in use (PRE_FEC_FROM), -1 none yet
+        self.role = fabric.port_role_code
         self.hyst = Hysteresis(self.cfg.hysteresis, n)
         self.reported = np.zeros(n, dtype=np.int8)  # highest level reported while open
         self._cache: dict[tuple[str | None, int, str | None], BerThresholds] = {}
@@ -87,19 +124,51 @@ class BerDetector:
         f, cfg = self.fabric, self.cfg
         idx = self.port_index(batch.column("port"))
         dt = column(batch, "interval_seconds")
-        bits = column(batch, "phy_received_bits_per_second") * dt
-        corr = column(batch, "fec_corrected_bits_per_second") * dt
+        phy_bits = column(batch, "phy_received_bits_per_second") * dt
+        # Without a PHY bit counter, bits at line rate (what the PDR plugin divides by).
+        line_bits = column(batch, "speed_bps") * dt
+        bits = np.where(np.isfinite(phy_bits), phy_bits, line_bits)
+        corr_bits = column(batch, "fec_corrected_bits_per_second") * dt
+        symbols = column(batch, "fec_corrected_symbols_per_second") * dt
+        blocks = column(batch, "fec_corrected_blocks_per_second") * dt
+        src = np.where(
+            np.isfinite(corr_bits), 0, np.where(np.isfinite(symbols), 1, np.where(np.isfinite(blocks), 2, 3))
+        ).astype(np.int8)
+        corr = np.nan_to_num(np.choose(src, [corr_bits, symbols, blocks, np.zeros_like(bits)]), nan=0.0)
         unc = np.nan_to_num(column(batch, "fec_uncorrectable_blocks_per_second") * dt, nan=0.0)
         sym = np.nan_to_num(column(batch, "symbol_errors_per_second") * dt, nan=0.0)
-        ok = (idx >= 0) & np.isfinite(dt) & (dt > 0) & np.isfinite(bits) & np.isfinite(corr)
-        p, dt_ok = idx[ok], dt[ok]
+        sym_known = np.isfinite(column(batch, "symbol_errors_per_second"))
+        ok = (idx >= 0) & np.isfinite(dt) & (dt > 0) & np.isfinite(bits)
+        p, dt_ok, src = idx[ok], dt[ok], src[ok]
+        # A port whose pre-FEC source changed (a collector swap) starts its corrected sums afresh.
+        moved = (self.src[p] >= 0) & (self.src[p] != src)
+        if moved.any():
+            q = p[moved]
+            self.fast[1, q] = self.slow[1, q] = self.long[1, q] = 0.0
+            self.fast[0, q] = self.slow[0, q] = self.long[0, q] = 0.0
+        self.src[p] = src
         df, ds = np.exp(-dt_ok / cfg.fast_window_s), np.exp(-dt_ok / cfg.slow_window_s)
+        dl = np.exp(-dt_ok / cfg.baseline_window_s)
         self.fast[:, p] = self.fast[:, p] * df + np.vstack([bits[ok], corr[ok], unc[ok], sym[ok]])
         self.slow[:, p] = self.slow[:, p] * ds + np.vstack([bits[ok], corr[ok]])
+        # The estimate's baseline never learns from a window already well above it (a young
+        # baseline would otherwise follow a ramp and hide it).
+        fast_now = self.fast[1, p] / np.maximum(self.fast[0, p], 1.0)
+        base_now = self.long[1, p] / np.maximum(self.long[0, p], 1.0)
+        calm = (self.long[0, p] < cfg.min_bits) | (fast_now < 3.0 * base_now)
+        q = p[calm]
+        self.long[:, q] = self.long[:, q] * dl[calm] + np.vstack([bits[ok][calm], corr[ok][calm]])
+        d12, d125 = np.exp(-dt_ok / cfg.pdr_short_s), np.exp(-dt_ok / cfg.pdr_long_s)
+        self.pdr[0:2, p] = self.pdr[0:2, p] * d12 + np.vstack([bits[ok], sym[ok]])
+        self.pdr[2:4, p] = self.pdr[2:4, p] * d125 + np.vstack([bits[ok], sym[ok]])
+        self.hour[p] = self.hour[p] * np.exp(-dt_ok / 3600.0) + sym[ok]
+        sym_rate = np.where(sym_known[ok], sym[ok] / dt_ok, 0.0)
 
         enough = self.fast[0, p] >= cfg.min_bits
-        pre = np.where(enough, self.fast[1, p] / np.maximum(self.fast[0, p], 1.0), np.nan)
+        has_pre = src < 3
+        pre = np.where(enough & has_pre, self.fast[1, p] / np.maximum(self.fast[0, p], 1.0), np.nan)
         slow_pre = self.slow[1, p] / np.maximum(self.slow[0, p], 1.0)
+        long_pre = self.long[1, p] / np.maximum(self.long[0, p], 1.0)
         sym_ber = np.where(enough, self.fast[3, p] / np.maximum(self.fast[0, p], 1.0), np.nan)
         # Thresholds per row: by speed class (from the reading, else expected), FEC mode, media.
         speed = column(batch, "speed_bps", 0)[ok]
@@ -121,19 +190,47 @@ class BerDetector:
         )
         s_err, s_warn = (level_of(lambda t, a=a: getattr(t.symbol, a)) for a in ("error", "warning"))
         level = np.zeros(p.size, dtype=np.int8)
-        rising = enough & (pre >= normal) & (pre >= cfg.rising_ratio * np.maximum(slow_pre, 1e-18))
-        level[rising] = 1
+        rule = np.zeros(p.size, dtype=np.int8)
+
+        def raise_to(mask: np.ndarray, lv: int, code: int) -> None:
+            hit = mask & (lv >= level)
+            level[hit] = lv
+            rule[hit] = code
+
+        exact = src == 0
+        rising = exact & enough & (pre >= normal) & (pre >= cfg.rising_ratio * np.maximum(slow_pre, 1e-18))
+        raise_to(rising, 1, 1)
+        # Scale-free: for an estimate (its scale is unsure), and for every port judged by the
+        # generic rule (its levels are too loose to see a link start to degrade).
+        generic = level_of(lambda t: float(t.generic)) > 0
+        est_ok = enough & has_pre & ((src > 0) | generic) & (self.fast[1, p] >= cfg.min_estimate_events)
+        peer_med = self._peer_median(p, pre, est_ok)
+        est_rising = est_ok & (pre >= cfg.estimate_ratio * np.maximum(long_pre, 1e-18))
+        est_rising &= pre >= cfg.peer_ratio * np.maximum(peer_med, 1e-18)
+        raise_to(est_rising, 1, 2)
         # Symbol BER near 1e-14 needs more bits than a minute holds: judge it on a few errors.
         sym_ok = self.fast[3, p] >= cfg.min_symbol_errors
-        level[enough & ((pre >= warn) | (sym_ok & (sym_ber >= s_warn)))] = 2
-        level[(enough & ((pre >= err) | (sym_ok & (sym_ber >= s_err)))) | (self.fast[2, p] >= 0.5)] = 3
+        pdr12 = self.pdr[1, p] / np.maximum(self.pdr[0, p], 1.0)
+        pdr125 = self.pdr[3, p] / np.maximum(self.pdr[2, p], 1.0)
+        # At one level the rules applied later win the evidence: vendors' windows, then the fast ones.
+        raise_to((self.pdr[3, p] >= cfg.min_symbol_errors) & (pdr125 >= s_warn), 2, 5)
+        raise_to(sym_rate > cfg.nvsentinel_per_second, 2, 6)
+        raise_to(enough & (pre >= warn), 2, 3)
+        raise_to(enough & sym_ok & (sym_ber >= s_warn), 2, 4)
+        raise_to((self.pdr[1, p] >= cfg.min_symbol_errors) & (pdr12 >= s_err), 3, 7)
+        raise_to(self.hour[p] > cfg.nvsentinel_per_hour, 3, 8)
+        raise_to(enough & (pre >= err), 3, 3)
+        raise_to(enough & sym_ok & (sym_ber >= s_err), 3, 4)
+        raise_to(self.fast[2, p] >= 0.5, 3, 9)
+        self._rule, self._pdr = rule, (pdr12, pdr125)
+        self._peer_med, self._long_pre = peer_med, long_pre
 
         ent = self.links.of_port[p]
         n = f.n_ports
         ent_level = np.zeros(n, dtype=np.int8)
         np.maximum.at(ent_level, ent, level)
         judged = np.zeros(n, dtype=bool)
-        judged[ent[enough | (self.fast[2, p] >= 0.5)]] = True
+        judged[ent[enough | (self.fast[2, p] >= 0.5) | (level > 0)]] = True
         ids = np.flatnonzero(judged)
         opened, closed = self.hyst.update(ids, ent_level[ids] > 0)
         escalated = ids[self.hyst.is_open[ids] & (ent_level[ids] > self.reported[ids])]
@@ -156,11 +253,21 @@ class BerDetector:
             lv = int(level[j])
             self.reported[e] = lv
             th = table[combo[j]]
-            out.append(self._finding(e, "firing", now, lv, int(p[j]), pre[j], slow_pre[j], sym_ber[j], th))
+            out.append(self._finding(e, "firing", now, lv, int(p[j]), pre[j], slow_pre[j], sym_ber[j], th, j))
         for e in closed.tolist():
             was = int(self.reported[e])
             self.reported[e] = 0
             out.append(self._finding(e, "cleared", now, was, e, np.nan, np.nan, np.nan, None))
+        return out
+
+    def _peer_median(self, p: np.ndarray, pre: np.ndarray, use: np.ndarray) -> np.ndarray:
+        """Per row, the median pre-FEC estimate of the poll's ports of the same role."""
+        out = np.full(p.size, np.nan)
+        role = self.role[p]
+        for r in np.unique(role[use]).tolist():
+            peers = use & (role == r)
+            if peers.sum() >= 4:
+                out[role == r] = float(np.median(pre[peers]))
         return out
 
     def _finding(
@@ -174,6 +281,7 @@ class BerDetector:
         slow_pre: float,
         sym_ber: float,
         th: BerThresholds | None,
+        row: int | None = None,
     ) -> Finding:
         f = self.fabric
         place = self.links.place(ent)
@@ -185,13 +293,26 @@ class BerDetector:
         }
         if status == "firing":
             unc = float(self.fast[2, port])
+            rule = int(self._rule[row]) if row is not None else 0
+            src = int(self.src[port])
+            estimated = rule == 2 or src in (1, 2)
             evidence |= {
+                "rule": RULES[rule],
+                "pre_fec_from": PRE_FEC_FROM[src] if src >= 0 else PRE_FEC_FROM[3],
+                "counters": _counters_of(src, rule),
                 "pre_fec_ber": float(pre),
-                "pre_fec_ber_baseline": float(slow_pre),
+                "pre_fec_ber_baseline": float(
+                    self._long_pre[row] if estimated and row is not None else slow_pre
+                ),
                 "symbol_ber": float(sym_ber),
+                "symbol_ber_12min": float(self._pdr[0][row]) if row is not None else None,
+                "symbol_ber_125min": float(self._pdr[1][row]) if row is not None else None,
+                "symbol_errors_last_hour": float(self.hour[port]),
                 "uncorrectable_blocks_in_window": unc,
                 "window_seconds": self.cfg.fast_window_s,
             }
+            if estimated and row is not None:
+                evidence["peer_median_pre_fec_ber"] = float(self._peer_med[row])
             if th is not None:
                 evidence["thresholds"] = {
                     "pre_fec": vars_of(th.pre_fec),
@@ -203,6 +324,10 @@ class BerDetector:
             sym_lim = t.symbol.error if level == 3 else t.symbol.warning
             if level == 3 and unc >= 0.5:
                 what = f"{unc:.0f} uncorrectable FEC blocks in the last minute"
+            elif rule == 2:
+                what = f"pre-FEC BER {pre:.1e} rising ({RULES[rule]}; {PRE_FEC_FROM[src]})"
+            elif rule in (5, 6, 7, 8):
+                what = f"symbol errors: {RULES[rule]} ({self.hour[port]:.0f} in the last hour)"
             elif level == 1:
                 what = f"pre-FEC BER {pre:.1e} rising ({pre / max(slow_pre, 1e-18):.0f}x its 15-min baseline)"
             elif pre >= pre_lim:
@@ -226,6 +351,16 @@ class BerDetector:
             score=float(pre) if np.isfinite(pre) else 0.0,
             evidence=evidence,
         )
+
+
+def _counters_of(src: int, rule: int) -> list[str]:
+    """The counters a finding's rule read."""
+    if rule in (4, 5, 6, 7, 8):
+        return ["symbol_errors", "phy_received_bits" if src == 0 else "speed_bps"]
+    if rule == 9:
+        return ["fec_uncorrectable_blocks"]
+    pre = ("fec_corrected_bits", "fec_corrected_symbols", "fec_corrected_blocks")
+    return [pre[src], "phy_received_bits" if src == 0 else "speed_bps"] if 0 <= src < 3 else []
 
 
 def vars_of(levels: object) -> dict[str, float]:

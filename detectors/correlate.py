@@ -30,7 +30,15 @@ from typing import Any, Literal
 from collectors.model import Fabric
 
 LINK_KINDS = frozenset(
-    {"speed_downgrade", "width_downgrade", "link_flap", "ber_degradation", "pfc_storm", "xmit_wait_hotspot"}
+    {
+        "speed_downgrade",
+        "width_downgrade",
+        "link_flap",
+        "ber_degradation",
+        "pfc_storm",
+        "xmit_wait_hotspot",
+        "counter_saturated",  # a port's stuck error counters are evidence about its cable
+    }
 )
 PATH_KINDS = frozenset({"nccl_path_slow"})
 NCCL_TIMING_KINDS = frozenset({"nccl_channel_slow"})

@@ -4,7 +4,9 @@ A single outage shorter than a retrain (~30 s) is normal and pages nobody; it is
 A link that went down ``flaps_to_open`` times within ``window_s`` is a flapping link (warning),
 and ``flaps_critical`` times is critical; it clears after ``window_s`` without a new outage.
 Outages are counted from ``link_downed`` increments and from up→down transitions of the
-physical state (whichever says more), on both ends of the link as one entity.
+physical state, on both ends of the link as one entity: signals of one outage (both ends' state,
+both ends' counters, several sources, arriving over a few polls) form one episode, and an
+episode counts as many outages as the one signal that reports most, so one outage is one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from detectors.base import LinkEntities, PortIndexer, column
 from detectors.findings import Finding
 
 HISTORY = 16  # outage times kept per link
+MAX_SOURCES = 8  # distinct source names whose port state is tracked apart (more share the last slot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,10 @@ class LinkFlapConfig:
     window_s: float = 600.0
     flaps_to_open: int = 3
     flaps_critical: int = 6
+    #: Signals of one outage arrive over a few polls (the state on the poll it drops, each end's
+    #: counter when it is read again, UFM REST and telemetry on their own cadences): signals no
+    #: further apart than this are one episode, whose outage count is the most any one signal says.
+    merge_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.flaps_to_open <= self.flaps_critical <= HISTORY:
@@ -46,7 +53,12 @@ class LinkFlapDetector:
         n = fabric.n_ports
         self.port_index = PortIndexer(fabric)
         self.links = LinkEntities(fabric)
-        self.was_up = np.full(n, -1, dtype=np.int8)  # -1 unknown (never seen, or no state), 0 down, 1 up
+        # Per port and source: -1 unknown (never seen, or no state), 0 down, 1 up.
+        self.was_up = np.full((n, MAX_SOURCES), -1, dtype=np.int8)
+        self._sources: dict[str, int] = {}
+        # Open episodes per link entity: until when they merge, outages counted, and per signal
+        # (port, "state" or "counter", source slot) the outages that signal reported.
+        self.episodes: dict[int, tuple[float, int, dict[tuple[int, str, int], int]]] = {}
         self.events = np.full((n, HISTORY), -np.inf)  # outage times (unix s) per link entity
         self.head = np.zeros(n, dtype=np.int64)
         self.open_sev = np.zeros(n, dtype=np.int8)  # 0 closed, 1 warning, 2 critical
@@ -60,23 +72,35 @@ class LinkFlapDetector:
         p = idx[known]
         phys = column(batch, "phys_state")[known]
         dt = column(batch, "interval_seconds")[known]
-        downs = np.nan_to_num(column(batch, "link_downed_per_second")[known] * dt, nan=0.0)
+        downs = np.rint(np.nan_to_num(column(batch, "link_downed_per_second")[known] * dt, nan=0.0))
+        slot = self._slots(batch.column("source"))[known]
         has_state = np.isfinite(phys)
         up = has_state & (phys == PHYS_LINK_UP)
-        # Only a port seen up before counts an up->down transition; no state says nothing.
-        went_down = ((self.was_up[p] == 1) & has_state & ~up).astype(np.float64)
-        self.was_up[p] = np.where(has_state, up.astype(np.int8), self.was_up[p])
-        n_events = np.rint(np.maximum(downs, went_down)).astype(np.int64)
+        # Only a port seen up before (by the same source) counts an up->down transition; no
+        # state says nothing.
+        prev = self.was_up[p, slot]
+        went_down = (prev == 1) & has_state & ~up
+        self.was_up[p, slot] = np.where(has_state, up.astype(np.int8), prev)
         now = batch.column("time")[0].as_py()
         t = now.timestamp()
         ent = self.links.of_port[p]
-        # Both ends see the same outage: count it once per link (the larger of the two ends).
-        per_link = np.zeros(self.fabric.n_ports, dtype=np.int64)
-        np.maximum.at(per_link, ent, np.minimum(n_events, HISTORY))
-        for e in np.flatnonzero(per_link).tolist():  # links with an outage this poll: a handful
-            for _ in range(int(per_link[e])):
+        for e in [k for k, ep in self.episodes.items() if ep[0] < t]:
+            del self.episodes[e]
+        rows = np.flatnonzero(went_down | (downs > 0))
+        for j in rows.tolist():  # ports with an outage signal this poll: a handful
+            e = int(ent[j])
+            _, counted, sig = self.episodes.get(e, (t, 0, {}))
+            if went_down[j]:
+                k = (int(p[j]), "state", int(slot[j]))
+                sig[k] = sig.get(k, 0) + 1
+            if downs[j] > 0:
+                k = (int(p[j]), "counter", int(slot[j]))
+                sig[k] = sig.get(k, 0) + int(min(downs[j], HISTORY))
+            total = max(sig.values())
+            for _ in range(total - counted):
                 self.events[e, self.head[e] % HISTORY] = t
                 self.head[e] += 1
+            self.episodes[e] = (t + cfg.merge_s, max(total, counted), sig)
         touched = np.unique(np.concatenate([ent, np.flatnonzero(self.open_sev)]))
         recent = (self.events[touched] >= t - cfg.window_s).sum(axis=1)
         sev = np.where(recent >= cfg.flaps_critical, 2, np.where(recent >= cfg.flaps_to_open, 1, 0))
@@ -93,6 +117,19 @@ class LinkFlapDetector:
             out.append(self._finding(e, "cleared", now, int(old[j]), 0))
             self.open_sev[e] = 0
         return out
+
+    def _slots(self, source: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """A small integer per row for its source name, so each source's state is its own."""
+        if isinstance(source, pa.ChunkedArray):
+            source = source.combine_chunks()
+        if not pa.types.is_dictionary(source.type):
+            source = source.dictionary_encode()
+        names = source.dictionary.to_pylist()
+        for name in names:
+            if name not in self._sources:
+                self._sources[name] = min(len(self._sources), MAX_SOURCES - 1)
+        codes = np.array([self._sources[name] for name in names], dtype=np.int64)
+        return codes[source.indices.to_numpy(zero_copy_only=False)]
 
     def _finding(self, ent: int, status: str, now: datetime, sev: int, count: int) -> Finding:
         place = self.links.place(ent)

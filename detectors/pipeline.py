@@ -28,6 +28,7 @@ from detectors.nccl_step import NcclStepTime
 from detectors.nccl_straggler import NcclStraggler
 from detectors.nccl_transport import NcclTransportDetector
 from detectors.rates import CounterRates
+from detectors.saturation import CounterSaturationDetector
 
 
 def default_detectors(
@@ -45,6 +46,7 @@ def default_detectors(
         PfcStormDetector(fabric),
         EcnHotspotDetector(fabric),
         XmitWaitDetector(fabric),
+        CounterSaturationDetector(fabric),
         *nccl_timing_detectors(fabric),
         NcclTransportDetector(),
         NcclHopDetector(fabric),

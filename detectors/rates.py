@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collectors.counters import ERROR_COLUMNS
 from collectors.schemas import COUNTER_BITS_KEY, PORT_COUNTERS, PORT_SAMPLE, SATURATING_KEY, TS
 
 #: Gauges copied unchanged from the input, so one batch carries everything a detector needs.
@@ -47,6 +48,13 @@ MAX_PAUSE_SECONDS_PER_SECOND = 1.05
 MAX_OTHER_PER_SECOND = 1e12
 
 _DICT_CACHE_SIZE = 16
+#: Counters whose saturation is reported: the error counters, then xmit wait (congestion).
+SATURATION_COLUMNS: tuple[str, ...] = (*ERROR_COLUMNS, "xmit_wait_ticks")
+#: Bit i of ``saturated_counters`` is ``SATURATION_COLUMNS[i]`` read at its saturating maximum.
+SATURATION_BITS: dict[str, int] = {c: 1 << i for i, c in enumerate(SATURATION_COLUMNS)}
+#: Counters that always move on a live link: when every one of them, and every other counter,
+#: reads exactly as before, the row is the source's previous snapshot served again.
+_MOVING = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "phy_received_bits")
 _TWO_31 = np.uint64(2**31)
 _TWO_32 = np.uint64(2**32)
 
@@ -86,6 +94,7 @@ def rates_schema(columns: Sequence[str] = PORT_COUNTERS) -> pa.Schema:
             pa.field("interval_seconds", pa.float64()),
             pa.field("counter_reset", pa.bool_(), nullable=False),
             *(pa.field(rate_column(c), pa.float64()) for c in columns),
+            pa.field("saturated_counters", pa.uint32(), nullable=False),
         ],
         metadata={"graywire.record": "port_rate", "graywire.version": "1"},
     )
@@ -178,6 +187,8 @@ class CounterRates:
         self._speed = np.zeros(0, dtype=np.float64)  # previous speed_bps, 0 = unknown
         self._vals: dict[str, np.ndarray] = {}
         self._valid: dict[str, np.ndarray] = {}
+        self._wide: dict[str, np.ndarray] = {}  # a declared-narrow column seen above its width
+        self._moving = np.zeros(0, dtype=bool)  # the previous interval moved a traffic counter
         self._dict_cache: OrderedDict[tuple[int, ...], tuple[pa.Array, np.ndarray]] = OrderedDict()
 
     @property
@@ -196,8 +207,10 @@ class CounterRates:
             return out
 
         self._time, self._seen, self._speed = grown(self._time), grown(self._seen), grown(self._speed)
+        self._moving = grown(self._moving)
         self._vals = {c: grown(a) for c, a in self._vals.items()}
         self._valid = {c: grown(a) for c, a in self._valid.items()}
+        self._wide = {c: grown(a) for c, a in self._wide.items()}
         self._cap = cap
 
     def _map_keys(self, keys: pa.Array) -> np.ndarray:
@@ -279,9 +292,15 @@ class CounterRates:
         if time.type != TS:
             time = time.cast(TS)
         t = time.cast(pa.int64()).to_numpy()
+        if "source_time" in names and batch.column("source_time").null_count < n:
+            # The source's own sample time: a scrape landing late on the same snapshot is not
+            # a longer interval, and two scrapes of one snapshot are one sample.
+            st = batch.column("source_time").cast(TS).cast(pa.int64())
+            t = np.where(st.is_valid().to_numpy(zero_copy_only=False), st.fill_null(0).to_numpy(), t)
         seen = self._seen[sel].copy()
+        repeat = seen & self._moving[sel] & self._unchanged(batch, sel, names)
         dt = (t - self._time[sel]) / 1e6
-        dt_ok = seen & (dt > 0)
+        dt_ok = seen & (dt > 0) & ~repeat
         dt_div = np.where(dt_ok, dt, 1.0)  # garbage rows are masked later; avoids 0-division
 
         speed_arr = batch.column("speed_bps") if "speed_bps" in batch.schema.names else None
@@ -299,8 +318,8 @@ class CounterRates:
         limits: dict[tuple[float, float], np.ndarray | float] = {}
 
         bits, saturating = _parse_meta(batch.schema)
-        names = set(batch.schema.names)
         reset = np.zeros(n, dtype=bool)
+        sat_mask = np.zeros(n, dtype=np.uint32)
         rates: list[pa.Array] = []
         for col in self.columns:
             key = self._limits[col]
@@ -310,21 +329,29 @@ class CounterRates:
             arr = batch.column(col) if col in names else None
             # Null slots hold garbage (possibly inf/NaN); they are masked, so their warnings are noise.
             with np.errstate(invalid="ignore", over="ignore"):
-                rate = self._column(
+                rate, stuck = self._column(
                     col, arr, sel, dt_div, dt_ok, limits[key], bits.get(col), col in saturating, reset
                 )
+            if stuck is not None and col in SATURATION_BITS:
+                sat_mask[stuck] |= np.uint32(SATURATION_BITS[col])
             rates.append(rate)
 
-        self._time[sel] = t
+        moving = np.zeros(n, dtype=bool)
+        for col, rate in zip(self.columns, rates, strict=True):
+            if col in _MOVING and rate.null_count < n:
+                moving |= rate.fill_null(0).to_numpy(zero_copy_only=False) > 0
+        # A repeated snapshot keeps the baseline's time: the next real sample spans the gap.
+        self._time[sel] = np.where(repeat, self._time[sel], t)
+        self._moving[sel] = np.where(repeat | ~dt_ok, self._moving[sel], moving)
         self._seen[sel] = True
         self._speed[sel] = cur_speed
 
         out: dict[str, pa.Array] = {"time": time, "port": batch.column("port")}
         for g in GAUGES:
             out[g] = batch.column(g) if g in names else pa.nulls(n, self.schema.field(g).type)
-        out["interval_seconds"] = _float_array(dt, seen)
+        out["interval_seconds"] = _float_array(dt, seen & ~repeat)
         out["counter_reset"] = pa.array(reset)
-        cols = [*out.values(), *rates]
+        cols = [*out.values(), *rates, pa.array(sat_mask)]
         cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, self.schema, strict=True)]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
@@ -338,9 +365,34 @@ class CounterRates:
             out[g] = batch.column(g) if g in names else pa.nulls(n, self.schema.field(g).type)
         out["interval_seconds"] = pa.nulls(n, pa.float64())
         out["counter_reset"] = pa.array(np.zeros(n, dtype=bool))
-        cols = [*out.values(), *(pa.nulls(n, pa.float64()) for _ in self.columns)]
+        cols = [
+            *out.values(),
+            *(pa.nulls(n, pa.float64()) for _ in self.columns),
+            pa.array(np.zeros(n, dtype=np.uint32)),
+        ]
         cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, self.schema, strict=True)]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    def _unchanged(self, batch: pa.RecordBatch, sel: slice | np.ndarray, names: set[str]) -> np.ndarray:
+        """Rows whose every counter known before reads exactly as before (at least one compared)."""
+        n = batch.num_rows
+        same = np.ones(n, dtype=bool)
+        compared = np.zeros(n, dtype=bool)
+        for col in self.columns:
+            if col not in names or col not in self._vals:
+                continue
+            arr = batch.column(col)
+            if arr.null_count == n:
+                continue
+            prev, pvalid = self._vals[col][sel], self._valid[col][sel]
+            is_float = prev.dtype.kind == "f"
+            cur = _values(arr, np.float64 if is_float else np.uint64)
+            cv = _validity(arr)
+            both = pvalid if cv is None else pvalid & cv
+            with np.errstate(invalid="ignore"):
+                same &= ~both | (cur == prev)
+            compared |= both
+        return same & compared
 
     def _column(
         self,
@@ -353,13 +405,18 @@ class CounterRates:
         bits: int | None,
         saturates: bool,
         reset: np.ndarray,
-    ) -> pa.Array:
-        """Rate of one counter; updates its state and ORs judged resets into ``reset``."""
+    ) -> tuple[pa.Array, np.ndarray | None]:
+        """Rate of one counter and the rows where it reads its saturating maximum.
+
+        Updates its state and ORs judged resets into ``reset``. A declared-narrow counter whose
+        value exceeds its width is the wide counter under a legacy name: that port's column is
+        taken as 64-bit from then on, so its rate is kept and its maximum is not saturation.
+        """
         n = len(dt)
         if arr is None or arr.null_count == n:
             if col in self._valid:
                 self._valid[col][sel] = False
-            return pa.nulls(n, pa.float64())
+            return pa.nulls(n, pa.float64()), None
         # The first batch that carries a column fixes its kind: float (pause seconds) or integer.
         known = self._vals.get(col)
         is_float = pa.types.is_floating(arr.type) if known is None else known.dtype.kind == "f"
@@ -373,11 +430,28 @@ class CounterRates:
         ok = dt_ok & valid[sel]
         if cur_valid is not None:
             ok &= cur_valid
+        narrow = not is_float and bits is not None and bits < 64
+        wide: np.ndarray | None = None
+        stuck_now: np.ndarray | None = None
+        if narrow:
+            assert bits is not None
+            top = np.uint64(2**bits - 1)
+            state = self._wide.setdefault(col, np.zeros(self._cap, dtype=bool))
+            above = cur > top
+            if cur_valid is not None:
+                above &= cur_valid
+            wide = state[sel] | above
+            state[sel] = wide
+            if saturates:
+                stuck_now = cur >= top
+                stuck_now &= ~wide
+                if cur_valid is not None:
+                    stuck_now &= cur_valid
 
         if not ok.any():  # first sight of these ports (or all nulls): nothing to judge, only store
             vals[sel] = cur
             valid[sel] = True if cur_valid is None else cur_valid
-            return pa.nulls(n, pa.float64())
+            return pa.nulls(n, pa.float64()), stuck_now
 
         # uint64 subtraction is exact where cur >= prev (and modulo 2**64 elsewhere, judged below).
         rate = (cur - prev).astype(np.float64, copy=False) / dt
@@ -397,16 +471,23 @@ class CounterRates:
                     span = _TWO_32
                 wrap_rate = (c - p + span).astype(np.float64) / dt[back]  # uint64 arithmetic, exact
                 wrapped &= wrap_rate <= lim
+                if wide is not None:
+                    wrapped &= ~wide[back]  # a 64-bit counter does not wrap: a drop is a clear
                 rate[back] = wrap_rate
             stuck = np.zeros(len(back), dtype=bool)
-            if saturates and bits is not None and not is_float:
-                stuck = c >= np.uint64(2**bits - 1)  # a saturated sample is never a reset
+            if saturates and narrow:
+                stuck = c >= np.uint64(2**bits - 1)  # type: ignore[operator]  # never a reset
+                if wide is not None:
+                    stuck &= ~wide[back]
             out_valid[back] = wrapped
             reset[back[~wrapped & ~stuck]] = True
-        if saturates and bits is not None and not is_float:
-            top = np.uint64(2**bits - 1)
-            out_valid &= ~((cur >= top) & (prev >= top))  # stuck at the maximum: unknown
+        if saturates and narrow:
+            top = np.uint64(2**bits - 1)  # type: ignore[operator]
+            stuck_both = (cur >= top) & (prev >= top)
+            if wide is not None:
+                stuck_both &= ~wide
+            out_valid &= ~stuck_both  # stuck at the maximum: the rate is unknown (the count is not)
 
         vals[sel] = cur
         valid[sel] = True if cur_valid is None else cur_valid
-        return _float_array(rate, out_valid)
+        return _float_array(rate, out_valid), stuck_now

@@ -59,6 +59,7 @@ ETHTOOL_COLUMNS = {
     "rx_packets_phy": "rx_packets",
     "tx_packets_phy": "tx_packets",
     "rx_pcs_symbol_err_phy": "symbol_errors",
+    "rx_crc_errors_phy": "crc_errors",
     "link_down_events_phy": "link_downed",
     "tx_discards_phy": "xmit_discards",
     "rx_corrected_bits_phy": "fec_corrected_bits",

@@ -39,10 +39,16 @@ SIM_COUNTERS = (
     "link_recovery", "rcv_errors", "xmit_discards", "xmit_wait_ticks", "fec_corrected_blocks",
     "fec_uncorrectable_blocks", "fec_corrected_bits", "phy_received_bits", "ecn_marked_packets",
     "cnp_sent", "cnp_handled", f"pfc{ROCE_PRIORITY}_rx_pause_frames", f"pfc{ROCE_PRIORITY}_tx_pause_frames",
+    "fec_corrected_symbols", "crc_errors",
 )  # fmt: skip
 C = {name: i for i, name in enumerate(SIM_COUNTERS)}
 PAUSE_SECONDS = (f"pfc{ROCE_PRIORITY}_rx_pause_seconds", f"pfc{ROCE_PRIORITY}_tx_pause_seconds")
-HOST_ONLY = ("ecn_marked_packets", "cnp_sent", "cnp_handled")  # RoCE NP/RP counters live on NICs
+HOST_ONLY = ("ecn_marked_packets", "cnp_sent", "cnp_handled", "crc_errors")  # RoCE NIC counters
+#: RS(544,514): 10-bit symbols, 544 a codeword, up to 15 corrected (IEEE 802.3 Clause 91). PAM4
+#: DFE receivers make errors in bursts, so one erroneous symbol holds ~1.4 bit errors and one
+#: corrected codeword ~2.5 (the 802.3bs burst-error studies); both counts track the pre-FEC BER.
+BITS_PER_CORRECTED_SYMBOL = 1.4
+BITS_PER_CORRECTED_BLOCK = 2.5
 WRAP_COUNTERS = ("rx_packets", "tx_packets")
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 TRANSPORT_REFRESH = 30
@@ -258,10 +264,14 @@ class FabricSim:
         uncorr = rng.poisson(bits * post / 10)
         inc[C["phy_received_bits"], ends] = bits
         inc[C["fec_corrected_bits"], ends] = corr_bits
-        inc[C["fec_corrected_blocks"], ends] = np.ceil(corr_bits * 0.4)
+        inc[C["fec_corrected_blocks"], ends] = np.ceil(corr_bits / BITS_PER_CORRECTED_BLOCK)
+        inc[C["fec_corrected_symbols"], ends] = np.ceil(corr_bits / BITS_PER_CORRECTED_SYMBOL)
         inc[C["fec_uncorrectable_blocks"], ends] = uncorr
+        # Symbol errors as PortCounters / PPCNT count them on FEC links: the errors FEC did not
+        # correct (mlx5 counters.rst, rx_pcs_symbol_err_phy), so they rise with pre-FEC BER.
         inc[C["symbol_errors"], ends] = rng.poisson(bits * post)
         inc[C["rcv_errors"], ends] = uncorr
+        inc[C["crc_errors"], ends] = uncorr  # an uncorrectable codeword corrupts its frame
         # Congestion: ECN marks and PFC pauses grow steeply with load.
         load = np.concatenate([util[1], util[0]])  # load on what each end receives
         p_mark = 2e-7 * (load / 0.5) ** 8

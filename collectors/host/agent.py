@@ -48,6 +48,7 @@ from collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSou
 from collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
 from collectors.keys import port_key
 from collectors.model import Fabric
+from collectors.perfquery import PerfqueryCommand, apply_perfquery
 from collectors.schemas import COUNTER_BITS_KEY, PORT_COUNTERS, PORT_SAMPLE, SATURATING_KEY, record_kind
 
 log = logging.getLogger("graywire.agent")
@@ -73,6 +74,7 @@ class AgentConfig:
     ethtool_timeout: float = 5.0
     include_plain_netdevs: bool = False
     exclude: str | None = None
+    perfquery: str | None = None  # run ``perfquery -x`` per IB port for 64-bit error counters
 
 
 def _utcnow() -> datetime:
@@ -95,6 +97,9 @@ class HostReader:
                 log.warning("%s not found: PFC, FEC and PHY counters will be null", cfg.ethtool)
             else:
                 self.ethtool = EthtoolCommand(cfg.ethtool, cfg.ethtool_timeout)
+        self.perfquery: PerfqueryCommand | None = None
+        if cfg.perfquery:
+            self.perfquery = PerfqueryCommand(cfg.perfquery, cfg.ethtool_timeout)
         self._lock = threading.Lock()
         self._logged: set[str] = set()
         self.last_errors: list[str] = []
@@ -103,6 +108,8 @@ class HostReader:
         now = self.clock()
         readings = read_ports(self.sysfs)
         errors = apply_all(readings, self.ethtool) if self.ethtool is not None else []
+        if self.perfquery is not None:
+            errors += apply_perfquery(readings, self.perfquery)
         with self._lock:
             self.last_errors = errors
             for e in errors:
@@ -362,6 +369,11 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         help="also report physical NICs without an RDMA device",
     )
     parser.add_argument("--exclude", default=None, help="regex of device/interface names to skip")
+    parser.add_argument(
+        "--perfquery",
+        default=None,
+        help="perfquery binary: read each IB port's 64-bit error counters with perfquery -x (needs umad)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -376,6 +388,7 @@ def run_agent(
     include_plain_netdevs: bool = False,
     exclude: str | None = None,
     log_level: str = "info",
+    perfquery: str | None = None,
 ) -> None:
     """Serve the agent until interrupted."""
     import uvicorn
@@ -388,6 +401,7 @@ def run_agent(
         ethtool_timeout=ethtool_timeout,
         include_plain_netdevs=include_plain_netdevs,
         exclude=exclude,
+        perfquery=perfquery,
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_agent_app(cfg), host=listen, port=port, log_level=log_level)
@@ -406,4 +420,5 @@ def run_agent_from_args(args: argparse.Namespace) -> None:
         include_plain_netdevs=args.include_plain_netdevs,
         exclude=args.exclude,
         log_level=args.log_level,
+        perfquery=args.perfquery,
     )

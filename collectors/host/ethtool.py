@@ -12,13 +12,17 @@ sysfs has no PHY counters: PFC pauses, FEC and pre-FEC bit counts exist only in 
 ``rx_bits_phy``                                ``phy_received_bits``
 ``rx_err_lane_{l}_phy``                        ``fec_lane_errors`` (lane order; pre-FEC errors)
 ``rx_pcs_symbol_err_phy``                      ``symbol_errors`` (errors FEC did not correct)
+``rx_crc_errors_phy``                          ``crc_errors`` (packets dropped on an FCS error)
+``rx_symbol_err_phy``                          ``symbol_error_packets`` (packets dropped on symbol errors)
 ``link_down_events_phy``                       ``link_downed``
 ``tx_discards_phy``                            ``xmit_discards``
 ``{rx,tx}_{bytes,packets}_phy``                ``{rx,tx}_{bytes,packets}`` where sysfs has none
 =============================================  ==============================================
 
-The three PHY error counters above are the physical port's own 64-bit counters, so on an
-Ethernet (RoCE) port they win over the PMA emulation in sysfs; on an InfiniBand port sysfs wins.
+The PHY error counters above are the physical port's own 64-bit counters, so on an Ethernet
+(RoCE) port they win over the PMA emulation in sysfs (and over the netdev's ``rx_crc_errors``);
+on an InfiniBand port sysfs wins. Meanings are the kernel's mlx5 ``counters.rst``: on a RoCE NIC
+the CRC (FCS) errors are the receive errors that matter.
 FEC block counts come from ``--show-fec`` statistics (``corrected_blocks``,
 ``uncorrectable_blocks``). Names kept in ``extra`` as ``ethtool/<name>``: see :data:`EXTRA_STATS`
 and ``rx_prio{p}_pause_transition``.
@@ -60,6 +64,8 @@ PHY_COUNTERS = {"rx_corrected_bits_phy": "fec_corrected_bits", "rx_bits_phy": "p
 #: The physical port's own error counters: they replace sysfs on Ethernet ports, fill in elsewhere.
 PHY_OVERRIDES = {
     "rx_pcs_symbol_err_phy": "symbol_errors",
+    "rx_crc_errors_phy": "crc_errors",
+    "rx_symbol_err_phy": "symbol_error_packets",
     "link_down_events_phy": "link_downed",
     "tx_discards_phy": "xmit_discards",
 }
@@ -76,8 +82,6 @@ EXTRA_STATS = frozenset(
         "tx_pause_storm_warning_events",
         "tx_pause_storm_error_events",
         "rx_discards_phy",
-        "rx_symbol_err_phy",
-        "rx_crc_errors_phy",
         "rx_out_of_buffer",
         "rx_buffer_passed_thres_phy",
         "rx_pause_ctrl_phy",

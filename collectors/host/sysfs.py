@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from collectors.counters import SYSFS_COUNTERS, SYSFS_WIDE, iba_counter
 from collectors.keys import port_key
 from collectors.schemas import (
     LOGICAL_ACTIVE,
@@ -63,19 +64,18 @@ class PmaCounter:
     scale: int = 1
 
 
-#: ``counters/<file>`` -> canonical column. Widths below 64 are the PortCounters fields (saturating).
-PMA_COUNTERS: dict[str, PmaCounter] = {
-    "port_xmit_data": PmaCounter("tx_bytes", 64, 4),
-    "port_rcv_data": PmaCounter("rx_bytes", 64, 4),
-    "port_xmit_packets": PmaCounter("tx_packets", 64),
-    "port_rcv_packets": PmaCounter("rx_packets", 64),
-    "symbol_error": PmaCounter("symbol_errors", 16),
-    "link_error_recovery": PmaCounter("link_recovery", 8),
-    "link_downed": PmaCounter("link_downed", 8),
-    "port_rcv_errors": PmaCounter("rcv_errors", 16),
-    "port_xmit_discards": PmaCounter("xmit_discards", 16),
-    "port_xmit_wait": PmaCounter("xmit_wait_ticks", 32),
-}
+def _pma_counters() -> dict[str, PmaCounter]:
+    out = {}
+    for fname, name in SYSFS_COUNTERS.items():
+        c = iba_counter(name)
+        assert c is not None
+        out[fname] = PmaCounter(c.column, 64 if fname in SYSFS_WIDE else (c.legacy_bits or 64), c.scale)
+    return out
+
+
+#: ``counters/<file>`` -> canonical column (names and widths in :mod:`collectors.counters`).
+#: Widths below 64 are the PortCounters fields (saturating).
+PMA_COUNTERS: dict[str, PmaCounter] = _pma_counters()
 
 #: ``hw_counters/<file>`` -> canonical column (RoCE congestion control, NP = notification point,
 #: RP = reaction point).
@@ -94,6 +94,7 @@ NETDEV_STATISTICS: dict[str, str] = {
     "rx_packets": "rx_packets",
     "tx_packets": "tx_packets",
     "rx_errors": "rcv_errors",
+    "rx_crc_errors": "crc_errors",
     "tx_dropped": "xmit_discards",
 }
 
@@ -375,6 +376,11 @@ def _read_ib_port(root: Path, dev: str, port_num: int, port_dir: Path, netdev: s
         r.netdev_speed_bps = info.speed_bps
         r.extra["net/speed_mbps"] = None if info.speed_bps is None else info.speed_bps // 10**6
         r.extra["net/carrier_changes"] = info.carrier_changes
+        # The netdev's FCS errors: on a RoCE port the receive errors that matter (ethtool's
+        # rx_crc_errors_phy, the physical port's own counter, replaces it when present).
+        crc = read_uint(root / NET_CLASS / netdev / "statistics" / "rx_crc_errors")
+        if crc is not None:
+            r.set_counter("crc_errors", crc)
     return r
 
 

@@ -11,16 +11,17 @@ stream renames UFM's monitoring counters ``Infiniband_<Name>_u_<unit>``. Sources
   impossible, 4,086,720 words is 1,152 bytes a packet. So MBOut/MBIn are words (×4) unless the
   unit suffix is an explicit byte unit (``_u_B``/``_u_Bytes``: ×1, ``_u_KB``: ×10³, ``_u_MB``:
   ×10⁶; not seen in any real sample).
-* The legacy PortCounters (no ``Extended``) are narrow and saturate (IBA PortCounters: symbol
-  errors and receive errors 16 bits, link recovery and link downed 8 bits, data/packets/xmit
-  wait 32 bits). When both forms of a counter are present for a port, the Extended one wins.
+* The legacy PortCounters (no ``Extended``) are narrow and saturate (widths in
+  :mod:`collectors.counters`). When both forms of a counter are present for a port, the Extended
+  one wins.
 * ``phy_corrected_bits``/``phy_received_bits`` (PPCNT physical-layer statistics) give pre-FEC BER
   over a window as Δcorrected/Δreceived; ``phy_raw_errors_lane<N>`` become ``fec_lane_errors``.
 * ``raw_ber``, ``eff_ber``, ``symbol_ber`` are not mapped: they are gauges computed by the device
   "since the last clear", printed with a one-digit coefficient (``3E-9``). Rebuilding a
   cumulative counter from them (BER × received bits) makes the coefficient's rounding step look
   like bursts of errors, so BER is left to the detectors, from the counters above.
-  ``phy_effective_errors``/``phy_symbol_errors`` (post-FEC) have no canonical column yet.
+  ``phy_symbol_errors`` (PPCNT, post-FEC) feeds ``symbol_errors``; ``phy_effective_errors`` has
+  no canonical column.
 * ``rs_fec_corrected_blocks``/``rs_fec_uncorrectable_blocks`` are the PPCNT RS-FEC field names;
   that UFM Telemetry exports them under these names is assumed, not verified.
 """
@@ -28,42 +29,20 @@ stream renames UFM's monitoring counters ``Infiniband_<Name>_u_<unit>``. Sources
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from collectors.counters import CounterSpec, ufm_names
 
-@dataclass(frozen=True, slots=True)
-class CounterSpec:
-    """One source counter: its canonical column, the factor to base units, and its width."""
+__all__ = ["TELEMETRY_COUNTERS", "TFS_COUNTERS", "CounterSpec", "counter_spec"]
 
-    column: str
-    scale: int = 1
-    bits: int = 64
-    saturating: bool = False
-    rank: int = 2  # when two source counters feed one column for a port, the higher rank wins
-    lane: int | None = None  # phy_raw_errors_lane<N>: element N of fec_lane_errors
-
-
-def _pm(extended: str, legacy: str, column: str, legacy_bits: int, scale: int = 1) -> dict[str, CounterSpec]:
-    return {
-        extended: CounterSpec(column, scale),
-        legacy: CounterSpec(column, scale, bits=legacy_bits, saturating=True, rank=1),
-    }
-
-
-#: UFM Telemetry counter names (Prometheus metric names and CSV header names).
+#: UFM Telemetry counter names (Prometheus metric names and CSV header names). The IBA PM names
+#: and their widths live in :mod:`collectors.counters`, shared with perfquery and sysfs.
 TELEMETRY_COUNTERS: dict[str, CounterSpec] = {
-    **_pm("PortXmitDataExtended", "PortXmitData", "tx_bytes", 32, scale=4),
-    **_pm("PortRcvDataExtended", "PortRcvData", "rx_bytes", 32, scale=4),
-    **_pm("PortXmitPktsExtended", "PortXmitPkts", "tx_packets", 32),
-    **_pm("PortRcvPktsExtended", "PortRcvPkts", "rx_packets", 32),
-    **_pm("SymbolErrorCounterExtended", "SymbolErrorCounter", "symbol_errors", 16),
-    **_pm("LinkErrorRecoveryCounterExtended", "LinkErrorRecoveryCounter", "link_recovery", 8),
-    **_pm("LinkDownedCounterExtended", "LinkDownedCounter", "link_downed", 8),
-    **_pm("PortRcvErrorsExtended", "PortRcvErrors", "rcv_errors", 16),
-    **_pm("PortXmitDiscardsExtended", "PortXmitDiscards", "xmit_discards", 16),
-    **_pm("PortXmitWaitExtended", "PortXmitWait", "xmit_wait_ticks", 32),
+    **ufm_names(),
     "phy_received_bits": CounterSpec("phy_received_bits"),
     "phy_corrected_bits": CounterSpec("fec_corrected_bits"),
+    # PPCNT's post-FEC symbol errors: what NVIDIA's Symbol BER levels (and the PDR plugin) are
+    # defined on, so it wins over the PM SymbolErrorCounter where both are exported.
+    "phy_symbol_errors": CounterSpec("symbol_errors", rank=3),
     "rs_fec_corrected_blocks": CounterSpec("fec_corrected_blocks"),
     "rs_fec_uncorrectable_blocks": CounterSpec("fec_uncorrectable_blocks"),
     **{f"phy_raw_errors_lane{n}": CounterSpec("fec_lane_errors", lane=n) for n in range(8)},
@@ -85,6 +64,8 @@ TFS_COUNTERS: dict[str, CounterSpec] = {
     "Infiniband_RcvErrors": CounterSpec("rcv_errors"),
     "Infiniband_XmtDiscards": CounterSpec("xmit_discards"),
     "Infiniband_XmitWait": CounterSpec("xmit_wait_ticks"),
+    "Infiniband_RcvRemotePhysErrors": CounterSpec("rcv_remote_physical_errors"),
+    "Infiniband_VL15Dropped": CounterSpec("vl15_dropped"),
 }
 _DATA_COLUMNS = {"tx_bytes", "rx_bytes"}
 #: Explicit byte units on a TFS data counter; anything else (``Gb``, none) is 4-octet words.

@@ -169,13 +169,17 @@ class _Columns:
         elif col in self.narrow:
             self.narrow[col][0][w] = False  # a 64-bit value replaced the narrow one
 
-    def batch(self, time_us: int, port: pa.Array, source: str) -> pa.RecordBatch:
+    def batch(
+        self, time_us: int, port: pa.Array, source: str, source_us: np.ndarray | None = None
+    ) -> pa.RecordBatch:
         n = self.n
         cols: dict[str, pa.Array] = {
             "time": pa.array(np.full(n, time_us, dtype="datetime64[us]"), type=TS),
             "port": port,
             "source": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([source])),
         }
+        if source_us is not None and source_us.any():
+            cols["source_time"] = pa.array(source_us.astype("datetime64[us]"), type=TS, mask=source_us <= 0)
         for col, vals in self.values.items():
             ok = self.valid[col]
             t = _COLUMN_TYPES[col]
@@ -224,6 +228,18 @@ def _time_us(raw: np.ndarray) -> int | None:
     if t >= 10**11:
         return t * 1000
     return t * 1_000_000
+
+
+def _per_row_us(raw: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """Each port's source sample time (µs; 0 where none): the latest of its lines' timestamps."""
+    out = np.zeros(n, np.int64)
+    ok = raw > 0
+    if not ok.any():
+        return out
+    t, v = int(raw[ok].max()), raw[ok]  # the unit told by magnitude, as for the batch time
+    us = v // 1000 if t >= 10**17 else v if t >= 10**14 else v * 1000 if t >= 10**11 else v * 1_000_000
+    np.maximum.at(out, rows[ok], us.astype(np.int64))
+    return out
 
 
 def _check_complete(payload: bytes) -> None:
@@ -555,7 +571,8 @@ def parse_prometheus(
             word = vals[int(np.flatnonzero(num.garbage)[0])].as_py()
             raise TelemetryParseError(f"{long.names[int(name_of[grp[0]])]}: not a number: {word!r}")
         out.put(spec, row_of_line[grp], num)
-    return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source)
+    src_us = _per_row_us(long.ts[lines].astype(np.int64), row_of_line, len(ports))
+    return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source, src_us)
 
 
 # -- CSV and TFS JSON (wide forms) ----------------------------------------------------------------
@@ -611,7 +628,12 @@ def _from_wide(
             word = table.column(col).take(pa.array(take_rows[num.garbage][:1]))[0].as_py()
             raise TelemetryParseError(f"{col}: not a number: {word!r}")
         out.put(spec, np.arange(len(ports)), num)  # type: ignore[arg-type]
-    return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source)
+    src_us = None
+    if ts_col is not None:
+        tnum = _numbers(ts_col.take(pa.array(take_rows)))
+        raw = np.where(tnum.is_int, tnum.u64, 0).astype(np.int64)
+        src_us = _per_row_us(raw, np.arange(len(ports)), len(ports))
+    return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source, src_us)
 
 
 def parse_csv(

@@ -34,7 +34,7 @@ def port_cols(n: int) -> dict[str, pa.Array]:
 
 
 def test_port_counter_set() -> None:
-    assert len(PORT_COUNTERS) == 17 + 32
+    assert len(PORT_COUNTERS) == 27 + 32
     assert len(set(PORT_COUNTERS)) == len(PORT_COUNTERS)
     assert "pfc7_tx_pause_seconds" in PORT_COUNTERS
     assert PORT_SAMPLE.field("rx_bytes").type == pa.uint64()

@@ -241,6 +241,46 @@ def test_both_ends_of_one_outage_count_once(fabric: Fabric) -> None:
     assert [(f.status, f.evidence["outages_in_window"]) for _, f in feed.found] == [("firing", 3)]
 
 
+def test_state_then_counters_a_poll_later_count_once(fabric: Fabric) -> None:
+    """Changed: the state drop and the counters read on the next poll (after the link came back)
+    used to count as two outages."""
+    feed = Feed(fabric)
+    feed.polls(1)
+    feed.polls(1, down=(HOST, LEAF))  # the poll lands in the outage: state only
+    feed.polls(1, downed={HOST: 1, LEAF: 1})  # back up; both counters say one outage
+    feed.polls(1, downed={LEAF: 0})
+    assert feed.recorded() == 1
+
+
+def with_source(batch: pa.RecordBatch, name: str) -> pa.RecordBatch:
+    n = batch.num_rows
+    src = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([name]))
+    return batch.set_column(batch.schema.get_field_index("source"), "source", src)
+
+
+def test_one_outage_seen_by_two_sources_counts_once(fabric: Fabric) -> None:
+    """UFM REST reports the state, the host agent the counters (each through its own rates
+    stage, as the pipeline runs them): one outage, however many sources and ends see it."""
+    det = LinkFlapDetector(fabric)
+    rest, agent = Ports(fabric), Ports(fabric)
+    rest_rates, agent_rates = CounterRates(RATE_COLUMNS), CounterRates(RATE_COLUMNS)
+
+    def poll(rest_kw: dict, agent_kw: dict) -> None:
+        det.observe(rest_rates.observe(with_source(rest.batch(**rest_kw), "ufm")))
+        det.observe(agent_rates.observe(with_source(agent.batch(**agent_kw), "agent")))
+
+    poll({}, {})
+    poll({"down": (HOST, LEAF)}, {"down": (HOST,), "downed": {HOST: 1}})
+    poll({"downed": {HOST: 1, LEAF: 1}}, {"downed": {LEAF: 1}})
+    poll({}, {})
+    assert int(np.isfinite(det.events).sum()) == 1
+    # A second outage two minutes later is a second outage.
+    for _ in range(10):
+        poll({}, {})
+    poll({"down": (HOST,), "downed": {HOST: 1}}, {})
+    assert int(np.isfinite(det.events).sum()) == 2
+
+
 def test_several_outages_between_two_polls_take_the_larger_end(fabric: Fabric) -> None:
     feed = Feed(fabric)
     feed.polls(1)

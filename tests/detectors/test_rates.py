@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
-from detectors.rates import CounterRates, default_max_rate, rates_schema
+from detectors.rates import SATURATION_BITS, CounterRates, default_max_rate, rates_schema
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 G400 = 400_000_000_000
@@ -68,6 +68,7 @@ def test_output_schema_and_gauges_pass_through() -> None:
     assert out.schema.names == [
         "time", "port", "source", "phys_state", "logical_state", "speed_bps", "width", "fec_mode",
         "temperature_celsius", "interval_seconds", "counter_reset", "rx_bytes_per_second",
+        "saturated_counters",
     ]  # fmt: skip
     assert out.column("port").to_pylist() == ["a"]
     assert out.column("time").to_pylist() == [T0]
@@ -212,14 +213,78 @@ def test_saturating_counter() -> None:
     assert out.column("counter_reset").to_pylist() == [False, False, False, False]
 
 
-def test_saturated_value_above_a_stale_baseline_is_never_a_reset() -> None:
-    """A previous value above the declared maximum (misdeclared width) must not read as a clear."""
-    schema = with_counter_widths(PORT_SAMPLE, {"link_downed": 8}, saturating=("link_downed",))
+def test_legacy_name_carrying_a_wide_value_keeps_its_rate() -> None:
+    """A value above the declared width is the wide counter under a legacy name (changed: such a
+    port used to read its later values as saturation). Its width is learned per port and column."""
+    schema = with_counter_widths(
+        PORT_SAMPLE, {"link_downed": 8, "tx_bytes": 32}, saturating=("link_downed", "tx_bytes")
+    )
     stage = CounterRates()
-    stage.observe(sample(["a"], 0, schema, link_downed=[300]))
-    out = stage.observe(sample(["a"], 10, schema, link_downed=[255]))
-    assert rates(out, "link_downed") == [None]
-    assert out.column("counter_reset").to_pylist() == [False]
+    ports = ["wide", "narrow"]
+    stage.observe(sample(ports, 0, schema, link_downed=[300, 3], tx_bytes=[2**40, 2**32 - 1]))
+    out = stage.observe(
+        sample(ports, 10, schema, link_downed=[310, 255], tx_bytes=[2**40 + 10_000, 2**32 - 1])
+    )
+    assert rates(out, "link_downed") == [1.0, 25.2]
+    assert rates(out, "tx_bytes") == [1000.0, None]  # the narrow port is saturated: unknown rate
+    # The wide port at 255 later is not "saturated": a 64-bit counter that dropped was cleared.
+    out = stage.observe(
+        sample(ports, 20, schema, link_downed=[255, 255], tx_bytes=[2**40 + 20_000, 2**32 - 1])
+    )
+    assert out.column("counter_reset").to_pylist() == [True, False]
+    assert rates(out, "tx_bytes") == [1000.0, None]
+    bit = SATURATION_BITS["link_downed"]
+    assert [m & bit for m in out.column("saturated_counters").to_pylist()] == [0, bit]
+
+
+def test_saturated_error_counter_is_flagged_not_silenced() -> None:
+    schema = with_counter_widths(PORT_SAMPLE, {"xmit_discards": 16}, saturating=("xmit_discards",))
+    stage = CounterRates()
+    first = stage.observe(sample(["a", "b"], 0, schema, xmit_discards=[65_535, 12]))
+    out = stage.observe(sample(["a", "b"], 10, schema, xmit_discards=[65_535, 12]))
+    bit = SATURATION_BITS["xmit_discards"]
+    # The rate of a stuck counter is unknown, but the reading itself says "at least 65,535".
+    assert rates(out, "xmit_discards") == [None, 0.0]
+    assert first.column("saturated_counters").to_pylist() == [bit, 0]
+    assert out.column("saturated_counters").to_pylist() == [bit, 0]
+
+
+def test_repeated_snapshot_is_unknown_and_the_next_sample_spans_the_gap() -> None:
+    """A scrape that lands twice on one source snapshot reads every counter unchanged: no rate
+    (not a 0 that would look healthy), and the baseline keeps its time so no 2x follows."""
+    stage = CounterRates(columns=["rx_bytes", "symbol_errors"])
+    stage.observe(sample(["a"], 0, rx_bytes=[1000], symbol_errors=[0]))
+    out = stage.observe(sample(["a"], 10, rx_bytes=[2000], symbol_errors=[50]))
+    assert rates(out, "symbol_errors") == [5.0]
+    out = stage.observe(sample(["a"], 20, rx_bytes=[2000], symbol_errors=[50]))  # the same snapshot
+    assert rates(out, "symbol_errors") == [None] and rates(out, "rx_bytes") == [None]
+    assert out.column("interval_seconds").to_pylist() == [None]
+    out = stage.observe(sample(["a"], 30, rx_bytes=[4000], symbol_errors=[150]))
+    assert out.column("interval_seconds").to_pylist() == [20.0]
+    assert rates(out, "symbol_errors") == [5.0]  # steady, not 0 then 10
+
+
+def test_idle_link_reading_zero_deltas_is_still_measured() -> None:
+    stage = CounterRates(columns=["rx_bytes", "symbol_errors"])
+    stage.observe(sample(["a"], 0, rx_bytes=[1000], symbol_errors=[0]))
+    stage.observe(sample(["a"], 10, rx_bytes=[1000], symbol_errors=[0]))  # no traffic before: a real 0
+    out = stage.observe(sample(["a"], 20, rx_bytes=[1000], symbol_errors=[0]))
+    assert rates(out, "symbol_errors") == [0.0]
+
+
+def test_source_time_is_the_interval_when_given() -> None:
+    """Scrapes jitter (9 s, 11 s) around a source that samples every 10 s: rates stay steady."""
+    stage = CounterRates(columns=["rx_bytes"])
+    scrape = [0, 9, 20, 29, 40]
+    src = [0, 10, 20, 30, 40]
+    got = []
+    for k, (t, s_) in enumerate(zip(scrape, src, strict=True)):
+        b = sample(["a"], t, rx_bytes=[1000 * s_])
+        b = b.set_column(b.schema.get_field_index("source_time"), "source_time",
+                         pa.array([T0 + timedelta(seconds=s_)], TS))  # fmt: skip
+        out = rates(stage.observe(b), "rx_bytes")
+        got += out if k else []
+    assert got == [1000.0] * 4
 
 
 def test_port_missing_from_a_batch_gets_the_rate_over_the_gap() -> None:

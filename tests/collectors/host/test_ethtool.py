@@ -35,6 +35,7 @@ MLX5_STATS = textwrap.dedent("""\
          rx_packets_phy: 4
          rx_pcs_symbol_err_phy: 3
          rx_symbol_err_phy: 2
+         rx_crc_errors_phy: 8
          link_down_events_phy: 5
          tx_discards_phy: 6
          rx_discards_phy: 7
@@ -146,8 +147,9 @@ def test_mlx5_statistics_map_to_canonical_columns() -> None:
     assert (c["tx_bytes"], c["rx_packets"]) == (8000, 4)  # PHY fills what sysfs lacked
     assert (c["fec_corrected_blocks"], c["fec_uncorrectable_blocks"]) == (256, 145)
     assert r.fec_mode == 7  # RS at 100 Gb/s per lane: RS(544,514)
+    # FCS errors and packets dropped on symbol errors: the RoCE NIC's receive errors.
+    assert (c["crc_errors"], c["symbol_error_packets"]) == (8, 2)
     assert r.extra == {
-        "ethtool/rx_symbol_err_phy": 2,
         "ethtool/rx_discards_phy": 7,
         "ethtool/rx_prio3_pause_transition": 150,
         "ethtool/tx_pause_storm_warning_events": 1,

@@ -80,6 +80,24 @@ def test_real_tfs_sample_values_units_and_guids(real_fixtures: Path) -> None:
     # Row timestamps are microseconds since the epoch.
     assert got["sw-1/p23"]["time"] == datetime(2024, 3, 5, 15, 25, 47, 161873, tzinfo=UTC)
     assert got["sw-1/p23"]["source"] == "ufm"
+    # Each row's own timestamp is its source time; the sample holds one per row.
+    assert got["sw-1/p23"]["source_time"] == got["sw-1/p23"]["time"]
+    assert all(r["source_time"] is not None for r in got.values())
+
+
+def test_prometheus_line_timestamps_are_each_ports_source_time() -> None:
+    text = (
+        b'PortXmitDataExtended{port_guid="0xa",port_num="1"} 10 1700000000000\n'
+        b'PortXmitDataExtended{port_guid="0xb",port_num="1"} 20 1700000009500\n'
+        b'PortRcvDataExtended{port_guid="0xb",port_num="1"} 20 1700000009000\n'
+        b'PortRcvDataExtended{port_guid="0xc",port_num="1"} 20\n'
+    )
+    got = rows(parse_prometheus(text, PortKeys(None), SpellingCache(), now=NOW))
+    a, b, c = (got[f"0x000000000000000{k}/1"] for k in "abc")
+    assert a["source_time"] == datetime.fromtimestamp(1700000000, UTC)
+    assert b["source_time"] == datetime.fromtimestamp(1700000009.5, UTC)  # its latest line
+    assert c.get("source_time") is None  # no timestamp on its line: the scrape time stands
+    assert a["time"] == b["time"] == datetime.fromtimestamp(1700000009.5, UTC)
 
 
 def test_tfs_unit_suffix_decides_the_data_scale() -> None:
