@@ -4,13 +4,20 @@ The suite injects every fault type at several magnitudes into fabrics of 64 to 4
 over several seeds, mixed with benign events (counter resets, 32-bit wraps, short retrains,
 collector outages, checkpoint bursts), plus a long healthy soak that measures false findings
 per 1,000 port-hours. Both the detectors and the baseline see the same batches.
+
+*Representation variants* replay the mixed scenarios (and a shorter soak) as other source
+mixes show them: each variant names a port view and an NCCL view (``fabricsim.port_views``,
+``fabricsim.nccl_views``) that render the simulator's poll in a real source's format and read
+it back with graywire's collectors. Scores are reported per variant, so a fault family that
+only works with the richest counters shows up as such; a fault a variant's sources cannot
+show at all is reported as not observable, not as a miss.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from detectors.baseline import StaticRules
@@ -18,6 +25,8 @@ from detectors.ber_thresholds import ThresholdTable
 from detectors.pipeline import Pipeline, default_detectors
 from detectors.rates import CounterRates
 from fabricsim.faults import FAULT_KINDS
+from fabricsim.nccl_views import NCCL_VIEWS
+from fabricsim.port_views import PORT_VIEWS
 from fabricsim.scoring import Report, score
 from fabricsim.sim import FabricSim, SimConfig, truth_document
 from fabricsim.topology import TopologySpec
@@ -46,6 +55,39 @@ BENIGN = (
 
 
 @dataclass(frozen=True, slots=True)
+class Variant:
+    """One source mix: which port view and which NCCL view the detectors are fed through."""
+
+    name: str
+    port: str = "rich"
+    nccl: str = "rich"
+
+
+#: The simulator's own batches, then what real source mixes give (poorest last).
+VARIANTS: tuple[Variant, ...] = (
+    Variant("rich"),
+    Variant("ufm_default+inspector_verbose", "ufm_default", "inspector_verbose"),
+    Variant("perfquery_legacy+inspector_verbose", "perfquery_legacy", "inspector_verbose"),
+    Variant("host_ethtool+inspector_verbose", "host_ethtool", "inspector_verbose"),
+    Variant("ufm_default+inspector_default", "ufm_default", "inspector_default"),
+)
+VARIANT_BY_NAME = {v.name: v for v in VARIANTS}
+
+
+def variant_of(name: str) -> Variant:
+    """A suite variant by name, or any ``PORT_VIEW+NCCL_VIEW`` pair (``ufm_default+rich``)."""
+    if name in VARIANT_BY_NAME:
+        return VARIANT_BY_NAME[name]
+    port, _, nccl = name.partition("+")
+    if port in PORT_VIEWS and nccl in NCCL_VIEWS:
+        return Variant(name, port, nccl)
+    raise ValueError(
+        f"unknown variant {name!r}; known: {', '.join(VARIANT_BY_NAME)}, or PORT+NCCL with PORT one of "
+        f"{', '.join(PORT_VIEWS)} and NCCL one of {', '.join(NCCL_VIEWS)}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
     hosts: int
@@ -53,17 +95,24 @@ class Scenario:
     duration_s: float
     interval_s: float
     faults: str
+    variant: str = "rich"
 
     @property
     def polls(self) -> int:
         return int(self.duration_s // self.interval_s) + 1
 
 
-def suite(quick: bool = False, seeds: int = 3) -> list[Scenario]:
+def suite(quick: bool = False, seeds: int = 3, variants: tuple[str, ...] | None = None) -> list[Scenario]:
     """The scenario list: per seed and magnitude index, all fault types at once on 64 hosts
-    (targets never overlap), one run each at 256 / 1,024 / 4,096 hosts, and the soak."""
+    (targets never overlap), one run each at 256 / 1,024 / 4,096 hosts, and the soak, all on
+    the simulator's own batches; then, per other variant, the mixed runs and a 12 h soak
+    (3 h with ``quick``) as that source mix shows them."""
     out: list[Scenario] = []
     dur, step = 2400.0, 10.0
+    names = [v.name for v in VARIANTS] if variants is None else list(variants)
+    for n in names:
+        variant_of(n)  # names the bad one
+    mixes: list[Scenario] = []
     for seed in range(seeds):
         for m in range(3):
             items = []
@@ -72,16 +121,27 @@ def suite(quick: bool = False, seeds: int = 3) -> list[Scenario]:
                 start = 60 + 60 * i  # staggered so each fault has its own stretch of the timeline
                 items.append(f"{kind}@{start}s+1200s={mag:g}")
             benign = BENIGN.format(a="700s", b="300s", c="900s", d="1500s", e="1700s", f="1100s")
-            out.append(Scenario(f"mix-s{seed}-m{m}", 64, seed, dur, step, ",".join(items) + "," + benign))
-    sizes = (256,) if quick else (256, 1024, 4096)
-    for n in sizes:
-        out.append(Scenario(f"default-{n}", n, 11, 1300.0 if n >= 4096 else 2400.0, step, "default"))
-    # The healthy soak: 1,024 ports for 72 simulated hours, polled every minute, with the
-    # hourly checkpoint bursts a training job makes.
-    soak_h = 6 if quick else 72
-    bursts = ",".join(f"checkpoint_burst@{h * 3600 + 600}s+2m" for h in range(soak_h))
-    out.append(Scenario(f"soak-{soak_h}h", 32, 5, soak_h * 3600.0, 60.0, bursts))
+            mixes.append(Scenario(f"mix-s{seed}-m{m}", 64, seed, dur, step, ",".join(items) + "," + benign))
+    if "rich" in names:
+        out += mixes
+        sizes = (256,) if quick else (256, 1024, 4096)
+        for n in sizes:
+            out.append(Scenario(f"default-{n}", n, 11, 1300.0 if n >= 4096 else 2400.0, step, "default"))
+        # The healthy soak: 1,024 ports for 72 simulated hours, polled every minute, with the
+        # hourly checkpoint bursts a training job makes.
+        out.append(_soak(6 if quick else 72))
+    for name in names:
+        if name == "rich":
+            continue
+        out += [replace(sc, name=f"{sc.name}@{name}", variant=name) for sc in mixes]
+        soak = _soak(3 if quick else 12)
+        out.append(replace(soak, name=f"{soak.name}@{name}", variant=name))
     return out
+
+
+def _soak(hours: int) -> Scenario:
+    bursts = ",".join(f"checkpoint_burst@{h * 3600 + 600}s+2m" for h in range(hours))
+    return Scenario(f"soak-{hours}h", 32, 5, hours * 3600.0, 60.0, bursts)
 
 
 @dataclass
@@ -96,6 +156,8 @@ class Totals:
 
     def add(self, r: Report, soak: bool) -> None:
         for kind, s in r.by_fault.items():
+            if not s.covered:
+                continue  # not observable from this source mix: neither a catch nor a miss
             t = self.faults.setdefault(kind, {"delays_s": [], "delays_polls": []})
             for counter in ("faults", "detected", "localized", "candidates"):
                 t.setdefault(counter, 0)
@@ -177,27 +239,42 @@ def _p95(values: list[float]) -> float | None:
 def run_scenario(
     sc: Scenario, table: ThresholdTable | None, tick: Callable[[int], None] | None = None
 ) -> tuple[Report, Report]:
-    """Simulate one scenario and score the detectors and the baseline on it."""
+    """Simulate one scenario and score the detectors and the baseline on it, both fed the
+    batches the scenario's variant gives (its sources' formats, read back by the collectors)."""
     sim = FabricSim(SimConfig(topology=TopologySpec(hosts=sc.hosts), interval_s=sc.interval_s,
                               duration_s=sc.duration_s, seed=sc.seed, faults=sc.faults))  # fmt: skip
+    variant = variant_of(sc.variant)
+    port_view = PORT_VIEWS[variant.port](sim.fabric)
+    nccl_view = NCCL_VIEWS[variant.nccl]()
     pipe = Pipeline(sim.fabric, default_detectors(sim.fabric, table))
     base_rates = CounterRates()
     base = StaticRules(sim.fabric)
     found, base_found = [], []
-    for step in sim.run():
-        found += pipe.process(step.port_sample)
-        base_found += base.observe(base_rates.observe(step.port_sample))
-        if step.nccl_timing is not None:
-            found += pipe.process(step.nccl_timing)
-            base_found += base.observe(step.nccl_timing)
-        if step.nccl_transport is not None:
-            found += pipe.process(step.nccl_transport)
-        if step.nccl_proxy is not None:
-            found += pipe.process(step.nccl_proxy)
-        if tick:
-            tick(1)
+    try:
+        for step in sim.run():
+            port = port_view.apply(step.port_sample)
+            if port is not None:
+                found += pipe.process(port)
+                base_found += base.observe(base_rates.observe(port))
+            nccl = nccl_view.apply(step.nccl_timing) if step.nccl_timing is not None else None
+            if nccl is not None:
+                found += pipe.process(nccl)
+                base_found += base.observe(nccl)
+            if step.nccl_transport is not None:
+                found += pipe.process(step.nccl_transport)
+            if step.nccl_proxy is not None:
+                found += pipe.process(step.nccl_proxy)
+            if tick:
+                tick(1)
+    finally:
+        nccl_view.close()
     truth = truth_document(sim)
-    return score(found, truth, pipe.kinds), score(base_found, truth, list(StaticRules.kinds))
+    blind = set(getattr(port_view, "blind_to", ())) | set(nccl_view.blind_to)
+    reports = score(found, truth, pipe.kinds), score(base_found, truth, list(StaticRules.kinds))
+    for rep in reports:
+        for kind in blind & set(rep.by_fault):
+            rep.by_fault[kind].covered = False
+    return reports
 
 
 def evaluate(
@@ -205,18 +282,28 @@ def evaluate(
     table: ThresholdTable | None,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    ours, baseline = Totals(), Totals()
+    """Scores per variant (``variants``); the top level is the first variant's (``rich``)."""
+    totals: dict[str, tuple[Totals, Totals]] = {}
     runs = []
     for sc in scenarios:
         rep, base = run_scenario(sc, table, progress)
         soak = sc.name.startswith("soak")
+        ours, baseline = totals.setdefault(sc.variant, (Totals(), Totals()))
         ours.add(rep, soak)
         baseline.add(base, soak)
-        runs.append({"scenario": sc.name, "hosts": sc.hosts, "polls": sc.polls,
+        hidden = sorted(k for k, f in rep.by_fault.items() if not f.covered)
+        runs.append({"scenario": sc.name, "variant": sc.variant, "hosts": sc.hosts, "polls": sc.polls,
                      "precision": rep.precision, "recall": rep.recall,
-                     "baseline_precision": base.precision, "baseline_recall": base.recall})  # fmt: skip
-    result = ours.summary()
-    result["baseline"] = baseline.summary()
+                     "baseline_precision": base.precision, "baseline_recall": base.recall,
+                     "not_observable": hidden})  # fmt: skip
+    variants: dict[str, Any] = {}
+    for name, (ours, baseline) in totals.items():
+        v = ours.summary()
+        v["baseline"] = baseline.summary()
+        v["not_observable"] = sorted({k for r in runs if r["variant"] == name for k in r["not_observable"]})
+        variants[name] = v
+    result = dict(next(iter(variants.values()))) if variants else {}
+    result["variants"] = variants
     result["scenarios"] = runs
     result["ber_thresholds"] = "NVIDIA field table" if table else "generic PAM4 rule"
     return result

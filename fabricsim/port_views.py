@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import SimpleNamespace
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -49,12 +49,7 @@ from collectors.ufm.merge import merge_port_samples
 from collectors.ufm.ports import PortKeys, SpellingCache
 from collectors.ufm.rest import parse_ports
 from collectors.ufm.telemetry import parse_prometheus
-from detectors.ber_thresholds import ThresholdTable
-from detectors.pipeline import Pipeline, default_detectors
 from fabricsim.hostfs import HostTreeWriter
-from fabricsim.scoring import Report, score
-from fabricsim.sim import FabricSim, SimConfig, truth_document
-from fabricsim.topology import TopologySpec
 from fabricsim.ufm_server import FakeUfm, _Ports, prometheus_text
 
 #: UFM Telemetry's default counters: canonical column -> (metric name, divisor to device units).
@@ -121,6 +116,8 @@ class _Snapshot(FakeUfm):
 class UfmDefaultView:
     fabric: Fabric
     name: str = "ufm_default"
+    #: InfiniBand telemetry has no PFC pause or ECN counters (RoCE NIC counters).
+    blind_to: ClassVar[frozenset[str]] = frozenset({"pfc_storm", "ecn_hotspot"})
     _keys: PortKeys = field(init=False)
     _cache: SpellingCache = field(init=False)
     _snap: _Snapshot = field(init=False)
@@ -160,6 +157,9 @@ _WIDE_ON_HOSTS = frozenset({"PortXmitData", "PortRcvData", "PortXmitPkts", "Port
 class PerfqueryLegacyView:
     fabric: Fabric
     name: str = "perfquery_legacy"
+    #: Legacy PortCounters: no FEC counters (a pre-FEC BER rise is invisible until errors pass
+    #: FEC), no PFC or ECN.
+    blind_to: ClassVar[frozenset[str]] = frozenset({"pfc_storm", "ecn_hotspot", "ber_ramp"})
 
     def render(self, batch: pa.RecordBatch) -> tuple[str, list[str]]:
         """perfquery text for every port of the batch (one block each) and the blocks' port keys."""
@@ -279,34 +279,3 @@ PORT_VIEWS: dict[str, Callable[[Fabric], PortView]] = {
     "perfquery_legacy": PerfqueryLegacyView,
     "host_ethtool": HostEthtoolView,
 }
-
-
-#: Every port fault of the simulator, staggered on a 64-host fabric, plus the benign events.
-PORT_FAULTS = (
-    "speed_downgrade@60s+1200s=0.5,width_downgrade@120s+1200s=0.5,ber_ramp@180s+1200s=3,"
-    "pfc_storm@240s+1200s=1,ecn_hotspot@300s+1200s=300,credit_starvation@360s+1200s=0.1,"
-    "link_flap@420s+1200s=8,counter_reset@700s+5m,counter_wrap@300s,short_retrain@900s,"
-    "collector_outage@1500s+90s,checkpoint_burst@1700s+2m"
-)
-
-
-def run_view(
-    view: str,
-    table: ThresholdTable | None = None,
-    faults: str = PORT_FAULTS,
-    hosts: int = 64,
-    seed: int = 0,
-    duration_s: float = 2400.0,
-    interval_s: float = 10.0,
-) -> Report:
-    """One simulation seen through one port view, scored against its ground truth (port faults)."""
-    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=hosts), interval_s=interval_s,
-                              duration_s=duration_s, seed=seed, faults=faults))  # fmt: skip
-    pipe = Pipeline(sim.fabric, default_detectors(sim.fabric, table))
-    v = PORT_VIEWS[view](sim.fabric)
-    found: list = []
-    for step in sim.run():
-        batch = v.apply(step.port_sample)
-        if batch is not None:
-            found += pipe.process(batch)
-    return score(found, truth_document(sim), pipe.kinds)

@@ -194,7 +194,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from fabricsim.evaluation import evaluate, suite
 
     table = ThresholdTable.load(args.ber_thresholds) if args.ber_thresholds else None
-    scenarios = suite(quick=args.quick, seeds=args.seeds)
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else None
+    scenarios = suite(quick=args.quick, seeds=args.seeds, variants=variants)
     t0 = time.perf_counter()
     total = sum(sc.polls for sc in scenarios)
     with tqdm(
@@ -209,14 +210,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_eval(r: dict[str, Any]) -> None:
+def _print_eval(result: dict[str, Any]) -> None:
+    print(f"\nBER judged against: {result['ber_thresholds']}")
+    for name, r in result["variants"].items():
+        _print_variant(name, r)
+    print(f"{len(result['scenarios'])} scenarios in {result['seconds']} s")
+
+
+def _print_variant(name: str, r: dict[str, Any]) -> None:
     w = max([16, *(len(k) + 1 for k in r["by_fault"])])
     head = (
         f"{'fault':<{w}}{'n':>4}{'recall':>8}{'prec':>7}{'F1':>7}{'loc@1':>7}"
         f"{'p50 s':>7}{'p95 s':>7}{'p50 poll':>9}{'p95 poll':>9} | "
         f"{'base rec':>8}{'base prec':>10}{'base F1':>8}"
     )
-    print(f"\nBER judged against: {r['ber_thresholds']}\n{head}\n{'-' * len(head)}")
+    print(f"\nvariant {name}\n{head}\n{'-' * len(head)}")
     for kind, s in r["by_fault"].items():
         b = r["baseline"]["by_fault"].get(kind, {})
         print(
@@ -234,7 +242,8 @@ def _print_eval(r: dict[str, Any]) -> None:
             f"({_fmt(part['false_per_1000_port_hours'])} per 1,000 port-hours; healthy soak: "
             f"{part['soak']['false_findings']} in {part['soak']['port_hours']:,.0f} port-hours)"
         )
-    print(f"{len(r['scenarios'])} scenarios in {r['seconds']} s")
+    if r.get("not_observable"):
+        print(f"not observable from these sources: {', '.join(r['not_observable'])}")
 
 
 def cmd_fakes(args: argparse.Namespace) -> int:
@@ -318,6 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--quick", action="store_true", help="smaller suite (no 1,024/4,096-host runs, 6 h soak)")
     s.add_argument("--seeds", type=int, default=3)
+    s.add_argument(
+        "--variants",
+        help="comma-separated source mixes to score (default all): rich, ufm_default+inspector_verbose, "
+        "perfquery_legacy+inspector_verbose, host_ethtool+inspector_verbose, ufm_default+inspector_default",
+    )
     s.add_argument(
         "--ber-thresholds",
         default=os.environ.get("GRAYWIRE_BER_THRESHOLDS"),

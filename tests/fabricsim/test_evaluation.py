@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from detectors.ber_thresholds import ThresholdTable
-from fabricsim.evaluation import BENIGN, MAGNITUDES, Scenario, evaluate, run_scenario, suite
+from fabricsim.evaluation import BENIGN, MAGNITUDES, VARIANTS, Scenario, evaluate, run_scenario, suite
 from fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
 
 
@@ -23,9 +23,19 @@ def test_suite_covers_every_fault_type_sizes_seeds_and_a_long_soak() -> None:
     assert set(BENIGN_KINDS) <= kinds
     assert {sc.hosts for sc in full} == {32, 64, 256, 1024, 4096}
     assert {sc.seed for sc in full if sc.name.startswith("mix")} == {0, 1, 2}
-    (soak,) = [sc for sc in full if sc.name.startswith("soak")]
+    (soak,) = [sc for sc in full if sc.name.startswith("soak") and sc.variant == "rich"]
     assert soak.duration_s >= 72 * 3600 and soak.hosts * 32 >= 1000
     assert all(len(m) >= 1 for m in MAGNITUDES.values())
+    # Every other source mix replays the mixed runs and a soak of its own.
+    for v in VARIANTS[1:]:
+        mine = [sc for sc in full if sc.variant == v.name]
+        assert sum(sc.name.startswith("mix") for sc in mine) == 9
+        assert sum(sc.name.startswith("soak") for sc in mine) == 1
+    assert {sc.variant for sc in suite(variants=("ufm_default+inspector_default",))} == {
+        "ufm_default+inspector_default"
+    }
+    with pytest.raises(ValueError, match="unknown variant 'x'"):
+        suite(variants=("x",))
 
 
 def test_one_mixed_scenario_detectors_beat_the_baseline(table: ThresholdTable) -> None:
@@ -61,3 +71,27 @@ def test_evaluate_reports_the_documented_shape(table: ThresholdTable) -> None:
     assert r["soak"]["false_findings"] == 0
     assert r["soak"]["port_hours"] == pytest.approx(256 * 0.5)
     assert r["baseline"]["soak"]["false_findings"] > 0  # ECN/pause rules fire on the checkpoint
+
+
+def test_the_inspector_default_view_reads_back_what_the_plugin_writes(table: ThresholdTable) -> None:
+    """Through the Inspector's default records (no channels, no start times) a straggler and a
+    job-wide slowdown are still found; faults only per-channel timing shows are not
+    observable there, and say so instead of counting as misses."""
+    sc = Scenario(
+        "t",
+        16,
+        1,
+        900.0,
+        10.0,
+        "straggler@60s+400s=0.1,slow_channel@60s+400s=0.5",
+        "ufm_default+inspector_default",
+    )
+    ours, _ = run_scenario(sc, table)
+    assert ours.by_fault["straggler"].detected == 1
+    assert not ours.by_fault["slow_channel"].covered
+    assert (ours.false_findings, ours.benign_alarms) == (0, 0)
+    r = evaluate([sc], table)
+    assert r["variants"]["ufm_default+inspector_default"]["not_observable"] == [
+        "ecn_hotspot", "nccl_slow_path", "pfc_storm", "slow_channel", "slow_nic"
+    ]  # fmt: skip
+    assert "slow_channel" not in r["variants"]["ufm_default+inspector_default"]["by_fault"]

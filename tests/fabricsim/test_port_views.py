@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from collectors.schemas import COUNTER_BITS_KEY, record_kind
-from fabricsim.port_views import PORT_VIEWS, run_view
+from fabricsim.evaluation import Scenario, run_scenario
+from fabricsim.port_views import PORT_VIEWS
 from fabricsim.sim import FabricSim, SimConfig
 from fabricsim.topology import TopologySpec
 
@@ -76,12 +77,17 @@ def test_host_ethtool_reads_phy_counters_on_hosts(poll) -> None:
 
 @pytest.mark.parametrize("view", sorted(PORT_VIEWS))
 def test_healthy_fabric_gives_no_finding_in_any_view(view: str) -> None:
-    rep = run_view(view, faults="checkpoint_burst@600s+2m,counter_reset@300s+5m", hosts=8, duration_s=1200.0)
+    sc = Scenario(
+        "healthy", 8, 0, 1200.0, 10.0, "checkpoint_burst@600s+2m,counter_reset@300s+5m", f"{view}+rich"
+    )
+    rep, _ = run_scenario(sc, None)
     assert rep.false_findings == 0 and rep.benign_alarms == 0 and rep.true_findings == 0
 
 
 def test_ber_ramp_without_corrected_bits_is_found_from_rsfec_blocks() -> None:
-    rep = run_view("ufm_default", faults="ber_ramp@60s+900s=3", hosts=8, duration_s=1200.0)
+    rep, _ = run_scenario(
+        Scenario("ramp", 8, 0, 1200.0, 10.0, "ber_ramp@60s+900s=3", "ufm_default+rich"), None
+    )
     s = rep.by_fault["ber_ramp"]
     assert (s.total, s.detected) == (1, 1)
     assert rep.false_findings == 0
