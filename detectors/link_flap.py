@@ -62,6 +62,9 @@ class LinkFlapDetector:
         self.events = np.full((n, HISTORY), -np.inf)  # outage times (unix s) per link entity
         self.head = np.zeros(n, dtype=np.int64)
         self.open_sev = np.zeros(n, dtype=np.int8)  # 0 closed, 1 warning, 2 critical
+        #: Outages the open finding last reported: a growing count fires again (the incident
+        #: then says 4, not the 3 it opened with).
+        self.reported = np.zeros(n, dtype=np.int32)
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         if batch.num_rows == 0:
@@ -105,17 +108,21 @@ class LinkFlapDetector:
         recent = (self.events[touched] >= t - cfg.window_s).sum(axis=1)
         sev = np.where(recent >= cfg.flaps_critical, 2, np.where(recent >= cfg.flaps_to_open, 1, 0))
         old = self.open_sev[touched]
-        fire = (sev > old).nonzero()[0]
+        grew = (old > 0) & (recent > self.reported[touched])
+        fire = ((sev > old) | grew).nonzero()[0]
         clear = ((old > 0) & (recent == 0)).nonzero()[0]
         out = []
         for j in fire.tolist():  # only the links whose state changes: a handful per poll
             e = int(touched[j])
-            out.append(self._finding(e, "firing", now, int(sev[j]), int(recent[j])))
-            self.open_sev[e] = sev[j]
+            level = max(int(sev[j]), int(old[j]))
+            out.append(self._finding(e, "firing", now, level, int(recent[j])))
+            self.open_sev[e] = level
+            self.reported[e] = recent[j]
         for j in clear.tolist():
             e = int(touched[j])
             out.append(self._finding(e, "cleared", now, int(old[j]), 0))
             self.open_sev[e] = 0
+            self.reported[e] = 0
         return out
 
     def _slots(self, source: pa.Array | pa.ChunkedArray) -> np.ndarray:

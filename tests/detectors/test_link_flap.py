@@ -68,8 +68,12 @@ def test_flapping_link_warns_at_the_third_outage_and_clears_after_quiet(seed: in
     run = simulate(f"link_flap@60s+400s:{HOST}", seed, duration_s=1000.0)
     fault = run.faults[0]
     assert (fault.port, fault.peer, fault.magnitude) == (HOST, LEAF, 4.0)
-    assert [(f.status, f.severity) for f in run.findings] == [("firing", "warning"), ("cleared", "warning")]
-    f, c = run.findings
+    # Opens at the third outage; the fourth updates it (the incident then says 4), then it clears.
+    assert [(f.status, f.severity, f.score) for f in run.findings] == [
+        ("firing", "warning", 3.0), ("firing", "warning", 4.0), ("cleared", "warning", 0.0)
+    ]  # fmt: skip
+    f, update, c = run.findings
+    assert rel(update) == 360.0 and update.summary == f"{LINK} went down 4 times in 10 min"
     check_place(f)
     assert rel(f) == 260.0
     assert f.evidence["outages_in_window"] == 3 and f.score == 3.0
@@ -88,14 +92,16 @@ def test_flapping_link_warns_at_the_third_outage_and_clears_after_quiet(seed: in
 def test_six_flaps_escalate_to_critical_on_the_same_link() -> None:
     # Six outages 50 s apart: 60, 110, 160, 210, 260, 310 s.
     run = simulate(f"link_flap@60s+300s=6:{HOST}", duration_s=400.0)
-    assert [(f.status, f.severity, rel(f)) for f in run.findings] == [
-        ("firing", "warning", 160.0),
-        ("firing", "critical", 310.0),
+    assert [(f.status, f.severity, rel(f), f.score) for f in run.findings] == [
+        ("firing", "warning", 160.0, 3.0),
+        ("firing", "warning", 210.0, 4.0),
+        ("firing", "warning", 260.0, 5.0),
+        ("firing", "critical", 310.0, 6.0),
     ]
     for f in run.findings:
         check_place(f)
-    assert run.findings[1].evidence["outages_in_window"] == 6
-    assert run.findings[1].summary == f"{LINK} went down 6 times in 10 min"
+    assert run.findings[-1].evidence["outages_in_window"] == 6
+    assert run.findings[-1].summary == f"{LINK} went down 6 times in 10 min"
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -194,11 +200,10 @@ def test_warning_at_three_outages_critical_at_six(fabric: Fabric) -> None:
     for _ in range(7):  # an outage every 20 s: down one poll, up the next
         severities.append([(f.status, f.severity) for f in feed.outage()])
         assert feed.polls(1) == []
-    assert severities == [
-        [], [], [("firing", "warning")], [], [], [("firing", "critical")], [],
-    ]  # fmt: skip
-    (k_warn, warn), (k_crit, crit) = feed.found
-    assert (k_warn, k_crit) == (6, 12)
+    w, c = ("firing", "warning"), ("firing", "critical")
+    assert severities == [[], [], [w], [w], [w], [c], [c]]  # each further outage updates the count
+    found = dict(feed.found)
+    warn, crit = found[6], found[12]
     for f in (warn, crit):
         check_place(f)
     assert warn.evidence["outages_in_window"] == 3
@@ -213,7 +218,7 @@ def test_cleared_after_a_quiet_window(fabric: Fabric) -> None:
     for _ in range(6):
         feed.outage()
         feed.polls(1)
-    assert [f.severity for _, f in feed.found] == ["warning", "critical"]
+    assert [f.severity for _, f in feed.found] == ["warning"] * 3 + ["critical"]
     last = 11  # the poll of the sixth outage, at 110 s
     # Quiet from here: the last outage leaves the 10-minute window after 710 s, so poll 72 clears.
     assert feed.polls(72 - feed.ports.poll) == []
