@@ -15,9 +15,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collectors.schemas import NCCL_TIMING, TS, make_batch
 
+#: The last µs an int64 nanosecond clock reaches (year 2262): later "times" are not times.
+_MAX_US = 2**63 // 1000
 #: NCCL's "GB/s" is decimal (10**9 bytes per second); the schema wants bits per second.
 GBPS_TO_BPS = 8e9
 
@@ -123,8 +126,9 @@ class TimingRows:
         return [r[i] for r in self.rows]
 
     def latest_us(self) -> int | None:
+        """The newest plausible row time (after 1970, before 2262), or None."""
         i = _F["observed_us"]
-        seen = [r[i] for r in self.rows if r[i] is not None]
+        seen = [r[i] for r in self.rows if isinstance(r[i], int) and 0 < r[i] < _MAX_US]
         return max(seen) if seen else None
 
     def to_batch(self, time: datetime | None = None) -> pa.RecordBatch:
@@ -137,28 +141,59 @@ class TimingRows:
         ts = np.datetime64(time.astimezone(UTC).replace(tzinfo=None), "us")
         cols_in: list[Any] = list(zip(*self.rows, strict=True)) if n else [() for _ in ROW_FIELDS]
         c = dict(zip(ROW_FIELDS, cols_in, strict=True))
-        bw = pa.array(c["bus_bandwidth_bps"], type=pa.float64())
+        bw = fitted_array(c["bus_bandwidth_bps"], pa.float64())
         if n and bw.null_count < n:  # NaN ("nan" in Inspector JSON) means unknown, not a value
             vals = bw.to_numpy(zero_copy_only=False)
             bw = pa.array(vals, mask=~np.isfinite(vals), type=pa.float64())
+        start = fitted_array(c["start_us"], pa.int64())
+        start = pc.if_else(pc.and_(pc.greater(start, 0), pc.less(start, _MAX_US)), start, None)
         cols = {
             "time": pa.array(np.full(n, ts), type=TS),
             "job": _dict(c["job"]),
             "communicator": _dict(c["communicator"]),
-            "rank": pa.array(c["rank"], type=pa.int32()),
-            "nranks": pa.array(c["nranks"], type=pa.int32()),
+            "rank": fitted_array(c["rank"], pa.int32()),
+            "nranks": fitted_array(c["nranks"], pa.int32()),
             "host": _dict(c["host"]),
-            "device": pa.array(c["device"], type=pa.int16()),
+            "device": fitted_array(c["device"], pa.int16()),
             "collective": _dict(c["collective"]),
-            "seq": pa.array(c["seq"], type=pa.int64()),
-            "message_bytes": pa.array(c["message_bytes"], type=pa.int64()),
-            "channel": pa.array(c["channel"], type=pa.int16()),
-            "start_time": pa.array(c["start_us"], type=pa.int64()).cast(TS),
-            "duration_seconds": pa.array(np.asarray(c["duration_seconds"], dtype=np.float64)),
+            "seq": fitted_array(c["seq"], pa.int64()),
+            "message_bytes": fitted_array(c["message_bytes"], pa.int64()),
+            "channel": fitted_array(c["channel"], pa.int16()),
+            "start_time": start.cast(TS),
+            "duration_seconds": fitted_array(c["duration_seconds"], pa.float64()),
             "bus_bandwidth_bps": bw,
             "transport": _dict(c["transport"]),
         }
+        # A row whose rank or duration did not fit says nothing: it is left out, not nulled.
+        keep = pc.and_(
+            pc.is_valid(cols["rank"]),
+            pc.fill_null(pc.greater_equal(cols["duration_seconds"], 0.0), False),
+        )
+        if n and not pc.all(keep).as_py():
+            cols = {k: v.filter(keep) for k, v in cols.items()}
+            n = len(cols["rank"])
         return make_batch(NCCL_TIMING, n, cols)
+
+
+def fitted_array(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array of ``typ``; a value that does not fit (an integer past the
+    type's range, a float past 1.8e308, a non-number) is null. Parsers hand over whatever the
+    source printed; one absurd number must null its cell, not fail the batch."""
+    try:
+        return pa.array(values, type=typ)
+    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        pass
+    if pa.types.is_integer(typ):
+        lo, hi = (0, 2 ** typ.bit_width) if pa.types.is_unsigned_integer(typ) else (
+            -(2 ** (typ.bit_width - 1)), 2 ** (typ.bit_width - 1))  # fmt: skip
+        clean = [
+            v if isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi else None for v in values
+        ]
+    elif pa.types.is_floating(typ):
+        clean = [as_float(v) for v in values]
+    else:
+        clean = [v if isinstance(v, str) else None for v in values]
+    return pa.array(clean, type=typ)
 
 
 def _dict(values: Sequence[str | None]) -> pa.Array:

@@ -28,34 +28,38 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from collectors.nccl.common import fitted_array
+
 _PREFIX = re.compile(
-    r"^\s*(?:\[[^\]]*\]\s+)?(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>-?\d+)\]\s+"
+    r"^\s*(?:\[[^\]]*\]\s+)?(?P<host>[^\s:\[\]]+):(?P<pid>\d{1,9}):(?P<tid>\d{1,9})\s+\[(?P<dev>-?\d{1,9})\]\s+"
     r"(?:\S+:\d+\s+)?NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT|VERSION)\b\s?(?P<msg>.*?)\s*$"
 )
 _CHANNEL = re.compile(
-    r"^Channel (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)\[(?P<srcdev>[0-9a-fA-Fx]+)\] -> "
-    r"(?P<dst>\d+)\[(?P<dstdev>[0-9a-fA-Fx]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.+)$"
+    r"^Channel (?P<ch>\d{1,9})(?:/(?P<conn>\d{1,9}))? : (?P<src>\d{1,9})\[(?P<srcdev>[0-9a-fA-Fx]+)\] -> "
+    r"(?P<dst>\d{1,9})\[(?P<dstdev>[0-9a-fA-Fx]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.+)$"
 )
 _OLD_RING_CONN = re.compile(
-    r"^Ring (?P<ch>\d+) : (?P<src>\d+) -> (?P<dst>\d+) \[(?P<dir>send|receive)\] via (?P<via>.+)$"
+    r"^Ring (?P<ch>\d{1,9}) : (?P<src>\d{1,9}) -> (?P<dst>\d{1,9}) \[(?P<dir>send|receive)\] via (?P<via>.+)$"
 )
-_RING = re.compile(r"^Ring (?P<ch>\d+) : (?P<prev>-?\d+) -> (?P<me>\d+) -> (?P<next>-?\d+)$")
-_TREE = re.compile(r"^Tree (?P<ch>\d+) : (?P<up>-?\d+) -> (?P<me>\d+) -> (?P<down>-?\d+(?:/-?\d+)*)$")
+_RING = re.compile(r"^Ring (?P<ch>\d{1,9}) : (?P<prev>-?\d{1,9}) -> (?P<me>\d{1,9}) -> (?P<next>-?\d{1,9})$")
+_TREE = re.compile(
+    r"^Tree (?P<ch>\d{1,9}) : (?P<up>-?\d{1,9}) -> (?P<me>\d{1,9}) -> (?P<down>-?\d{1,9}(?:/-?\d{1,9})*)$"
+)
 _INIT = re.compile(
-    r"(?:^|\s)comm (?P<ptr>\S+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>-?\d+)"
-    r"(?: nvmlDev (?P<nvml>-?\d+))? busId (?P<bus>\S+)(?P<rest>.*?)\s*-\s*"
+    r"(?:^|\s)comm (?P<ptr>\S+) rank (?P<rank>\d{1,9}) nranks (?P<nranks>\d{1,9}) cudaDev (?P<dev>-?\d{1,9})"
+    r"(?: nvmlDev (?P<nvml>-?\d{1,9}))? busId (?P<bus>\S+)(?P<rest>.*?)\s*-\s*"
     r"(?P<what>Init START|Init COMPLETE|Destroy COMPLETE)"
 )
 _COMMID = re.compile(r"\bcommId (\S+)")
 _COMM_INFO = re.compile(
-    r"^comm (?P<ptr>\S+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
-    r"localRanks (?P<lranks>\d+) localRank (?P<lrank>\d+)"
+    r"^comm (?P<ptr>\S+) rank (?P<rank>\d{1,9}) nRanks (?P<nranks>\d{1,9}) nNodes (?P<nnodes>\d{1,9}) "
+    r"localRanks (?P<lranks>\d{1,9}) localRank (?P<lrank>\d{1,9})"
 )
 _NET_USING = re.compile(r"^NET/(?P<net>IB|Socket) : Using(?P<devs>.*?)(?:;\s*OOB\s+(?P<oob>\S+))?$")
-_NET_DEV = re.compile(r"\[(?P<idx>\d+)\](?P<body>\{[^}]*\}|[^\s\[]+)")
-_HCA = re.compile(r"([^\s:{},]+):(\d+)/(\w+)")
+_NET_DEV = re.compile(r"\[(?P<idx>\d{1,9})\](?P<body>\{[^}]*\}|[^\s\[]+)")
+_HCA = re.compile(r"([^\s:{},]+):(\d{1,9})/(\w+)")
 _USING_NETWORK = re.compile(r"^Using network (\S+)")
-_NIC = re.compile(r"^(?P<nic>\d+)(?:\((?P<proxy>\d+)\))?")
+_NIC = re.compile(r"^(?P<nic>\d{1,9})(?:\((?P<proxy>\d{1,9})\))?(?!\d)")
 
 ProcKey = tuple[str, int]  # (host, pid)
 
@@ -415,22 +419,22 @@ class NcclTopology:
         rows = self.ranks
         return pa.table(
             {
-                "communicator": pa.array([r.communicator for r in rows], pa.string()),
-                "rank": pa.array([r.rank for r in rows], pa.int32()),
-                "nranks": pa.array([r.nranks for r in rows], pa.int32()),
-                "host": pa.array([r.host for r in rows], pa.string()),
-                "pid": pa.array([r.pid for r in rows], pa.int64()),
-                "device": pa.array([r.device for r in rows], pa.int16()),
-                "bus_id": pa.array([r.bus_id for r in rows], pa.string()),
-                "nnodes": pa.array([r.nnodes for r in rows], pa.int32()),
-                "local_rank": pa.array([r.local_rank for r in rows], pa.int32()),
-                "state": pa.array([r.state for r in rows], pa.string()),
+                "communicator": fitted_array([r.communicator for r in rows], pa.string()),
+                "rank": fitted_array([r.rank for r in rows], pa.int32()),
+                "nranks": fitted_array([r.nranks for r in rows], pa.int32()),
+                "host": fitted_array([r.host for r in rows], pa.string()),
+                "pid": fitted_array([r.pid for r in rows], pa.int64()),
+                "device": fitted_array([r.device for r in rows], pa.int16()),
+                "bus_id": fitted_array([r.bus_id for r in rows], pa.string()),
+                "nnodes": fitted_array([r.nnodes for r in rows], pa.int32()),
+                "local_rank": fitted_array([r.local_rank for r in rows], pa.int32()),
+                "state": fitted_array([r.state for r in rows], pa.string()),
             }
         )
 
     def links_table(self) -> pa.Table:
         rows = self.links
-        col = lambda name, typ: pa.array([getattr(r, name) for r in rows], typ)  # noqa: E731
+        col = lambda name, typ: fitted_array([getattr(r, name) for r in rows], typ)  # noqa: E731
         return pa.table(
             {
                 "communicator": col("communicator", pa.string()),

@@ -240,9 +240,10 @@ class InspectorParser:
         if not isinstance(events, list):
             return []
         sn = body.get("event_trace_sn") if isinstance(body.get("event_trace_sn"), dict) else {}
+        sn_events = sn.get("kernel_events")
         stopped = {
             as_int(e.get("channel_id")): as_int(e.get("kernel_stop_sn"))
-            for e in (sn.get("kernel_events") or [])
+            for e in (sn_events if isinstance(sn_events, list) else [])
             if isinstance(e, dict)
         }
         out = []

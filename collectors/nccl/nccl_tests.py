@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int
+from collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, fitted_array
 
 Placement = Literal["out_of_place", "in_place"]
 
@@ -203,7 +203,7 @@ class NccltestsParser:
     def table(self) -> pa.Table:
         """Every result row, both placements, base units in the column names where they apply."""
         r = self.rows
-        col = lambda k, t: pa.array([x[k] for x in r], t)  # noqa: E731
+        col = lambda k, t: fitted_array([x[k] for x in r], t)  # noqa: E731
         out = {
             "size_bytes": col("size", pa.int64()),
             "count": col("count", pa.int64()),
@@ -212,9 +212,11 @@ class NccltestsParser:
             "root": col("root", pa.int32()),
         }
         for p in ("oop", "ip"):
-            out[f"{p}_duration_seconds"] = pa.array([x[f"{p}_time_us"] / 1e6 for x in r], pa.float64())
-            out[f"{p}_algbw_bps"] = pa.array([_bps(x[f"{p}_algbw_gbs"]) for x in r], pa.float64())
-            out[f"{p}_busbw_bps"] = pa.array([_bps(x[f"{p}_busbw_gbs"]) for x in r], pa.float64())
+            out[f"{p}_duration_seconds"] = fitted_array(
+                [_seconds(x[f"{p}_time_us"]) for x in r], pa.float64()
+            )
+            out[f"{p}_algbw_bps"] = fitted_array([_bps(x[f"{p}_algbw_gbs"]) for x in r], pa.float64())
+            out[f"{p}_busbw_bps"] = fitted_array([_bps(x[f"{p}_busbw_gbs"]) for x in r], pa.float64())
             out[f"{p}_check"] = col(f"{p}_check", pa.float64())
         return pa.table(out)
 
@@ -247,11 +249,16 @@ class NccltestsParser:
                 seq=i,
                 message_bytes=x["size"],
                 channel=None,
-                duration_seconds=x[f"{p}_time_us"] / 1e6,
+                duration_seconds=_seconds(x[f"{p}_time_us"]),
                 bus_bandwidth_bps=_bps(x[f"{p}_busbw_gbs"]),
                 observed_us=observed_us,
             )
         return len(self.rows)
+
+
+def _seconds(us: float | None) -> float | None:
+    v = as_float(us)
+    return v / 1e6 if v is not None else None
 
 
 def _bps(gbs: float | None) -> float | None:

@@ -42,7 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from collectors.nccl.common import DTYPE_BYTES, TimingRows, as_float, as_int
+from collectors.nccl.common import DTYPE_BYTES, TimingRows, as_float, as_int, fitted_array
 from collectors.nccl.proxy import ProxyRows
 
 _BARE_VALUE = re.compile(r"(:\s*)(0x[0-9a-fA-F]+|\(nil\)|-?nan|-?inf|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])")
@@ -292,14 +292,14 @@ class ProfilerParser:
         c = lambda name: [self._coll_field(r["coll"], name) for r in k]  # noqa: E731
         return pa.table(
             {
-                "collective": pa.array(c("collective"), pa.string()),
-                "seq": pa.array(c("seq"), pa.int64()),
-                "comm_hash": pa.array(c("comm_hash"), pa.uint64()),
-                "rank": pa.array(c("rank"), pa.int32()),
-                "channel": pa.array([r["channel"] for r in k], pa.int16()),
-                "start_gpu_ns": pa.array([r["start_gpu_ns"] for r in k], pa.uint64()),
-                "stop_gpu_ns": pa.array([r["stop_gpu_ns"] for r in k], pa.uint64()),
-                "duration_seconds": pa.array([r["duration_seconds"] for r in k], pa.float64()),
+                "collective": fitted_array(c("collective"), pa.string()),
+                "seq": fitted_array(c("seq"), pa.int64()),
+                "comm_hash": fitted_array(c("comm_hash"), pa.uint64()),
+                "rank": fitted_array(c("rank"), pa.int32()),
+                "channel": fitted_array([r["channel"] for r in k], pa.int16()),
+                "start_gpu_ns": fitted_array([r["start_gpu_ns"] for r in k], pa.uint64()),
+                "stop_gpu_ns": fitted_array([r["stop_gpu_ns"] for r in k], pa.uint64()),
+                "duration_seconds": fitted_array([r["duration_seconds"] for r in k], pa.float64()),
             }
         )
 
@@ -308,17 +308,19 @@ class ProfilerParser:
         ops = self.proxy_ops
         return pa.table(
             {
-                "collective": pa.array([self._coll_field(r["coll"], "collective") for r in ops], pa.string()),
-                "seq": pa.array([self._coll_field(r["coll"], "seq") for r in ops], pa.int64()),
-                "rank": pa.array([self._coll_field(r["coll"], "rank") for r in ops], pa.int32()),
-                "phase": pa.array([r["phase"] for r in ops], pa.string()),
-                "direction": pa.array([r["direction"] for r in ops], pa.string()),
-                "channel": pa.array([r["channel"] for r in ops], pa.int16()),
-                "peer": pa.array([r["peer"] for r in ops], pa.int32()),
-                "steps": pa.array([r["steps"] for r in ops], pa.int32()),
-                "chunk_size": pa.array([r["chunk_size"] for r in ops], pa.int64()),
-                "trans_size": pa.array([r["trans_size"] for r in ops], pa.int64()),
-                "duration_seconds": pa.array([_dur(r) for r in ops], pa.float64()),
+                "collective": fitted_array(
+                    [self._coll_field(r["coll"], "collective") for r in ops], pa.string()
+                ),
+                "seq": fitted_array([self._coll_field(r["coll"], "seq") for r in ops], pa.int64()),
+                "rank": fitted_array([self._coll_field(r["coll"], "rank") for r in ops], pa.int32()),
+                "phase": fitted_array([r["phase"] for r in ops], pa.string()),
+                "direction": fitted_array([r["direction"] for r in ops], pa.string()),
+                "channel": fitted_array([r["channel"] for r in ops], pa.int16()),
+                "peer": fitted_array([r["peer"] for r in ops], pa.int32()),
+                "steps": fitted_array([r["steps"] for r in ops], pa.int32()),
+                "chunk_size": fitted_array([r["chunk_size"] for r in ops], pa.int64()),
+                "trans_size": fitted_array([r["trans_size"] for r in ops], pa.int64()),
+                "duration_seconds": fitted_array([_dur(r) for r in ops], pa.float64()),
             }
         )
 
@@ -327,15 +329,17 @@ class ProfilerParser:
         st = self.proxy_steps
         return pa.table(
             {
-                "collective": pa.array([self._coll_field(r["coll"], "collective") for r in st], pa.string()),
-                "seq": pa.array([self._coll_field(r["coll"], "seq") for r in st], pa.int64()),
-                "rank": pa.array([self._coll_field(r["coll"], "rank") for r in st], pa.int32()),
-                "direction": pa.array([r["direction"] for r in st], pa.string()),
-                "state": pa.array([r["state"] for r in st], pa.string()),
-                "step": pa.array([r["step"] for r in st], pa.int32()),
-                "channel": pa.array([r["channel"] for r in st], pa.int16()),
-                "peer": pa.array([r["peer"] for r in st], pa.int32()),
-                "duration_seconds": pa.array([_dur(r) for r in st], pa.float64()),
+                "collective": fitted_array(
+                    [self._coll_field(r["coll"], "collective") for r in st], pa.string()
+                ),
+                "seq": fitted_array([self._coll_field(r["coll"], "seq") for r in st], pa.int64()),
+                "rank": fitted_array([self._coll_field(r["coll"], "rank") for r in st], pa.int32()),
+                "direction": fitted_array([r["direction"] for r in st], pa.string()),
+                "state": fitted_array([r["state"] for r in st], pa.string()),
+                "step": fitted_array([r["step"] for r in st], pa.int32()),
+                "channel": fitted_array([r["channel"] for r in st], pa.int16()),
+                "peer": fitted_array([r["peer"] for r in st], pa.int32()),
+                "duration_seconds": fitted_array([_dur(r) for r in st], pa.float64()),
             }
         )
 
@@ -379,19 +383,19 @@ class ProfilerParser:
         step = lambda name: [self.proxy_steps[r["step"]][name] if r["step"] is not None else None for r in ev]  # noqa: E731
         return pa.table(
             {
-                "kind": pa.array([r["kind"] for r in ev], pa.string()),
-                "direction": pa.array(step("direction"), pa.string()),
-                "state": pa.array(step("state"), pa.string()),
-                "step": pa.array(step("step"), pa.int32()),
-                "channel": pa.array(step("channel"), pa.int16()),
-                "peer": pa.array(step("peer"), pa.int32()),
-                "device": pa.array([r["device"] for r in ev], pa.int16()),
-                "qp_num": pa.array([r["qp_num"] for r in ev], pa.int64()),
-                "opcode": pa.array([r["opcode"] for r in ev], pa.int32()),
-                "wr_id": pa.array([r["wr_id"] for r in ev], pa.uint64()),
-                "sock": pa.array([r["sock"] for r in ev], pa.int32()),
-                "size": pa.array([r["size"] for r in ev], pa.int64()),
-                "duration_seconds": pa.array([_dur(r) for r in ev], pa.float64()),
+                "kind": fitted_array([r["kind"] for r in ev], pa.string()),
+                "direction": fitted_array(step("direction"), pa.string()),
+                "state": fitted_array(step("state"), pa.string()),
+                "step": fitted_array(step("step"), pa.int32()),
+                "channel": fitted_array(step("channel"), pa.int16()),
+                "peer": fitted_array(step("peer"), pa.int32()),
+                "device": fitted_array([r["device"] for r in ev], pa.int16()),
+                "qp_num": fitted_array([r["qp_num"] for r in ev], pa.int64()),
+                "opcode": fitted_array([r["opcode"] for r in ev], pa.int32()),
+                "wr_id": fitted_array([r["wr_id"] for r in ev], pa.uint64()),
+                "sock": fitted_array([r["sock"] for r in ev], pa.int32()),
+                "size": fitted_array([r["size"] for r in ev], pa.int64()),
+                "duration_seconds": fitted_array([_dur(r) for r in ev], pa.float64()),
             }
         )
 

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from collectors.nccl.common import fitted_array
 from collectors.schemas import NCCL_PROXY, NCCL_PROXY_WAITS, TS, make_batch
 
 PROXY_FIELDS = (
@@ -66,7 +68,7 @@ class ProxyRows:
 
     def latest_us(self) -> int | None:
         i = _F["observed_us"]
-        seen = [r[i] for r in self.rows if r[i] is not None]
+        seen = [r[i] for r in self.rows if isinstance(r[i], int) and 0 < r[i] < 2**63 // 1000]
         return max(seen) if seen else None
 
     def to_batch(self, time: datetime | None = None) -> pa.RecordBatch:
@@ -83,5 +85,12 @@ class ProxyRows:
             if name in _DICT:
                 cols[name] = pa.array(c[name], type=pa.string()).dictionary_encode()
             else:
-                cols[name] = pa.array(c[name], type=NCCL_PROXY.field(name).type)
+                cols[name] = fitted_array(c[name], NCCL_PROXY.field(name).type)
+        required = [f.name for f in NCCL_PROXY if not f.nullable and f.name in cols]
+        keep = pa.array(np.ones(n, dtype=bool))
+        for name in required:  # a row whose rank, channel or peer did not fit is left out
+            keep = pc.and_(keep, pc.is_valid(cols[name]))
+        if n and not pc.all(keep).as_py():
+            cols = {k: v.filter(keep) for k, v in cols.items()}
+            n = len(cols["time"])
         return make_batch(NCCL_PROXY, n, cols)

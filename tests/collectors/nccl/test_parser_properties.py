@@ -1,0 +1,194 @@
+"""Property tests of the NCCL parsers, seeded from the real fixtures: whatever the input, a
+parser raises only its documented error or gives rows that build a valid batch.
+
+Inputs are the real records and logs with one part replaced by an arbitrary value (huge and
+negative integers, floats, strings with control characters, nested containers, nulls) or with
+arbitrary text spliced into a line. Bounded so the suite stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collectors.nccl.common import TimingRows
+from collectors.nccl.debug_log import NcclTopology
+from collectors.nccl.inspector import RecordError, parse_inspector_text
+from collectors.nccl.nccl_tests import parse_nccl_tests
+from collectors.nccl.profiler import parse_profiler_trace
+from collectors.nccl.proxy import ProxyRows
+from collectors.nccl.tail import parse_push
+from tests.conftest import REAL_FIXTURES
+
+NCCL = REAL_FIXTURES / "nccl"
+PROPERTY = settings(
+    max_examples=int(os.environ.get("GRAYWIRE_PROPERTY_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+pytestmark = pytest.mark.skipif(
+    not NCCL.is_dir(),
+    reason=f"real fixtures not found at {NCCL} (../shared/fixtures/real beside the repository)",
+)
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.integers(min_value=10**300, max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    st.sampled_from(["nan", "inf", "-1", "0x10", "1e400", "\n", "9" * 400]),
+)
+values = st.recursive(
+    scalars,
+    lambda v: st.lists(v, max_size=3) | st.dictionaries(st.text(max_size=8), v, max_size=3),
+    max_leaves=6,
+)
+
+
+def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _replace(obj: Any, path: tuple, value: Any) -> Any:
+    if not path:
+        return value
+    head, *rest = path
+    if isinstance(obj, dict):
+        return {k: (_replace(v, tuple(rest), value) if k == head else v) for k, v in obj.items()}
+    return [(_replace(v, tuple(rest), value) if i == head else v) for i, v in enumerate(obj)]
+
+
+def _records() -> list[Any]:
+    if not NCCL.is_dir():
+        return [{}]
+    names = (
+        "nccl_inspector_readme_coll_perf_example.json",
+        "nccl_inspector_readme_coll_perf_verbose_example.json",
+    )
+    return [json.loads((NCCL / f).read_text()) for f in names]
+
+
+RECORDS = _records()
+
+
+@st.composite
+def mutated_record(draw: st.DrawFn) -> Any:
+    rec = draw(st.sampled_from(RECORDS))
+    paths = _paths(rec)
+    path = draw(st.sampled_from(paths)) if paths else ()
+    return _replace(rec, path, draw(values))
+
+
+def _spliced(text: str) -> st.SearchStrategy[str]:
+    lines = text.splitlines() or [""]
+
+    @st.composite
+    def build(draw: st.DrawFn) -> str:
+        i = draw(st.integers(0, len(lines) - 1))
+        line = lines[i]
+        at = draw(st.integers(0, len(line)))
+        cut = draw(st.integers(0, 20))
+        junk = draw(st.text(max_size=30) | st.sampled_from(["9" * 400, '"', "{", "]", "\x00", "-1"]))
+        out = list(lines)
+        out[i] = line[:at] + junk + line[at + cut :]
+        return "\n".join(out) + "\n"
+
+    return build()
+
+
+@PROPERTY
+@given(mutated_record())
+def test_inspector_records_give_a_batch_or_a_documented_error(rec: Any) -> None:
+    good = json.dumps(RECORDS[0])
+    text = good + "\n" + json.dumps(rec) + "\n"
+    rows, parser = parse_inspector_text(text, "j")
+    batch = rows.to_batch()
+    assert parser.records >= 1 and batch.num_rows >= 1  # the good record survives
+    try:
+        parse_inspector_text(json.dumps(rec), "j", strict=True)[0].to_batch()
+    except RecordError as e:
+        assert len(str(e)) < 300
+
+
+@PROPERTY
+@given(mutated_record())
+def test_a_push_is_a_batch_or_a_value_error(rec: Any) -> None:
+    try:
+        batch = parse_push(json.dumps(rec).encode(), "application/x-ndjson", job="j")
+    except ValueError:
+        return
+    assert batch.num_rows >= 0
+
+
+@pytest.mark.parametrize(
+    "name", ["superbench_nccl_tests_allreduce.log", "superbench_nccl_tests_alltoall.log"]
+)
+def test_nccl_tests_output_with_junk_spliced_in(name: str) -> None:
+    text = (NCCL / name).read_text()
+
+    @PROPERTY
+    @given(_spliced(text))
+    def check(mutated: str) -> None:
+        parser = parse_nccl_tests(mutated)
+        rows = TimingRows()
+        parser.timing_rows(rows, job="j")
+        rows.to_batch()
+        parser.table()
+
+    check()
+
+
+def test_debug_log_lines_with_junk_spliced_in() -> None:
+    text = (NCCL / "nccl_userguide_logging_examples.txt").read_text()
+
+    @PROPERTY
+    @given(_spliced(text))
+    def check(mutated: str) -> None:
+        topo = NcclTopology()
+        topo.feed(mutated.splitlines())
+        topo.ranks_table()
+        topo.links_table()
+
+    check()
+
+
+def test_profiler_trace_with_junk_spliced_in() -> None:
+    text = (NCCL / "nccl_profiler_example_readme_trace.txt").read_text()
+
+    @PROPERTY
+    @given(_spliced(text))
+    def check(mutated: str) -> None:
+        parser = parse_profiler_trace(mutated)
+        rows = TimingRows()
+        parser.timing_rows(rows, job="j")
+        rows.to_batch()
+        proxy = ProxyRows()
+        parser.proxy_rows(proxy, job="j")
+        proxy.to_batch()
+        parser.kernel_table()
+        parser.proxy_op_table()
+        parser.proxy_step_table()
+
+    check()
+
+
+def test_the_fixtures_themselves_parse(real_fixtures: Path) -> None:
+    """The seeds are real: unmutated, each gives rows."""
+    rows, parser = parse_inspector_text("\n".join(json.dumps(r) for r in RECORDS), "j")
+    assert parser.records == 2 and rows.to_batch().num_rows >= 2
