@@ -70,6 +70,41 @@ class Hysteresis:
         return idx[opens], idx[closes]
 
 
+class RollingWindow:
+    """The last ``window`` values of each entity (a ring buffer per row), for windowed medians.
+
+    A value is judged once its entity has a full window; an entity with no value this poll
+    keeps its window as it was (no data is not a healthy sample).
+    """
+
+    def __init__(self, window: int, size: int = 0) -> None:
+        self.window = window
+        self.hist = np.full((size, window), np.nan)
+        self.count = np.zeros(size, dtype=np.int64)
+
+    def grow(self, n: int) -> None:
+        if n > self.count.size:
+            extra = n - self.count.size
+            self.hist = np.vstack([self.hist, np.full((extra, self.window), np.nan)])
+            self.count = np.concatenate([self.count, np.zeros(extra, np.int64)])
+
+    def push(self, ids: np.ndarray, values: np.ndarray) -> None:
+        """Add one value per (distinct) entity."""
+        self.hist[ids, self.count[ids] % self.window] = values
+        self.count[ids] += 1
+
+    def full(self, ids: np.ndarray) -> np.ndarray:
+        return self.count[ids] >= self.window
+
+    def median(self, ids: np.ndarray) -> np.ndarray:
+        return np.median(self.hist[ids], axis=1)
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the entities where ``mask`` is true, renumbered densely (compaction)."""
+        n = mask.size
+        self.hist, self.count = self.hist[:n][mask], self.count[:n][mask]
+
+
 class EntityIndex:
     """Stable integer ids for string entity keys that appear over time (e.g. NCCL ranks).
 

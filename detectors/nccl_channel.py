@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.model import Fabric
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig
+from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow
 from detectors.findings import Finding
 from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
@@ -69,8 +69,7 @@ class NcclChannelOutlier:
         self.last_seen = np.zeros(0, dtype=np.int64)  # poll number an entity last reported
         self.polls = 0
         self._where: dict[tuple[int, int], tuple[str | None, str | None]] = {}  # rank -> (host, port)
-        self.hist = np.full((0, self.cfg.window), np.nan)
-        self.count = np.zeros(0, dtype=np.int64)
+        self.windows = RollingWindow(self.cfg.window)
         self.hyst = Hysteresis(self.cfg.hysteresis)
         self._label = np.zeros((0, 3), dtype=np.int64)  # entity -> (group, rank, channel)
         self._leaf_cache: dict[int, str] = {}  # entity -> the leaf its rank's NIC hangs off
@@ -131,11 +130,9 @@ class NcclChannelOutlier:
         return f"{self.groups.keys[g]}|rank {r}"
 
     def _grow(self, n: int) -> None:
-        if n > self.count.size:
-            extra = n - self.count.size
-            self.hist = np.vstack([self.hist, np.full((extra, self.cfg.window), np.nan)])
-            self.count = np.concatenate([self.count, np.zeros(extra, np.int64)])
-            self.last_seen = np.concatenate([self.last_seen, np.zeros(extra, np.int64)])
+        if n > self.last_seen.size:
+            self.windows.grow(n)
+            self.last_seen = np.concatenate([self.last_seen, np.zeros(n - self.last_seen.size, np.int64)])
             self.hyst.grow(n)
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
@@ -170,13 +167,11 @@ class NcclChannelOutlier:
         peers = np.bincount(g_ent, minlength=n_groups)
         resid = x - med[g_ent]
 
-        slot = self.count[ids] % cfg.window
-        self.hist[ids, slot] = resid
-        self.count[ids] += 1
+        self.windows.push(ids, resid)
         self.polls += 1
         self.last_seen[ids] = self.polls
-        full = self.count[ids] >= cfg.window
-        wmed = np.median(self.hist[ids], axis=1)
+        full = self.windows.full(ids)
+        wmed = self.windows.median(ids)
         # Score against the spread of the peers' *windowed* medians: like against like.
         center = np.full(n_groups, np.nan)
         spread = np.full(n_groups, np.nan)
@@ -324,7 +319,7 @@ class NcclChannelOutlier:
         self._known_keys = self._known_keys[live]
         self._known_ids = new_id[self._known_ids[live]]
         self._label = self._label[:n][keep]
-        self.hist, self.count = self.hist[:n][keep], self.count[:n][keep]
+        self.windows.keep(keep)
         self.last_seen = self.last_seen[:n][keep]
         h = self.hyst
         h.bad_run, h.good_run, h.is_open = h.bad_run[:n][keep], h.good_run[:n][keep], h.is_open[:n][keep]

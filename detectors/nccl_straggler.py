@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig
+from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow
 from detectors.findings import Finding
 from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
@@ -90,8 +90,7 @@ class NcclStraggler:
         self.cfg = cfg or NcclStragglerConfig()
         self.groups = EntityIndex()  # communicator|collective|size bucket -> id
         self.cells = EntityIndex()  # group id|rank -> cell id
-        self.hist = np.full((0, self.cfg.window), np.nan)
-        self.count = np.zeros(0, dtype=np.int64)
+        self.windows = RollingWindow(self.cfg.window)
         self.last_seen = np.zeros(0, dtype=np.int64)
         self.hyst = Hysteresis(self.cfg.hysteresis)
         self.polls = 0
@@ -99,11 +98,9 @@ class NcclStraggler:
         self._cell_where: dict[int, dict[str, Any]] = {}
 
     def _grow(self, n: int) -> None:
-        if n > self.count.size:
-            extra = n - self.count.size
-            self.hist = np.vstack([self.hist, np.full((extra, self.cfg.window), np.nan)])
-            self.count = np.concatenate([self.count, np.zeros(extra, np.int64)])
-            self.last_seen = np.concatenate([self.last_seen, np.zeros(extra, np.int64)])
+        if n > self.last_seen.size:
+            self.windows.grow(n)
+            self.last_seen = np.concatenate([self.last_seen, np.zeros(n - self.last_seen.size, np.int64)])
             self.hyst.grow(n)
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
@@ -156,12 +153,10 @@ class NcclStraggler:
         skew_cell = np.full(ids.size, np.nan)
         if skew_ok.any():
             skew_cell = group_median(skew[skew_ok], c_inv[skew_ok], ids.size)
-        slot = self.count[ids] % cfg.window
-        self.hist[ids, slot] = x
-        self.count[ids] += 1
+        self.windows.push(ids, x)
         self.last_seen[ids] = self.polls
-        full = self.count[ids] >= cfg.window
-        wmed = np.median(self.hist[ids], axis=1)
+        full = self.windows.full(ids)
+        wmed = self.windows.median(ids)
         # Peers: the other ranks of the same group, by their windowed deficits.
         group_of_cell = g_ids[per.group_of[rows[_first_index(c_inv, ids.size)]]]
         used_g, gc_inv = np.unique(group_of_cell, return_inverse=True)

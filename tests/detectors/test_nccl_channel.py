@@ -366,7 +366,7 @@ def test_cells_of_ended_jobs_are_forgotten_and_live_ones_keep_working() -> None:
             poll += 1
     # Only the last job's cells (and at most one ended job awaiting compaction) remain.
     assert det._n_entities <= 2 * 32 * 4
-    assert det.hist.shape[0] == det.count.size == det.last_seen.size == det._n_entities
+    assert det.windows.hist.shape[0] == det.windows.count.size == det.last_seen.size == det._n_entities
     # The live job still opens and clears a slow rank after its ids were renumbered.
     found = []
     for _ in range(8):
