@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.model import Fabric
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig
+from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow
 from detectors.findings import Finding
 from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
@@ -78,8 +78,7 @@ class NcclHopDetector:
         self._ids = np.zeros(0, dtype=np.int64)
         self._label = np.zeros((0, 4), dtype=np.int64)  # cell -> (comm, channel, src, dst)
         self.n = 0
-        self.hist = {s: np.full((0, w), np.nan) for s in _SIDES}
-        self.count = {s: np.zeros(0, dtype=np.int64) for s in _SIDES}
+        self.windows = {s: RollingWindow(w) for s in _SIDES}
         self.last_raw = {s: np.full(0, np.nan) for s in _SIDES}  # log seconds per byte, last observation
         self.last_med = {s: np.full(0, np.nan) for s in _SIDES}  # its group's median then
         self.last_seen = np.zeros(0, dtype=np.int64)
@@ -118,8 +117,7 @@ class NcclHopDetector:
         if extra <= 0:
             return
         for s in _SIDES:
-            self.hist[s] = np.vstack([self.hist[s], np.full((extra, self.cfg.window), np.nan)])
-            self.count[s] = np.concatenate([self.count[s], np.zeros(extra, np.int64)])
+            self.windows[s].grow(n)
             self.last_raw[s] = np.concatenate([self.last_raw[s], np.full(extra, np.nan)])
             self.last_med[s] = np.concatenate([self.last_med[s], np.full(extra, np.nan)])
         self.last_seen = np.concatenate([self.last_seen, np.zeros(extra, np.int64)])
@@ -212,9 +210,7 @@ class NcclHopDetector:
             x = group_median(s_val, inv, u.size)  # one value per edge per observation
             g_u, g_inv = np.unique(s_grp[first], return_inverse=True)
             med = group_median(x, g_inv, g_u.size)
-            slot = self.count[side][u] % cfg.window
-            self.hist[side][u, slot] = x - med[g_inv]
-            self.count[side][u] += 1
+            self.windows[side].push(u, x - med[g_inv])
             self.last_raw[side][u] = x
             self.last_med[side][u] = med[g_inv]
             peers[side] = (u, g_inv)
@@ -265,10 +261,10 @@ class NcclHopDetector:
         """Robust z of each edge's windowed residual against its group's other edges."""
         cfg = self.cfg
         n_g = int(g_inv.max()) + 1 if g_inv.size else 0
-        full = self.count[side][u] >= cfg.window
+        full = self.windows[side].full(u)
         wmed = np.full(u.size, np.nan)
         if full.any():
-            wmed[full] = np.median(self.hist[side][u[full]], axis=1)
+            wmed[full] = self.windows[side].median(u[full])
         # The baseline leaves out edges already judged slow: they must not widen it.
         base = full & ~self.hyst.is_open[u]
         center = np.full(n_g, np.nan)
