@@ -48,5 +48,6 @@ def configure(verbose: bool = False) -> None:
     if not verbose:
         # Alembic announces each of its plugins at INFO on every start; the migrations it runs stay.
         logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
-        # httpx logs every request (with its URL) at INFO: one line per scrape is noise.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+    # httpx logs every request with its full URL at INFO: noise per scrape, and a Slack or
+    # webhook URL is the credential itself. Never, even with --verbose.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -40,3 +40,12 @@ def test_passwords_in_urls_are_redacted_and_tracebacks_stay_under_their_record()
     r = record("x %s", "a\nb")
     fmt.format(r)
     assert (r.msg, r.args) == ("x %s", ("a\nb",))
+
+
+def test_request_urls_are_never_logged_even_verbose() -> None:
+    """httpx logs each request's URL at INFO; a Slack webhook URL is its credential."""
+    from service.logs import configure
+
+    for verbose in (False, True):
+        configure(verbose)
+        assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
