@@ -284,3 +284,23 @@ def test_config_and_build_collectors(tmp_path: Path) -> None:
         NcclSourceConfig.model_validate({"type": "nccl", "directory": str(tmp_path), "format": "csv"})
     with pytest.raises(ValidationError):
         NcclSourceConfig.model_validate({"type": "nccl", "directory": str(tmp_path), "bogus": 1})
+
+
+def test_an_absurd_number_skips_its_line_and_keeps_the_rows_around_it(
+    tmp_path: Path, real_fixtures: Path
+) -> None:
+    """A 400-digit duration between two good records is one skipped line, not a failed scrape
+    that loses its neighbours (the offsets have moved past them by then)."""
+    f = tmp_path / "example-hostname-pid438776.log"
+    bad = inspector_line(real_fixtures, coll_sn=2, coll_exec_time_us=10**400)
+    huge_rank = json.loads(inspector_line(real_fixtures, coll_sn=3))
+    huge_rank["header"]["rank"] = 2**70
+    f.write_text("\n".join([inspector_line(real_fixtures, coll_sn=1), bad, json.dumps(huge_rank),
+                            inspector_line(real_fixtures, coll_sn=4)]) + "\n")  # fmt: skip
+    col = NcclFileCollector(tmp_path, job="j")
+    res = asyncio.run(col.scrape())
+    assert res.ok
+    (batch,) = res.batches
+    assert sorted(set(batch.column("seq").to_pylist())) == [1, 4]
+    assert col.skipped_lines == 2
+    assert "is not a duration" in (res.error or "") and len(res.error or "") < 1000
