@@ -84,6 +84,19 @@ def _int(value: Value) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def _counter(value: Value) -> int | None:
+    """A counter value, or None for one no Counter32/Counter64 can hold (a negative or a
+    65-bit number from a broken agent): that cell is unknown, the rest of the switch is not."""
+    v = _int(value)
+    return v if v is not None and 0 <= v < 2**64 else None
+
+
+def _gauge(value: Value) -> int:
+    """A speed gauge, 0 (unknown) when missing or absurd."""
+    v = _int(value)
+    return v if v is not None and 0 <= v < 2**53 else 0
+
+
 def sys_name(tables: Tables) -> str | None:
     return _text(tables.get(O.SYS_NAME, {}).get((0,)))
 
@@ -146,8 +159,8 @@ def build_batch(
     states = [OPER_STATE.get(_int(oper.get(k)) or O.OPER_UNKNOWN, (None, None)) for k in idx]
     up = np.array([s[0] == PHYS_LINK_UP for s in states], dtype=bool)
     # ifHighSpeed (Mb/s) when the port is up; ifSpeed (bit/s) only when it is not saturated.
-    high = np.array([_int(tables.get(O.IF_HIGH_SPEED, {}).get(k)) or 0 for k in idx], dtype=np.int64)
-    low = np.array([_int(tables.get(O.IF_SPEED, {}).get(k)) or 0 for k in idx], dtype=np.int64)
+    high = np.array([_gauge(tables.get(O.IF_HIGH_SPEED, {}).get(k)) for k in idx], dtype=np.int64)
+    low = np.array([_gauge(tables.get(O.IF_SPEED, {}).get(k)) for k in idx], dtype=np.int64)
     low = np.where(low >= O.IF_SPEED_MAX, 0, low)
     speed = np.where(high > 0, high * 1_000_000, low)
     cols: dict[str, pa.Array] = {
@@ -162,11 +175,11 @@ def build_batch(
     for name, (hc, c32) in COUNTERS.items():
         wide = tables.get(hc, {}) if hc else {}
         narrow = tables.get(c32, {}) if c32 else {}
-        vals = [_int(wide.get(k)) for k in idx]
+        vals = [_counter(wide.get(k)) for k in idx]
         narrow_used = False
         for j, v in enumerate(vals):
             if v is None:
-                v32 = _int(narrow.get(idx[j]))
+                v32 = _counter(narrow.get(idx[j]))
                 if v32 is not None:
                     vals[j], narrow_used = v32, True
         cols[name] = _u64(vals)
@@ -190,11 +203,11 @@ def _pfc(
             for k in idx:
                 v = None
                 for mib in per_prio:
-                    v = _int(tables.get(mib[d], {}).get((*k, p)))
+                    v = _counter(tables.get(mib[d], {}).get((*k, p)))
                     if v is not None:
                         break
                 if v is None and p == ieee_prio:
-                    v = _int(tables.get(PFC_COLUMNS["ieee"][d], {}).get(k))
+                    v = _counter(tables.get(PFC_COLUMNS["ieee"][d], {}).get(k))
                     ieee_used = ieee_used or v is not None
                 vals.append(v)
             if any(v is not None for v in vals):

@@ -137,3 +137,19 @@ def test_columns_walked() -> None:
     assert not any(
         c[:7] in (O.ARISTA_PFC_ENTRY[:7], O.IEEE_PFC_ENTRY[:7]) for c in columns_to_walk(no_pfc, False)
     )
+
+
+def test_an_impossible_counter_nulls_its_cell_not_the_switch() -> None:
+    """A broken agent's negative or 65-bit counter (or speed) is unknown; the rest of the walk stands."""
+    t = table(
+        **BASE,
+        IF_HC_IN_OCTETS={1: -5, 2: 2**64, 3: 42},
+        IF_IN_ERRORS={1: -1, 2: 3},
+        IF_HIGH_SPEED={1: -100000, 2: 2**70, 3: 100000},
+        ARISTA_PFC_REQUESTS={(1, 3): -7, (2, 3): 9},
+    )
+    b = batch_of(t, SnmpSourceConfig(targets=[{"host": "sw1"}], pfc_mibs=["arista"]))
+    assert vals(b, "rx_bytes") == [None, None, 42]
+    assert vals(b, "rcv_errors") == [None, 3, None]
+    assert vals(b, "speed_bps") == [None, None, None]  # Ethernet3 is down: no negotiated speed
+    assert vals(b, "pfc3_tx_pause_frames") == [None, 9, None]
