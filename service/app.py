@@ -29,7 +29,7 @@ from service.drain_engine import DrainEngine, policy_from_settings
 from service.drain_metrics import DrainCollector
 from service.exposition import CONTENT_TYPE, iter_render
 from service.ingest_api import make_ingest_router
-from service.input_guard import BodyLimit, reject_nul, validation_error
+from service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
 from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
 from service.operations import Operations
@@ -117,6 +117,7 @@ def create_app(
     )
     # Outside every route: FastAPI buffers a JSON body before it checks the token.
     app.add_middleware(BodyLimit, limits={"/api/v1/ingest/nccl": settings.max_push_bytes})
+    app.add_middleware(SecurityHeaders)
     app.add_exception_handler(RequestValidationError, validation_error)
     for error in DATABASE_UNAVAILABLE:
         app.add_exception_handler(error, database_unavailable)

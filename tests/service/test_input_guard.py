@@ -95,3 +95,20 @@ def test_a_lone_surrogate_in_a_json_body_is_a_422_not_a_500(
     r = client.post(path, content=body, headers=headers)
     assert r.status_code == 422, r.text
     assert r.json()["detail"]
+
+
+def test_every_answer_carries_the_security_headers(tmp_path: Path) -> None:
+    """The page and the API: CSP of self, no framing, no sniffing, no referrer; not the CSP on
+    the interactive API docs, which load Swagger UI from its CDN."""
+    settings = load_settings(None, data_dir=tmp_path, archive={"enabled": False},
+                             sources=[{"type": "fabricsim", "hosts": 8}])  # fmt: skip
+    with TestClient(create_app(settings, run_loop=False)) as c:
+        for path in ("/", "/api/v1/incidents", "/metrics", "/api/v1/nope"):
+            h = c.get(path).headers
+            assert h["content-security-policy"].startswith("default-src 'self'"), path
+            assert "frame-ancestors 'none'" in h["content-security-policy"]
+            assert (h["x-content-type-options"], h["x-frame-options"], h["referrer-policy"]) == (
+                "nosniff", "DENY", "no-referrer"
+            )  # fmt: skip
+        docs = c.get("/docs").headers
+        assert "content-security-policy" not in docs and docs["x-content-type-options"] == "nosniff"
