@@ -116,7 +116,11 @@ def create_app(
         dependencies=[Depends(reject_nul), Depends(auth.read_guard())],
     )
     # Outside every route: FastAPI buffers a JSON body before it checks the token.
-    app.add_middleware(BodyLimit, limits={"/api/v1/ingest/nccl": settings.max_push_bytes})
+    app.add_middleware(
+        BodyLimit,
+        limits={"/api/v1/ingest/nccl": settings.max_push_bytes},
+        max_header_bytes=settings.http.max_header_bytes,
+    )
     app.add_middleware(SecurityHeaders)
     app.add_exception_handler(RequestValidationError, validation_error)
     for error in DATABASE_UNAVAILABLE:

@@ -24,7 +24,18 @@ def _serve(settings: Any, banner: str | None = None) -> int:
     app = create_app(settings)
     if banner:
         print(banner, flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    from fabricsim.faults import parse_duration
+
+    http = settings.http
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        limit_concurrency=http.max_connections,
+        timeout_keep_alive=max(1, round(parse_duration(http.keep_alive))),
+        h11_max_incomplete_event_size=http.max_header_bytes,
+    )
     return 0
 
 

@@ -129,6 +129,25 @@ class DrainSettings(BaseModel):
         return v
 
 
+class HttpSettings(BaseModel):
+    """Limits of the HTTP server (uvicorn) itself (docs/security.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: Connections (and tasks) served at once; past it new requests get a 503 at once.
+    max_connections: int = Field(1000, ge=1)
+    #: An idle keep-alive connection is closed after this long.
+    keep_alive: str = "5s"
+    #: Largest request headers; bigger ones are a 431 before any route runs.
+    max_header_bytes: int = Field(16 * 1024, ge=1024)
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _positive(cls, v: str) -> str:
+        if parse_duration(v) <= 0:
+            raise ValueError("must be a positive duration such as 5s")
+        return v
+
+
 class IngestSettings(BaseModel):
     """What ``POST /api/v1/ingest/nccl`` accepts (docs/security.md)."""
 
@@ -220,6 +239,7 @@ class Settings(BaseSettings):
     #: Largest body accepted by the NCCL push endpoint.
     max_push_bytes: int = Field(16 * 2**20, ge=1024)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)

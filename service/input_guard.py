@@ -91,14 +91,20 @@ class SecurityHeaders:
 
 
 class BodyLimit:
-    """ASGI middleware: at most ``limits[path]`` (else ``default``) bytes of request body."""
+    """ASGI middleware: at most ``limits[path]`` (else ``default``) bytes of request body, and
+    at most ``max_header_bytes`` of headers (431)."""
 
     def __init__(
-        self, app: ASGIApp, default: int = DEFAULT_MAX_BODY, limits: Mapping[str, int] | None = None
+        self,
+        app: ASGIApp,
+        default: int = DEFAULT_MAX_BODY,
+        limits: Mapping[str, int] | None = None,
+        max_header_bytes: int | None = None,
     ) -> None:
         self.app = app
         self.default = default
         self.limits = dict(limits or {})
+        self.max_header_bytes = max_header_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,6 +114,12 @@ class BodyLimit:
         if root and path.startswith(root):  # served under a prefix: limits name the app's own paths
             path = path[len(root) :]
         limit = self.limits.get(path, self.default)
+        if self.max_header_bytes is not None:
+            size = sum(len(k) + len(v) + 4 for k, v in scope.get("headers", ()))
+            if size > self.max_header_bytes:
+                detail = f"request headers of {size} bytes are over the {self.max_header_bytes}-byte limit"
+                await JSONResponse({"detail": detail}, status_code=431)(scope, receive, send)
+                return
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 declared = value.decode("latin-1").strip()

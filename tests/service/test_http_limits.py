@@ -1,0 +1,46 @@
+"""The HTTP server's own limits, on a real ``graywire serve``: oversized headers, idle connections."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.service.test_drain_durability import Service, free_port
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    port = free_port()
+    config = tmp_path / "graywire.yaml"
+    config.write_text(yaml.safe_dump({
+        "port": port, "data_dir": str(tmp_path / "data"), "archive": {"enabled": False},
+        "sources": [{"type": "fabricsim", "hosts": 8}],
+        "http": {"max_header_bytes": 4096, "keep_alive": "1s"},
+    }))  # fmt: skip
+    svc = Service(config, port, tmp_path / "serve.log")
+    try:
+        svc.start()
+        yield svc
+    finally:
+        if svc.proc is not None and svc.proc.poll() is None:
+            svc.kill9()
+
+
+def test_headers_past_the_limit_are_refused_and_idle_connections_closed(service: Service) -> None:
+    assert service.get("/healthz").status_code == 200
+    r = httpx.get(service.base + "/healthz", headers={"x-pad": "a" * 8000}, timeout=5)
+    assert r.status_code == 431 and "over the 4096-byte limit" in r.json()["detail"]
+    assert service.get("/healthz").status_code == 200  # the service is unharmed
+    host, port = service.base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(2.5)  # idle past keep_alive: the server closes the connection
+        s.settimeout(3)
+        assert s.recv(1) == b""
