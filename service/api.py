@@ -80,6 +80,24 @@ class ErrorOut(BaseModel):
     detail: str
 
 
+class ValidationErrorOut(BaseModel):
+    """A 422: FastAPI's list of field errors, or one sentence naming what is wrong (a push's bad
+    line, an unknown host, a date off graywire's clock)."""
+
+    detail: str | list[dict[str, Any]]
+
+
+#: Answers any route may give, documented once for the whole API.
+COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "malformed request: an unparseable body or Content-Length"},
+    401: {"model": ErrorOut, "description": "no or unknown bearer token, where one is needed"},
+    413: {"model": ErrorOut, "description": "request body over its limit"},
+    422: {"model": ValidationErrorOut, "description": "invalid input"},
+    431: {"model": ErrorOut, "description": "request headers over http.max_header_bytes"},
+    503: {"model": ErrorOut, "description": "database unavailable; retry after Retry-After seconds"},
+}
+
+
 def make_router(store: IncidentStore) -> APIRouter:
     """Routes over ``store``; the caller mounts them (``app.include_router``) next to its own."""
     router = APIRouter(prefix="/api/v1", tags=["incidents"])

@@ -20,7 +20,7 @@ from detectors.ber_thresholds import ThresholdTable
 from detectors.pipeline import Pipeline, default_detectors
 from service.alerts.dispatcher import Dispatcher
 from service.alerts.metrics import AlertsCollector
-from service.api import make_router
+from service.api import COMMON_ERRORS, make_router
 from service.auth import Auth
 from service.config import Settings
 from service.db import make_engine, upgrade
@@ -114,6 +114,7 @@ def create_app(
         summary="Fabric telemetry and gray-failure detection for GPU training clusters",
         lifespan=lifespan,
         dependencies=[Depends(reject_nul), Depends(auth.read_guard())],
+        responses=COMMON_ERRORS,
     )
     # Outside every route: FastAPI buffers a JSON body before it checks the token.
     app.add_middleware(

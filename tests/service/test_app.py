@@ -115,3 +115,16 @@ def test_sources_api_and_scrape_metrics(app_client: TestClient) -> None:
     text = app_client.get("/metrics").text
     assert 'graywire_scrape_success{source="fabricsim",target="fabricsim:8-hosts"} 1.0' in text
     assert 'graywire_stale_ports{source="fabricsim",target="fabricsim:8-hosts"} 0.0' in text
+
+
+def test_openapi_documents_every_error_the_service_sends(app_client: TestClient) -> None:
+    """413, 431, 503 and a 422 whose detail may be a sentence, on every route; 401 too."""
+    spec = app_client.get("/openapi.json").json()
+    detail = spec["components"]["schemas"]["ValidationErrorOut"]["properties"]["detail"]
+    assert {"type": "string"} in detail["anyOf"] and any(s.get("type") == "array" for s in detail["anyOf"])
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            codes = set(op["responses"])
+            assert {"400", "401", "413", "422", "431", "503"} <= codes, (method, path, codes)
+            ref = op["responses"]["422"]["content"]["application/json"]["schema"]["$ref"]
+            assert ref.endswith("/ValidationErrorOut"), (method, path)
