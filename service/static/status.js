@@ -36,8 +36,20 @@
     target.replaceChildren(...children.filter((c) => c !== null && c !== undefined));
   }
 
+  // With auth.read_open false the API wants a reader token: asked for once, kept for this
+  // tab only (sessionStorage), sent as a bearer token.
+  const TOKEN_KEY = "graywire.reader-token";
+  class Unauthorized extends Error {}
+
   async function getJSON(path) {
-    const r = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+    const headers = { Accept: "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const r = await fetch(path, { headers, cache: "no-store" });
+    if (r.status === 401) {
+      if (token) sessionStorage.removeItem(TOKEN_KEY);
+      throw new Unauthorized(token ? "that token was refused" : "this service needs a reader token");
+    }
     if (!r.ok) {
       let detail = "";
       try { detail = (await r.json()).detail || ""; } catch (e) { /* not JSON */ }
@@ -371,11 +383,32 @@
     } catch (e) {
       status.className = "freshness error";
       status.textContent = `refresh failed at ${new Date().toLocaleTimeString()}: ${e.message}`;
+      if (e instanceof Unauthorized) showLogin(e.message);
     } finally {
       clearTimeout(timer);
-      timer = setTimeout(refresh, REFRESH_S * 1000);
+      // Waiting for a token: no retry loop of 401s until one is given.
+      if (document.getElementById("login").classList.contains("hidden")) {
+        timer = setTimeout(refresh, REFRESH_S * 1000);
+      }
     }
   }
+
+  function showLogin(why) {
+    const form = document.getElementById("login");
+    document.getElementById("login-why").textContent = why;
+    form.classList.remove("hidden");
+    document.getElementById("login-token").focus();
+  }
+  document.getElementById("login").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const value = document.getElementById("login-token").value.trim();
+    if (!value) return;
+    sessionStorage.setItem(TOKEN_KEY, value);
+    document.getElementById("login-token").value = "";
+    document.getElementById("login").classList.add("hidden");
+    capabilities = null;
+    refresh();
+  });
 
   let findTimer = null;
   document.getElementById("find").addEventListener("input", (ev) => {

@@ -254,3 +254,48 @@ def test_status_page_shows_the_injected_downgrade_without_console_errors(
     assert "circuit breaker tripped" in banner and "reached the cap of 3" in banner
     assert "shadow mode" in _text(browser, "#drain-mode")
     assert console_errors(browser) == []
+
+
+READER_TOKEN = "reader-token-0123456789abcdef"
+
+
+def test_with_reads_closed_the_page_asks_for_a_reader_token_and_keeps_it_for_the_tab(
+    tmp_path: Path, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _need_browser()
+    settings = load_settings(
+        None,
+        data_dir=tmp_path / "data",
+        poll_interval="1s",
+        archive={"enabled": False},
+        sources=[{"type": "fabricsim", "hosts": 8, "seed": 2, "faults": FAULT}],
+        auth={"read_open": False, "tokens": [{"name": "wall", "role": "reader", "token": READER_TOKEN}]},
+    )
+    with serve_app(create_app(settings), _free_port()) as url:
+        browser.get(f"{url}/?refresh=2")
+        wait = WebDriverWait(browser, 15, poll_frequency=0.1)
+        form = browser.find_element(By.ID, "login")
+        wait.until(lambda d: form.is_displayed())
+        assert "needs a reader token" in _text(browser, "#login-why")
+        # A wrong token is refused and asked for again; the right one shows the fabric.
+        browser.find_element(By.ID, "login-token").send_keys("not-the-token-at-all-xx")
+        browser.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait.until(lambda d: form.is_displayed() and "refused" in _text(d, "#login-why"))
+        browser.find_element(By.ID, "login-token").send_keys(READER_TOKEN)
+        browser.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true")
+        assert not form.is_displayed()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f'#grid .cell[data-peer="{PORT}"]'))
+        # Kept for this tab: a reload needs no prompt.
+        browser.refresh()
+        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true")
+        assert not browser.find_element(By.ID, "login").is_displayed()
+        assert (
+            browser.execute_script("return sessionStorage.getItem('graywire.reader-token')") == READER_TOKEN
+        )
+        # The 401s were the page asking, not errors of its own.
+        errors = [e for e in console_errors(browser) if "401" not in e]
+        assert errors == []
