@@ -37,9 +37,11 @@ LINK_KINDS = frozenset(
         "ber_degradation",
         "pfc_storm",
         "xmit_wait_hotspot",
-        "counter_saturated",  # a port's stuck error counters are evidence about its cable
     }
 )
+#: A port's stuck error counters: evidence about its cable, but a watch at most (a legacy
+#: counter may have saturated long ago), never switch blame; info ones (xmit wait) no verdict.
+SATURATION_KINDS = frozenset({"counter_saturated"})
 PATH_KINDS = frozenset({"nccl_path_slow"})
 NCCL_TIMING_KINDS = frozenset({"nccl_channel_slow"})
 HOP_KINDS = frozenset({"nccl_hop_slow"})
@@ -70,6 +72,11 @@ class NodeVerdict:
             "blamed_switch": self.blamed_switch,
             "ports": sorted(set(self.ports)),
         }
+
+
+def _pushed(inc: Mapping[str, Any]) -> bool:
+    """From timings a job pushed (the least trusted input)."""
+    return (inc.get("evidence") or {}).get("provenance") == "push"
 
 
 def _worse(a: str, b: str) -> str:
@@ -106,7 +113,9 @@ def node_verdicts(
         elif sw:  # an inter-switch link: both switches carry it
             hosts_by_switch.setdefault(sw, set())
     blamed = {sw for sw, hosts in hosts_by_switch.items() if len(hosts) >= min_hosts_for_switch}
-    # Slow NCCL paths: the leaf, and the hosts whose slow channels cross it.
+    # Slow NCCL paths: the leaf, and the hosts whose slow channels cross it. Timings a job pushed
+    # never move collected evidence onto the network, nor blame a switch.
+    open_ = [i for i in open_ if not (_pushed(i) and i["kind"] in PATH_KINDS)]
     path_of_host: dict[str, str] = {}
     for inc in open_:
         if inc["kind"] in PATH_KINDS and inc.get("node"):
@@ -134,7 +143,10 @@ def node_verdicts(
             f"links to {len(hosts)} hosts on {sw} are bad at once ({shown}): the switch, not the hosts"
         )
 
-    for inc in open_:
+    # Hops last: a slow hop is evidence about a NIC pair, and must not lift a host's own host or
+    # link verdict onto the network (where it would never drain).
+    ordered = [i for i in open_ if i["kind"] not in HOP_KINDS] + [i for i in open_ if i["kind"] in HOP_KINDS]
+    for inc in ordered:
         kind, node, port = inc["kind"], inc.get("node"), inc.get("port")
         sev = inc.get("severity", "warning")
         if kind in HOP_KINDS:
@@ -143,7 +155,7 @@ def node_verdicts(
             for host, nic in ends:
                 if not host:
                     continue
-                v = verdict(host, "network", sev)
+                v = verdicts.get(host) or verdict(host, "network", sev)
                 v.reasons.append(
                     f"{inc['summary']} (a hop between two NICs: the network side, not this host)"
                 )
@@ -152,6 +164,16 @@ def node_verdicts(
                     v.ports.append(nic)
             continue
         if not node:
+            continue
+        if kind in SATURATION_KINDS:
+            if sev == "info":
+                continue
+            _, host = switch_end(port)
+            v = verdict(host or node, "link", "info")
+            v.reasons.append(f"{inc['summary']} (saturated counters: watched, not drained)")
+            v.incident_ids.append(inc["id"])
+            if port:
+                v.ports.append(port)
             continue
         if kind in PATH_KINDS:
             v = verdict(node, "network", sev)

@@ -113,22 +113,22 @@ class NcclStepTime:
             return group_median(x, inv, n)
         s = seq.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         rank = batch.column("rank").to_numpy(zero_copy_only=False).astype(np.int64)
-        # (group, seq) instances, then (instance, rank) values: the median of a rank's rows.
-        _, inst = np.unique(np.stack([inv, s]), axis=1, return_inverse=True)
-        inst = inst.ravel()
-        vk, v_inv = np.unique(inst * (int(rank.max()) + 1) + rank, return_inverse=True)
-        v = group_median(x, v_inv, vk.size)
-        v_inst = vk // (int(rank.max()) + 1)
-        lo = np.full(int(inst.max()) + 1, np.inf)
-        np.minimum.at(lo, v_inst, v)
-        inst_group = np.zeros(lo.size, dtype=np.int64)
-        inst_group[inst] = inv
-        level = group_median(lo, inst_group, n)
-        no_seq = s < 0  # rows without a sequence number: their group's plain median
-        if no_seq.any():
-            plain = group_median(x[no_seq], inv[no_seq], n)
-            seqless = np.bincount(inv[~no_seq], minlength=n) == 0
-            level[seqless] = plain[seqless]
+        has = s >= 0  # rows without a sequence number: their group's plain median, apart
+        level = group_median(x[~has], inv[~has], n) if not has.all() else np.full(n, np.nan)
+        if has.any():
+            xs, gs, ss, rs = x[has], inv[has], s[has], rank[has]
+            # (group, seq) instances, then (instance, rank) values: the median of a rank's rows.
+            _, inst = np.unique(np.stack([gs, ss]), axis=1, return_inverse=True)
+            inst = inst.ravel()
+            span = int(rs.max()) + 1
+            vk, v_inv = np.unique(inst * span + rs, return_inverse=True)
+            v = group_median(xs, v_inv, vk.size)
+            lo = np.full(int(inst.max()) + 1, np.inf)
+            np.minimum.at(lo, vk // span, v)
+            inst_group = np.zeros(lo.size, dtype=np.int64)
+            inst_group[inst] = gs
+            with_seq = group_median(lo, inst_group, n)
+            level = np.where(np.bincount(gs, minlength=n) > 0, with_seq, level)
         return level
 
     def _group_ids(self, batch: pa.RecordBatch) -> np.ndarray:

@@ -47,6 +47,9 @@ MAX_PACKETS_PER_SECOND = 5e9
 MAX_PAUSE_SECONDS_PER_SECOND = 1.05
 MAX_OTHER_PER_SECOND = 1e12
 
+#: Without a source time, a busy port's counters standing still this long after its last real
+#: sample are a repeated snapshot (unknown); longer, the port went idle (real zeros).
+MAX_REPEAT_SECONDS = 120.0
 _DICT_CACHE_SIZE = 16
 #: Counters whose saturation is reported: the error counters, then xmit wait (congestion).
 SATURATION_COLUMNS: tuple[str, ...] = (*ERROR_COLUMNS, "xmit_wait_ticks")
@@ -292,13 +295,20 @@ class CounterRates:
         if time.type != TS:
             time = time.cast(TS)
         t = time.cast(pa.int64()).to_numpy()
+        timed = np.zeros(n, dtype=bool)
         if "source_time" in names and batch.column("source_time").null_count < n:
             # The source's own sample time: a scrape landing late on the same snapshot is not
             # a longer interval, and two scrapes of one snapshot are one sample.
             st = batch.column("source_time").cast(TS).cast(pa.int64())
-            t = np.where(st.is_valid().to_numpy(zero_copy_only=False), st.fill_null(0).to_numpy(), t)
+            timed = st.is_valid().to_numpy(zero_copy_only=False)
+            t = np.where(timed, st.fill_null(0).to_numpy(), t)
         seen = self._seen[sel].copy()
-        repeat = seen & self._moving[sel] & self._unchanged(batch, sel, names)
+        # A repeat: the source's own time did not move; without one, a busy port whose every
+        # counter stood still (scrapes landing on one snapshot) for at most MAX_REPEAT_SECONDS
+        # since its last real sample. Longer than that it went idle: real zeros, not unknown.
+        recent = (t - self._time[sel]) <= MAX_REPEAT_SECONDS * 1e6
+        guessed = ~timed & self._moving[sel] & recent & self._unchanged(batch, sel, names)
+        repeat = seen & np.where(timed, t == self._time[sel], guessed)
         dt = (t - self._time[sel]) / 1e6
         dt_ok = seen & (dt > 0) & ~repeat
         dt_div = np.where(dt_ok, dt, 1.0)  # garbage rows are masked later; avoids 0-division

@@ -9,9 +9,10 @@ Rules, in the order they apply to a host:
 - Only hosts are drained. A host behind a switch that is blamed (links to 3 or more of its
   hosts bad at once) is not drained: the switch is one *network* incident, not 32 drains.
 - A host or link verdict at or above ``min_severity`` wants a drain; below it, a watch.
-- A verdict whose every incident comes from timings a job pushed (evidence ``provenance``
-  ``push``) is only watched: pushed data names hosts and times graywire cannot check, so a
-  drain needs corroboration from data graywire collected itself, unless ``trust_pushed``.
+- Timings a job pushed (evidence ``provenance`` ``push``) never drain a host, nor keep one
+  drained: pushed data names hosts and times graywire cannot check. A verdict drains only when
+  the incidents graywire collected itself reach ``min_severity``; else it is watched. Unless
+  ``trust_pushed``.
 - An excluded node is never drained: it is watched instead, and a drain in place is lifted.
 - A drained node stays drained while it has any verdict, and until it has had none for
   ``clean_window``.
@@ -112,10 +113,27 @@ def _since(ids: Iterable[int], incidents: Mapping[int, Mapping[str, Any]], now: 
     return min(parsed) if parsed else now
 
 
+def _is_pushed(incident: Mapping[str, Any]) -> bool:
+    return (incident.get("evidence") or {}).get("provenance") == "push"
+
+
 def _pushed_only(v: NodeVerdict, incidents: Mapping[int, Mapping[str, Any]]) -> bool:
     """Every incident behind the verdict comes from timings a job pushed."""
     found = [incidents[i] for i in v.incident_ids if i in incidents]
-    return bool(found) and all((i.get("evidence") or {}).get("provenance") == "push" for i in found)
+    return bool(found) and all(_is_pushed(i) for i in found)
+
+
+def _collected_severity(v: NodeVerdict, incidents: Mapping[int, Mapping[str, Any]]) -> int:
+    """The worst severity rank among the verdict's incidents that graywire collected itself
+    (-1 with none). A verdict whose own severity came from a pushed incident is not a drain."""
+    ranks = [
+        SEVERITY_RANK.get(str(incidents[i].get("severity", v.severity)), 0)
+        for i in v.incident_ids
+        if i in incidents and not _is_pushed(incidents[i])
+    ]
+    if not ranks and not _pushed_only(v, incidents):
+        return SEVERITY_RANK.get(v.severity, 0)  # no incident rows behind it (e.g. a blamed switch)
+    return max(ranks, default=-1)
 
 
 def decide(
@@ -153,7 +171,10 @@ def decide(
         if v.side == "network":
             wanted[v.node] = ("none", v)
         elif SEVERITY_RANK.get(v.severity, 0) >= min_rank:
-            if not policy.trust_pushed and _pushed_only(v, incidents):
+            # Pushed timings never raise a host to a drain: the verdict drains only when the
+            # incidents graywire collected itself reach min_severity on their own.
+            collected = _collected_severity(v, incidents)
+            if not policy.trust_pushed and collected < min_rank:
                 push_held.add(v.node)
                 wanted[v.node] = ("watch", v)
             else:
@@ -200,7 +221,9 @@ def decide(
                 out.decisions.append(
                     Decision(node, "watch", reason, cur.since, ids, evidence(v), None, now, "lift_excluded")
                 )
-            elif v is not None:  # still failing (whatever the side): stays drained
+            elif v is not None and (policy.trust_pushed or not _pushed_only(v, incidents)):
+                # still failing (whatever the side): stays drained; pushed timings alone do not
+                # keep a node drained any more than they drain it
                 out.decisions.append(
                     Decision(node, "drain", reason, cur.since, ids, evidence(v), None, cur.released_at)
                 )

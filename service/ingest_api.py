@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -61,10 +62,20 @@ def make_ingest_router(runner: Runner, max_bytes: int) -> APIRouter:
             batch = _check_hosts(runner, batch)
         if batch.num_rows:
             _check_communicators(runner, batch)
-            runner.push(batch)
+            runner.push(_received_now(batch))
         return IngestOut(accepted_rows=batch.num_rows, job=job)
 
     return router
+
+
+def _received_now(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch timed by graywire's receipt: its detectors' "now" is never the caller's clock
+    (the rows' own start times stay, as evidence)."""
+    i = batch.schema.get_field_index("time")
+    now = pa.scalar(datetime.now(UTC), type=batch.schema.field("time").type)
+    return batch.set_column(
+        i, batch.schema.field("time"), pa.array([now.value] * batch.num_rows, batch.schema.field("time").type)
+    )
 
 
 def _check_time(runner: Runner, batch: pa.RecordBatch) -> None:
@@ -87,9 +98,11 @@ def _check_time(runner: Runner, batch: pa.RecordBatch) -> None:
 
 
 def _check_hosts(runner: Runner, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Only hosts of the fabric model: a push may not invent nodes to page about."""
+    """Only hosts of the fabric model (not switches): a push may not invent nodes to page about."""
     hosts = batch.column("host").cast(pa.string())
-    known = pc.is_in(hosts, value_set=pa.array(runner.fabric.node_names, pa.string())).fill_null(False)
+    f = runner.fabric
+    names = [n for n, role in zip(f.node_names, f.node_roles, strict=True) if role == "host"]
+    known = pc.is_in(hosts, value_set=pa.array(names, pa.string())).fill_null(False)
     if pc.all(known).as_py():
         return batch
     bad = pc.unique(hosts.filter(pc.invert(known))).to_pylist()
@@ -99,7 +112,7 @@ def _check_hosts(runner: Runner, batch: pa.RecordBatch) -> pa.RecordBatch:
     runner.reject("nccl_timing", "unknown_host", n_bad)
     if runner.settings.ingest.unknown_hosts == "reject":
         raise HTTPException(
-            422, f"{n_bad} rows name hosts that are not in the fabric model: {shown}{more} "
+            422, f"{n_bad} rows name hosts that are not in the fabric model (hosts only): {shown}{more} "
             "(ingest.unknown_hosts: drop counts and drops them instead)",
         )  # fmt: skip
     return batch.filter(known)

@@ -237,7 +237,8 @@ class Runner:
                                 t - ahead_of + self._max_skew)  # fmt: skip
                     self.reject(kind, "clock_ahead", batch.num_rows)
                     continue
-                newest = max(newest, t)
+                if i < n_collected:  # what collectors last saw, for the lag gauge; not pushes
+                    newest = max(newest, t)
             (judged if i < n_collected else pushed).append(batch)
         # One view of the fabric per poll: every source's batches reach the detectors together.
         result = self.pipeline.process_poll(judged)

@@ -119,3 +119,28 @@ def test_a_slow_hop_is_a_network_verdict_on_both_ends() -> None:
     assert sorted(v) == ["gpu-0002", "gpu-0003"]
     assert {x["side"] for x in v.values()} == {"network"}
     assert v["gpu-0003"]["ports"] == ["gpu-0003/mlx5_3"] and v["gpu-0002"]["incident_ids"] == [20]
+
+
+def test_a_hop_does_not_lift_a_hosts_own_link_verdict_onto_the_network() -> None:
+    hop = {"id": 21, "kind": "nccl_hop_slow", "node": None, "port": "gpu-0002/mlx5_3", "severity": "warning",
+           "status": "open", "summary": "hop slow",
+           "evidence": {"src_host": "gpu-0002", "dst_host": "gpu-0003",
+                        "src_port": "gpu-0002/mlx5_3", "dst_port": "gpu-0003/mlx5_3"}}  # fmt: skip
+    v = by_node([inc(1, "speed_downgrade", "gpu-0002/mlx5_3"), hop])
+    assert (v["gpu-0002"]["side"], v["gpu-0002"]["severity"]) == ("link", "critical")
+    assert v["gpu-0002"]["incident_ids"] == [1, 21] and v["gpu-0003"]["side"] == "network"
+
+
+def test_saturated_counters_watch_at_most_and_never_blame_a_switch() -> None:
+    sat = [inc(i, "counter_saturated", f"gpu-000{i}/mlx5_2", "warning") for i in (1, 2, 3)]
+    v = by_node([*sat, inc(9, "counter_saturated", "gpu-0005/mlx5_2", "info")])
+    assert "leaf-r2-000" not in v and "gpu-0005" not in v  # info (xmit wait): no verdict
+    assert {(x["side"], x["severity"]) for x in v.values()} == {("link", "info")}
+
+
+def test_a_pushed_slow_path_moves_no_collected_evidence_onto_the_network() -> None:
+    path = {"id": 30, "kind": "nccl_path_slow", "node": "leaf-r2-000", "port": None, "severity": "warning",
+            "status": "open", "summary": "slow path",
+            "evidence": {"hosts": ["gpu-0001"], "provenance": "push"}}  # fmt: skip
+    v = by_node([path, inc(31, "nccl_channel_slow", "gpu-0001/mlx5_2", "warning")])
+    assert "leaf-r2-000" not in v and v["gpu-0001"]["side"] == "host"

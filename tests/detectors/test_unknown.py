@@ -8,6 +8,7 @@ import pyarrow as pa
 from collectors.schemas import TS
 from detectors.findings import Finding
 from detectors.pipeline import Pipeline, default_detectors
+from detectors.rates import CounterRates
 from fabricsim.sim import FabricSim, SimConfig
 from fabricsim.topology import TopologySpec
 
@@ -59,3 +60,21 @@ def test_repeats_after_the_storm_do_not_open_anything_and_jitter_keeps_it_one_in
     assert [f.status for f in rep] == ["firing", "cleared"]
     jittered = run(None, 0, jitter_s=2.0)
     assert [f.status for f in jittered] == ["firing", "cleared"]
+
+
+def test_a_busy_port_that_goes_idle_reads_zero_once_the_repeat_window_passes() -> None:
+    """Counters standing still on a busy port: unknown for a while (a repeated snapshot), then
+    a real idle port, so an incident on it can close."""
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=8), duration_s=400.0, seed=3, faults="none"))
+    rates = CounterRates()
+    steps = list(sim.run())
+    frozen = steps[5].port_sample
+    known = []
+    for step in steps[:6]:
+        rates.observe(step.port_sample)
+    for k in range(1, 20):  # the port stops: the same counters from now on
+        out = rates.observe(restamp(frozen, 10.0 * k))
+        known.append(out.column("interval_seconds").null_count == 0)
+    assert known[:12] == [False] * 12  # within 120 s: a repeat, unknown
+    assert all(known[12:])  # then real: rates of zero over the whole gap
+    assert out.column("rx_bytes_per_second").to_pylist()[0] == 0.0

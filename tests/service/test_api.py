@@ -124,4 +124,3 @@ def test_openapi_documents_the_models(client: TestClient) -> None:
         "/IncidentPage"
     )
     assert "404" in spec["paths"]["/api/v1/incidents/{incident_id}"]["get"]["responses"]
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from detectors.correlate import NodeVerdict
@@ -125,3 +126,24 @@ def test_lifting_a_drain_for_an_exclusion_says_why_even_with_no_verdict_left() -
     d = by_node(r)["gpu-0001"]
     assert (d.action, d.event) == ("watch", "lift_excluded")
     assert "excluded" in d.reason and "burn-in" in d.reason
+
+
+def test_pushed_timings_never_raise_a_verdict_to_a_drain_nor_keep_a_drain() -> None:
+    """A collected info incident plus a pushed warning is a watch; a drained node whose only
+    evidence left is pushed returns to service after its clean window."""
+    incs = incidents(1, 2)
+    incs[1]["severity"] = "info"  # e.g. a saturated xmit-wait counter, collected
+    incs[2] |= {"severity": "warning", "evidence": {"provenance": "push"}}
+    v = NodeVerdict("gpu-0001", "host", "link", "warning", ["saturated", "pushed straggler"], [1, 2])
+    d = by_node(decide([v], incs, {}, {}, OPEN, hosts=64, policy=POLICY, now=T0))["gpu-0001"]
+    assert d.action == "watch" and d.reason.startswith("pushed timings only")
+    trusted = replace(POLICY, trust_pushed=True)
+    assert (
+        by_node(decide([v], incs, {}, {}, OPEN, hosts=64, policy=trusted, now=T0))["gpu-0001"].action
+        == "drain"
+    )
+    pushed = NodeVerdict("gpu-0001", "host", "host", "warning", ["pushed straggler"], [2])
+    cur = {"gpu-0001": Current("gpu-0001", "drain", T0, "r", (2,), clean_since=T0)}
+    later = T0 + timedelta(minutes=11)
+    d = by_node(decide([pushed], incs, cur, {}, OPEN, hosts=64, policy=POLICY, now=later))["gpu-0001"]
+    assert (d.action, d.event) == ("none", "return_to_service")

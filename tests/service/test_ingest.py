@@ -212,3 +212,20 @@ def test_pushed_communicators_are_bounded(tmp_path: Path) -> None:
         r = push("0x99")
         assert r.status_code == 422 and "ingest.max_communicators (3)" in r.json()["detail"]
         assert 'reason="communicator_cap"' in c.get("/metrics").text
+
+
+def test_a_pushed_batch_is_timed_by_graywires_receipt_and_names_only_hosts(client: TestClient) -> None:
+    """Half an hour old is accepted, but the detectors see graywire's clock; a switch is no host."""
+    runner = client.app.state.runner  # type: ignore[attr-defined]
+    body = inspector_record("gpu-0001", time.time() - 1800).encode()
+    r = client.post("/api/v1/ingest/nccl", params={"job": "j"}, content=body,
+                    headers={"content-type": "application/x-ndjson"})  # fmt: skip
+    assert r.status_code == 202
+    (queued,) = list(runner._pushed)
+    assert abs(queued.column("time")[0].as_py().timestamp() - time.time()) < 60
+    leaf = next(n for n, role in zip(runner.fabric.node_names, runner.fabric.node_roles, strict=True)
+                if role != "host")  # fmt: skip
+    r = client.post("/api/v1/ingest/nccl", params={"job": "j"},
+                    content=inspector_record(leaf, time.time()).encode(),
+                    headers={"content-type": "application/x-ndjson"})  # fmt: skip
+    assert r.status_code == 422 and "not in the fabric model" in r.json()["detail"]
