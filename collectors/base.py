@@ -50,7 +50,8 @@ class Collector(Protocol):
     async def scrape(self) -> ScrapeResult: ...
 
 
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+#: Everything between ``://`` and the authority's last ``@`` (a password may contain ``@``).
+_USERINFO = re.compile(r"(?<=://)[^/\s]*@")
 
 
 def redact_url(text: str) -> str:

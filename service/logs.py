@@ -36,7 +36,11 @@ class OneLineFormatter(logging.Formatter):
         finally:
             record.msg, record.args = saved
         first, _, rest = head.partition("\n")  # the traceback, if any, stays readable below it
-        return first if not rest else first + "\n" + "\n".join("    " + ln for ln in rest.splitlines())
+        return (
+            first
+            if not rest
+            else first + "\n" + "\n".join("    " + redact_url(ln) for ln in rest.splitlines())
+        )
 
 
 def configure(verbose: bool = False) -> None:

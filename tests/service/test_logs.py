@@ -49,3 +49,17 @@ def test_request_urls_are_never_logged_even_verbose() -> None:
     for verbose in (False, True):
         configure(verbose)
         assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+
+
+def test_a_password_with_an_at_sign_and_a_url_in_a_traceback_are_redacted() -> None:
+    fmt = OneLineFormatter("%(message)s")
+    try:
+        raise RuntimeError("HTTP 401 from http://admin:p@ss@ufm:8080/metrics")
+    except RuntimeError:
+        import sys
+
+        r = logging.LogRecord(
+            "x", logging.ERROR, __file__, 1, "scrape %s", ("http://u:a@b@h/",), sys.exc_info()
+        )
+    out = fmt.format(r)
+    assert "p@ss" not in out and "a@b" not in out and "***@ufm:8080" in out and "***@h/" in out
