@@ -134,6 +134,22 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
     return table.to_batches()[0]
 
 
+def _as_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A table written by an older (or newer) graywire in today's record schema: columns added
+    since are null, columns since removed are dropped, so archives replay across upgrades."""
+    if table.schema.remove_metadata() == schema.remove_metadata():
+        return table
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            cols.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    meta = {**(schema.metadata or {}), **(table.schema.metadata or {})}
+    return pa.Table.from_arrays(cols, schema=schema.with_metadata(meta))
+
+
 def iter_polls(root: str | Path, kind: str) -> Iterator[pa.RecordBatch]:
     """Yield one batch per poll time, in time order, streaming (never the whole dataset).
 
@@ -147,7 +163,7 @@ def iter_polls(root: str | Path, kind: str) -> Iterator[pa.RecordBatch]:
         except (pa.ArrowInvalid, OSError) as e:
             raise ValueError(f"{path}: unreadable Parquet file: {e}") from e
         for rg in range(pf.num_row_groups):
-            table = pf.read_row_group(rg)
+            table = _as_schema(pf.read_row_group(rg), SCHEMAS[kind])
             if table.num_rows == 0:
                 continue
             if carry is not None:

@@ -209,3 +209,24 @@ def test_read_back_batches_carry_the_canonical_schema(tmp_path: Path) -> None:
     assert [f.type for f in back.schema] == [f.type for f in PORT_SAMPLE]
     assert back.column("rx_bytes").to_pylist() == [7]
     assert back.column("port").to_pylist() == ["a/1"]
+
+
+def test_an_archive_written_before_a_column_existed_replays_with_it_null(tmp_path: Path) -> None:
+    """An older nccl_timing file (no start_time) beside a new one: one stream, the old rows null."""
+    from collectors.nccl.common import TimingRows
+
+    def rows(t_us: int, start: int | None) -> pa.Table:
+        r = TimingRows()
+        r.add(job="j", communicator="c", rank=0, collective="AllReduce", duration_seconds=0.01,
+              seq=1, observed_us=t_us, start_us=start)  # fmt: skip
+        return pa.Table.from_batches([r.to_batch()])
+
+    d = tmp_path / "nccl_timing" / "hour=2026-01-05T09"
+    d.mkdir(parents=True)
+    old = rows(1_767_603_600_000_000, None).drop_columns(["start_time"])
+    pq.write_table(old, d / "a.parquet")
+    pq.write_table(rows(1_767_603_610_000_000, 1_767_603_609_000_000), d / "b.parquet")
+    polls = list(iter_polls(tmp_path, "nccl_timing"))
+    assert [p.num_rows for p in polls] == [1, 1]
+    assert polls[0].column("start_time").to_pylist() == [None]
+    assert polls[1].column("start_time").to_pylist()[0] is not None
