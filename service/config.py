@@ -160,7 +160,7 @@ class IngestSettings(BaseModel):
     max_clock_skew: str = "5m"
     #: A push older than this is refused (its incidents would open in the past).
     max_age: str = "1h"
-    #: Communicators pushes may keep alive at once (each one is detector state); a push that
+    #: Communicators pushes may keep alive at once (each one grows the push detectors' state); a push that
     #: would add more is refused. One is forgotten ``max_age`` after its last push.
     max_communicators: int = Field(4096, ge=1)
 
