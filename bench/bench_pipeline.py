@@ -8,8 +8,9 @@ schema are synthesized the way a collector sends them: one dictionary of port ke
 poll, every counter cumulative, speed/width/state gauges. After warm-up polls (the first builds
 the key maps), ``--polls`` polls are timed through ``Pipeline.process`` (CounterRates then
 LinkDowngradeDetector); a few links drop to half speed mid-run so findings are built too.
-Batch construction is not timed. The NCCL line times ``NcclChannelOutlier`` on ranks x channels
-rows per poll, in communicators of 256 ranks, with one slow channel.
+Batch construction is not timed. The NCCL line times the ``nccl_timing`` detectors (channel
+outlier, straggler, step time) on ranks x channels rows per poll, one collective instance per
+poll, in communicators of 256 ranks, with one slow channel.
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ from collectors.schemas import (
     make_batch,
 )
 from detectors.link_state import LinkDowngradeDetector
-from detectors.nccl_channel import NcclChannelOutlier
-from detectors.pipeline import Pipeline
+from detectors.pipeline import Pipeline, nccl_timing_detectors
 from fabricsim.topology import TopologySpec, build_fabric
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
@@ -179,10 +179,11 @@ def bench_nccl(ranks: int, channels: int, polls: int, warmup: int) -> None:
         if k >= warmup:
             dur[slow_row] *= 1.3
         t = np.datetime64((T0 + timedelta(seconds=POLL_S * (k + 1))).replace(tzinfo=None), "us")
-        cols = dict(static, time=pa.array(np.full(n, t), type=TS), duration_seconds=pa.array(dur))
+        cols = dict(static, time=pa.array(np.full(n, t), type=TS), duration_seconds=pa.array(dur),
+                    seq=pa.array(np.full(n, k, np.int64)))  # fmt: skip
         return make_batch(NCCL_TIMING, n, cols)
 
-    pipe = Pipeline(fabric, detectors=[NcclChannelOutlier(fabric)])
+    pipe = Pipeline(fabric, detectors=nccl_timing_detectors(fabric))
     for k in range(warmup):
         pipe.process(batch(k))
     times, findings = [], 0
