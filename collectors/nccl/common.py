@@ -8,7 +8,7 @@ is not per line is turning the rows into Arrow. Each parser appends one tuple pe
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +21,19 @@ from collectors.schemas import NCCL_TIMING, TS, make_batch
 
 #: The last µs an int64 nanosecond clock reaches (year 2262): later "times" are not times.
 _MAX_US = 2**63 // 1000
+
+
+def plausible_us(us: object) -> bool:
+    """A gettimeofday µs value that is a time: an integer after 1970 and before year 2262."""
+    return isinstance(us, int) and not isinstance(us, bool) and 0 < us < _MAX_US
+
+
+def latest_plausible_us(values: Iterable[object]) -> int | None:
+    """The newest plausible µs time among ``values`` (each row's own time), or None."""
+    seen = [v for v in values if plausible_us(v)]
+    return max(seen) if seen else None  # type: ignore[type-var]
+
+
 #: NCCL's "GB/s" is decimal (10**9 bytes per second); the schema wants bits per second.
 GBPS_TO_BPS = 8e9
 
@@ -128,8 +141,7 @@ class TimingRows:
     def latest_us(self) -> int | None:
         """The newest plausible row time (after 1970, before 2262), or None."""
         i = _F["observed_us"]
-        seen = [r[i] for r in self.rows if isinstance(r[i], int) and 0 < r[i] < _MAX_US]
-        return max(seen) if seen else None
+        return latest_plausible_us(r[i] for r in self.rows)
 
     def to_batch(self, time: datetime | None = None) -> pa.RecordBatch:
         """One canonical batch. Every row gets one time (a batch is one poll): ``time`` if

@@ -45,7 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, in_range
+from collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, in_range, plausible_us
 
 _I32 = 2**31
 _I64 = 2**63
@@ -190,7 +190,7 @@ class InspectorParser:
         # When it was observed: the last kernel stop (CPU clock), else the dump that wrote it.
         dumped = as_int(metadata.get("dump_timestamp_us"))
         observed = max((stop for _, _, stop in channels), default=None) or (
-            dumped if dumped is not None and _plausible_us(dumped) else None
+            dumped if dumped is not None and plausible_us(dumped) else None
         )
         common = dict(
             job=self.job,
@@ -229,7 +229,7 @@ class InspectorParser:
         its first kernel start (both CPU gettimeofday µs on the rank's host)."""
         sn = body.get("event_trace_sn") if isinstance(body.get("event_trace_sn"), dict) else {}
         start = as_int(trace.get("coll_start_ts"))
-        if start is not None and _plausible_us(start) and as_int(sn.get("coll_start_sn")) != 0:
+        if start is not None and plausible_us(start) and as_int(sn.get("coll_start_sn")) != 0:
             return start
         return min((s for _, s, _ in channels), default=None)
 
@@ -252,9 +252,9 @@ class InspectorParser:
                 continue
             ch = in_range(as_int(ev.get("channel_id")), 0, 2**15)
             start, stop = as_int(ev.get("kernel_start_ts")), as_int(ev.get("kernel_stop_ts"))
-            if ch is None or start is None or stop is None or not _plausible_us(start) or stop <= start:
+            if ch is None or start is None or stop is None or not plausible_us(start) or stop <= start:
                 continue  # the kernel stop never came (or clocks went backwards): no duration
-            if not _plausible_us(stop):
+            if not plausible_us(stop):
                 continue
             if stopped.get(ch, 1) == 0:
                 continue  # sequence number 0: the stop callback never fired
@@ -266,11 +266,6 @@ def _short(value: object) -> str:
     """A caller's value for an error message, cut short (a 400-digit number is not a message)."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."
-
-
-def _plausible_us(us: int) -> bool:
-    """A gettimeofday µs value an int64 timestamp can hold (after 1970, before year 2262)."""
-    return 0 < us < 2**63 // 1000
 
 
 def iter_json_values(text: str) -> Iterator[tuple[int, Any]]:

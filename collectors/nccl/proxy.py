@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.nccl.common import fitted_array
+from collectors.nccl.common import fitted_array, latest_plausible_us
 from collectors.schemas import NCCL_PROXY, NCCL_PROXY_WAITS, TS, make_batch
 
 PROXY_FIELDS = (
@@ -67,9 +67,7 @@ class ProxyRows:
         )  # fmt: skip
 
     def latest_us(self) -> int | None:
-        i = _F["observed_us"]
-        seen = [r[i] for r in self.rows if isinstance(r[i], int) and 0 < r[i] < 2**63 // 1000]
-        return max(seen) if seen else None
+        return latest_plausible_us(r[_F["observed_us"]] for r in self.rows)
 
     def to_batch(self, time: datetime | None = None) -> pa.RecordBatch:
         """One canonical batch with one time: ``time``, else the newest row time, else now."""
