@@ -5,7 +5,9 @@ NCCL records, ``operator`` may do everything (changing state, and what the other
 Every route that changes state declares its role with :meth:`Auth.require`, which also puts
 the bearer scheme in the OpenAPI document. Reads are guarded for the whole ``/api`` tree by
 :meth:`Auth.read_guard`, an app-wide dependency, so a read route added later is covered
-without remembering to. Missing or unknown token: 401; known token, wrong role: 403.
+without remembering to. Missing or unknown token: 401; known token, wrong role: 403. The
+dependencies are ``async``: a few comparisons, run on the event loop rather than a trip to the
+thread pool per request.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class Auth:
     def require(self, role: Role) -> Callable[..., Principal]:
         """A dependency: the caller must hold ``role``; returns who it is (for the audit log)."""
 
-        def dependency(
+        async def dependency(
             credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         ) -> Principal:
             return self.check(credentials.credentials if credentials else None, role)
@@ -92,7 +94,7 @@ class Auth:
     def read_guard(self) -> Callable[..., None]:
         """App-wide dependency: reads under ``/api`` need a reader token unless reads are open."""
 
-        def dependency(request: Request) -> None:
+        async def dependency(request: Request) -> None:
             if self.read_open or request.method not in READ_METHODS:
                 return
             # The matched route's own path: the URL's also carries any root_path (a proxy

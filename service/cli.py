@@ -32,6 +32,9 @@ def _serve(settings: Any, banner: str | None = None) -> int:
         host=settings.host,
         port=settings.port,
         log_level="info",
+        # h11, never httptools even where it is installed: h11 bounds the request head while it
+        # arrives (h11_max_incomplete_event_size); httptools keeps growing it.
+        http="h11",
         limit_concurrency=http.max_connections,
         timeout_keep_alive=max(1, round(parse_duration(http.keep_alive))),
         h11_max_incomplete_event_size=http.max_header_bytes,
