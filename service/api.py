@@ -1,16 +1,18 @@
 """Read-only HTTP API for incidents (``/api/v1``), used by the scheduler helpers and the UI.
 
 Handlers are plain ``def``: the store does blocking SQL, and FastAPI runs sync handlers in its
-thread pool instead of stalling the event loop.
+thread pool instead of stalling the event loop. The list, polled far more often than it
+changes, is served from :class:`service.read_cache.ReadCache` (computed in a worker thread).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query
-from pydantic import AwareDatetime, BaseModel, Field
+from fastapi import APIRouter, HTTPException, Path, Query, Response
+from pydantic import AwareDatetime, BaseModel, Field, TypeAdapter
 
+from service.read_cache import ReadCache
 from service.store import IncidentStore
 
 IncidentStatusParam = Literal["open", "acknowledged", "resolved"]
@@ -98,20 +100,26 @@ COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def make_router(store: IncidentStore) -> APIRouter:
+def make_router(store: IncidentStore, cache: ReadCache | None = None) -> APIRouter:
     """Routes over ``store``; the caller mounts them (``app.include_router``) next to its own."""
     router = APIRouter(prefix="/api/v1", tags=["incidents"])
+    cache = cache or ReadCache(store.engine)
+    page = TypeAdapter(IncidentPage)
 
     @router.get("/incidents", response_model=IncidentPage, summary="List incidents")
-    def list_incidents(
+    async def list_incidents(
         status: Annotated[IncidentStatusParam | None, Query(description="Only this status.")] = None,
         kind: Annotated[str | None, Query(description="Only this kind.")] = None,
         node: Annotated[str | None, Query(description="Only incidents on this node.")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
-    ) -> dict[str, Any]:
-        items = store.list_incidents(status=status, kind=kind, node=node, limit=limit, offset=offset)
-        return {"items": items, "count": len(items), "limit": limit, "offset": offset}
+    ) -> Response:
+        def render() -> bytes:
+            items = store.list_incidents(status=status, kind=kind, node=node, limit=limit, offset=offset)
+            out = {"items": items, "count": len(items), "limit": limit, "offset": offset}
+            return page.dump_json(page.validate_python(out))
+
+        return await cache.json(("incidents", status, kind, node, limit, offset), render)
 
     @router.get(
         "/incidents/{incident_id}",

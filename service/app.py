@@ -18,6 +18,7 @@ from collectors.base import Collector
 from collectors.model import Fabric
 from detectors.ber_thresholds import ThresholdTable
 from detectors.pipeline import Pipeline, default_detectors
+from fabricsim.faults import parse_duration
 from service.alerts.dispatcher import Dispatcher
 from service.alerts.metrics import AlertsCollector
 from service.api import COMMON_ERRORS, make_router
@@ -34,6 +35,7 @@ from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
 from service.operations import Operations
 from service.ports_api import make_ports_router
+from service.read_cache import ReadCache
 from service.runner import Runner
 from service.sources import build_sources
 from service.status_api import make_status_router
@@ -66,6 +68,7 @@ def create_app(
     upgrade(settings.db_url)
     engine = make_engine(settings.db_url)
     store = IncidentStore(engine)
+    cache = ReadCache(engine, ttl_s=parse_duration(settings.http.read_cache_ttl))
     metrics = MetricsState(fabric, per_port=settings.metrics.per_port)
     registry = make_registry(metrics)
     drain = DrainEngine(engine, store, fabric, policy_from_settings(settings.drain))
@@ -161,13 +164,13 @@ def create_app(
         # Streamed family by family: per-port series on a large fabric are hundreds of MB.
         return StreamingResponse(iter_render(registry), media_type=CONTENT_TYPE)
 
-    app.include_router(make_router(store))
+    app.include_router(make_router(store, cache))
     app.include_router(make_status_router(metrics))
     app.include_router(make_nodes_router(store, fabric, drain.recommendation))
     app.include_router(
         make_ingest_router(runner, settings.max_push_bytes), dependencies=[Depends(auth.require("ingest"))]
     )
-    app.include_router(make_drain_router(drain, Operations(drain), auth, set(fabric.node_names)))
+    app.include_router(make_drain_router(drain, Operations(drain), auth, set(fabric.node_names), cache))
     app.include_router(make_ports_router(store, fabric, metrics))
     install_status_page(app)
     return app

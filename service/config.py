@@ -139,12 +139,22 @@ class HttpSettings(BaseModel):
     keep_alive: str = "5s"
     #: Largest request headers; bigger ones are a 431 before any route runs.
     max_header_bytes: int = Field(16 * 1024, ge=1024)
+    #: How long a rendered drain or incident list may be served again. Any write through this
+    #: process drops it at once; the limit is for writes by another process on the database.
+    read_cache_ttl: str = "1s"
 
     @field_validator("keep_alive")
     @classmethod
     def _positive(cls, v: str) -> str:
         if parse_duration(v) <= 0:
             raise ValueError("must be a positive duration such as 5s")
+        return v
+
+    @field_validator("read_cache_ttl")
+    @classmethod
+    def _not_negative(cls, v: str) -> str:
+        if parse_duration(v) < 0:
+            raise ValueError("must be a duration such as 1s (0s: never serve a rendered list again)")
         return v
 
 

@@ -11,14 +11,15 @@ an audit row naming the token's owner.
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from fabricsim.faults import parse_duration
 from service.api import MAX_ID, ErrorOut, IncidentOut
 from service.auth import Auth, Principal
 from service.drain_engine import DrainEngine
 from service.operations import Conflict, NotFound, Operations
+from service.read_cache import ReadCache
 
 MAX_DURATION = timedelta(days=365)
 NodeName = Annotated[str, Path(min_length=1, max_length=200, description="node name as in the fabric model")]
@@ -156,8 +157,12 @@ class AuditPage(BaseModel):
     offset: int
 
 
-def make_drain_router(drain: DrainEngine, ops: Operations, auth: Auth, nodes: set[str]) -> APIRouter:
+def make_drain_router(
+    drain: DrainEngine, ops: Operations, auth: Auth, nodes: set[str], cache: ReadCache | None = None
+) -> APIRouter:
     router = APIRouter(prefix="/api/v1")
+    cache = cache or ReadCache(drain.engine)
+    drain_items = TypeAdapter(list[DrainItem])
     operator = Annotated[Principal, Depends(auth.require("operator"))]
 
     def known(name: str) -> None:
@@ -174,11 +179,15 @@ def make_drain_router(drain: DrainEngine, ops: Operations, auth: Auth, nodes: se
 
     # -- drain ----------------------------------------------------------------------------------
     @router.get("/drain", response_model=list[DrainItem], tags=["drain"], summary="Nodes to drain or watch")
-    def drain_list(
+    async def drain_list(
         action: Annotated[Literal["drain", "watch"] | None, Query(description="Only this action.")] = None,
-    ) -> list[dict[str, Any]]:
+    ) -> Response:
         """Flat array for schedulers and Grafana Infinity. Excluded nodes are never ``drain``."""
-        return drain.list_drain(action)
+
+        def render() -> bytes:
+            return drain_items.dump_json(drain_items.validate_python(drain.list_drain(action)))
+
+        return await cache.json(("drain", action), render)
 
     @router.get("/drain/state", response_model=DrainStateOut, tags=["drain"])
     def drain_state() -> DrainStateOut:
