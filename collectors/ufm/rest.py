@@ -34,7 +34,7 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from collectors.base import ScrapeResult, guarded_scrape, redact_url
+from collectors.base import ScrapeResult, Skips, guarded_scrape, redact_url
 from collectors.model import Fabric
 from collectors.schemas import LINK, LOGICAL_ACTIVE, PHYS_LINK_UP, PORT_SAMPLE, TS, make_batch
 from collectors.ufm.http import REST_PREFIX, HttpSettings, UfmHttp
@@ -322,7 +322,7 @@ class UfmRestCollector:
             links = await self._get_json("links") if self.links else None
             return ports, links
 
-        def parse(payload: tuple[Any, Any]) -> tuple[pa.RecordBatch, ...]:
+        def parse(payload: tuple[Any, Any], skipped: Skips) -> tuple[pa.RecordBatch, ...]:
             batches, self.capabilities = self._parse(*payload, self.clock())
             return tuple(batches)
 

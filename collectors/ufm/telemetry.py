@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from collectors.base import ScrapeResult, guarded_scrape, redact_url
+from collectors.base import ScrapeResult, Skips, guarded_scrape, redact_url
 from collectors.model import Fabric
 from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
 from collectors.ufm.counters import CounterSpec, counter_spec
@@ -754,7 +754,7 @@ class UfmTelemetryCollector:
         return _PARSERS[fmt](payload, self.keys, self.cache, now=now, source=self.source)
 
     async def scrape(self) -> ScrapeResult:
-        def parse(payload: tuple[bytes, str]) -> tuple[pa.RecordBatch, ...]:
+        def parse(payload: tuple[bytes, str], skipped: Skips) -> tuple[pa.RecordBatch, ...]:
             return (self.parse(*payload, self.clock()),)
 
         timeout = self.http.settings.total_timeout_s
