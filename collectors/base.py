@@ -40,6 +40,8 @@ NOT_A_NUMBER = "not_a_number"
 BAD_PORT = "bad_port"
 #: A document nested deeper than any source writes (the parser's recursion bound).
 TOO_DEEP = "too_deep"
+#: Every reason a parser may give (the metric's ``reason`` label is bounded by this set).
+SKIP_REASONS = frozenset({MALFORMED_LINE, OUT_OF_RANGE, NOT_A_NUMBER, BAD_PORT, TOO_DEEP})
 
 
 @dataclass(frozen=True, slots=True)
