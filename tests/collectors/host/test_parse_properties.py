@@ -74,7 +74,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[
 
 def test_the_real_tree_and_captures_parse(tree: tuple[Path, list[Path], int]) -> None:
     """The seeds are real: unmutated, they give ports and counters."""
-    root, files, n = tree
+    _, files, n = tree
     assert n >= 5 and len(files) > 100
     stats = parse_statistics((HOST / "node_exporter_ethtool_eth0_statistics.txt").read_text())
     settings = parse_settings((HOST / "node_exporter_ethtool_eth0_settings.txt").read_text())
