@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -23,6 +24,24 @@ from collectors.keys import normalize_guid, port_key
 from collectors.model import Fabric
 
 T = TypeVar("T")
+
+#: What a parser left out of a payload it otherwise used, by reason. Parsers add to one (they
+#: stay pure: no metrics in collectors); the service counts it as
+#: ``graywire_parse_skipped_total{source,reason}``.
+Skips = Counter[str]
+
+#: A line or record that is not in the source's format (kept: every other line).
+MALFORMED_LINE = "malformed_line"
+#: A number that fits no column (a negative or 65-bit counter, a width of 300 lanes): its cell is null.
+OUT_OF_RANGE = "out_of_range"
+#: A value that is not a number where one is due (``12abc``): its cell is null.
+NOT_A_NUMBER = "not_a_number"
+#: A record naming no usable port (a GUID that is not one, a port number that is not a number).
+BAD_PORT = "bad_port"
+#: A document nested deeper than any source writes (the parser's recursion bound).
+TOO_DEEP = "too_deep"
+#: Every reason a parser may give (the metric's ``reason`` label is bounded by this set).
+SKIP_REASONS = frozenset({MALFORMED_LINE, OUT_OF_RANGE, NOT_A_NUMBER, BAD_PORT, TOO_DEEP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +54,8 @@ class ScrapeResult:
     batches: tuple[pa.RecordBatch, ...] = ()
     error: str | None = None
     duration_s: float = 0.0
+    #: Lines, records and values the parse left out of ``batches`` (reason -> count).
+    skipped: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def samples(self) -> int:
@@ -77,26 +98,28 @@ async def guarded_scrape(
     target: str,
     timeout_s: float,
     fetch: Callable[[], Awaitable[T]],
-    parse: Callable[[T], tuple[pa.RecordBatch, ...]],
+    parse: Callable[[T, Skips], tuple[pa.RecordBatch, ...]],
 ) -> ScrapeResult:
     """One scrape under the contract: ``fetch`` within ``timeout_s``, then ``parse`` in a worker
     thread (CPU work off the event loop); never raises.
 
+    ``parse`` adds what it left out to the :data:`Skips` it is given; they reach the result.
     A timeout says how long it waited; any other error becomes a failed scrape with its reason,
     and nothing parsed before the failure is returned.
     """
     t0 = time.perf_counter()
+    skipped: Skips = Counter()
     try:
         async with asyncio.timeout(timeout_s):
             payload = await fetch()
-        batches = await asyncio.to_thread(parse, payload)
+        batches = await asyncio.to_thread(parse, payload, skipped)
     except TimeoutError:
         return failed(
             source, target, f"timed out after {timeout_s:g} s fetching {target}", time.perf_counter() - t0
         )
     except Exception as e:  # the contract: a scrape never raises
         return failed(source, target, e, time.perf_counter() - t0)
-    return ScrapeResult(source, target, True, batches, None, time.perf_counter() - t0)
+    return ScrapeResult(source, target, True, batches, None, time.perf_counter() - t0, dict(skipped))
 
 
 @dataclass(slots=True)

@@ -34,6 +34,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
+from collectors.base import OUT_OF_RANGE, Skips
 from collectors.counters import CounterSpec, iba_spec
 from collectors.host.sysfs import PortReading
 from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
@@ -114,11 +115,14 @@ def perfquery_batch(
     ports: Sequence[tuple[str, Sequence[PerfqueryBlock]]],
     time: datetime,
     source: str = "perfquery",
+    skipped: Skips | None = None,
 ) -> pa.RecordBatch:
     """One ``port_sample`` batch from (port key, that port's blocks) pairs.
 
     When two blocks give one column for a port (``perfquery`` and ``perfquery -x`` both run),
-    the Extended (64-bit) value wins.
+    the Extended (64-bit) value wins. A value wider than its field (no PMA counter has more
+    than 64 bits) is null and counted in ``skipped`` as ``out_of_range``; a 64-bit data
+    counter times 4 saturates at 2**64 - 1.
     """
     if time.tzinfo is None:
         raise ValueError("time must be timezone-aware")
@@ -130,6 +134,10 @@ def perfquery_batch(
     for i, (_, blocks) in enumerate(ports):
         for block in blocks:
             for spec, value in block_specs(block):
+                if value >= 2**64:
+                    if skipped is not None:
+                        skipped[OUT_OF_RANGE] += 1
+                    continue
                 c = spec.column
                 if c not in values:
                     values[c] = np.zeros(n, np.uint64)

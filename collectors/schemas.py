@@ -8,6 +8,9 @@ null, never 0.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -229,3 +232,49 @@ def make_batch(schema: pa.Schema, n: int, present: dict[str, pa.Array]) -> pa.Re
     if unknown:
         raise ValueError(f"unknown columns for {record_kind(schema)}: {sorted(unknown)}")
     return pa.RecordBatch.from_arrays(empty_columns(schema, n, present), schema=schema)
+
+
+def _fits(v: Any, typ: pa.DataType) -> Any:
+    """``v`` if it is a value of ``typ`` (an in-range integer, a finite float, a string, a list
+    of such), else None."""
+    if v is None:
+        return None
+    if pa.types.is_integer(typ):
+        if not isinstance(v, int) or isinstance(v, bool):
+            return None
+        bits = typ.bit_width
+        lo, hi = (0, 2**bits) if pa.types.is_unsigned_integer(typ) else (-(2 ** (bits - 1)), 2 ** (bits - 1))
+        return v if lo <= v < hi else None
+    if pa.types.is_floating(typ):
+        if isinstance(v, bool) or not isinstance(v, int | float | str):
+            return None
+        try:
+            f = float(v)  # an int past 1.8e308 overflows: not a usable number
+        except (OverflowError, ValueError):
+            return None
+        return f if math.isfinite(f) else None
+    if pa.types.is_list(typ):
+        if not isinstance(v, list | tuple):
+            return None
+        items = [_fits(x, typ.value_type) for x in v]
+        return None if any(x is None for x in items) else items
+    return v if isinstance(v, str) else None
+
+
+def fitted_array(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array of ``typ``; a value that does not fit (an integer past the
+    type's range, a float past 1.8e308, a non-number) is null. Parsers hand over whatever the
+    source printed; one absurd number must null its cell, not fail the batch."""
+    return fitted_array_counted(values, typ)[0]
+
+
+def fitted_array_counted(values: Sequence[Any], typ: pa.DataType) -> tuple[pa.Array, int]:
+    """:func:`fitted_array` and how many values it nulled (for the parse-skip count). The fast
+    path is one conversion; the per-value check runs only when that conversion refuses."""
+    try:
+        return pa.array(values, type=typ), 0
+    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        pass
+    clean = [_fits(v, typ) for v in values]
+    nulled = sum(1 for v, c in zip(values, clean, strict=True) if v is not None and c is None)
+    return pa.array(clean, type=typ), nulled

@@ -73,6 +73,8 @@ class MetricsState:
     rows_dropped: Counter[str] = field(default_factory=Counter)
     #: Rows refused before detection, by (record, reason): unknown hosts, clocks far ahead.
     rows_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: Lines, records and values parsers left out of good scrapes, by (source, reason).
+    parse_skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
     targets: list[TargetStatus] = field(default_factory=list)
     findings: Counter[tuple[str, str]] = field(default_factory=Counter)
     polls: int = 0
@@ -120,6 +122,7 @@ class MetricsState:
                 rows_ingested=dict(self.rows_ingested),
                 rows_dropped=dict(self.rows_dropped),
                 rows_rejected=dict(self.rows_rejected),
+                parse_skipped=dict(self.parse_skipped),
                 targets=[replace(t, stale_ports=list(t.stale_ports)) for t in self.targets],
                 findings=dict(self.findings),
                 polls=self.polls,
@@ -246,6 +249,7 @@ class MetricsSnapshot:
     rows_ingested: dict[str, int]
     rows_dropped: dict[str, int]
     rows_rejected: dict[tuple[str, str], int]
+    parse_skipped: dict[tuple[str, str], int]
     targets: list[TargetStatus]
     findings: dict[tuple[str, str], int]
     polls: int
@@ -313,6 +317,13 @@ class GraywireCollector(Collector):
             "Rows refused before detection, by record and reason (unknown_host, clock_ahead, too_old)",
             (([rec, why], n) for (rec, why), n in sorted(s.rows_rejected.items())),
             ["record", "reason"],
+        )
+        yield _counter(
+            "graywire_parse_skipped",
+            "Lines, records and values parsers skipped in scrapes that succeeded, by source and reason "
+            "(malformed_line, out_of_range, not_a_number, bad_port, too_deep)",
+            (([src, why], n) for (src, why), n in sorted(s.parse_skipped.items())),
+            ["source", "reason"],
         )
         g = GaugeMetricFamily(
             "graywire_poll_batch_rows", "Rows the last poll brought, by record", labels=["record"]

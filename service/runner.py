@@ -122,9 +122,7 @@ class Runner:
             log.exception("collector %s %s raised", c.source, c.target)
             res = failed(c.source, c.target, e, time.perf_counter() - t0)
         if not res.duration_s:
-            res = ScrapeResult(
-                res.source, res.target, res.ok, res.batches, res.error, time.perf_counter() - t0
-            )
+            res = replace(res, duration_s=time.perf_counter() - t0)
         return res
 
     async def poll_once(self) -> list[Finding]:
@@ -172,6 +170,8 @@ class Runner:
                     s.consecutive_failures = 0
                     t.next_attempt = 0.0
                     t.ports = self._ports_of(t, r.batches)
+                    for reason, n in r.skipped.items():
+                        self.metrics.parse_skipped[(r.source, reason)] += n
                 else:
                     s.failures += 1
                     s.consecutive_failures += 1

@@ -29,6 +29,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,7 +44,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from collectors.base import Collector, ScrapeResult, failed, redact_url
+from collectors.base import SKIP_REASONS, Collector, ScrapeResult, Skips, failed, redact_url
 from collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
 from collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
 from collectors.keys import port_key
@@ -121,8 +122,14 @@ class HostReader:
         return now, readings
 
     def batch(self) -> pa.RecordBatch:
+        """The host's ``port_sample`` batch; what reading it left out rides in its metadata."""
         now, readings = self.read()
-        return readings_to_batch(readings, self.cfg.hostname, now, SOURCE)
+        skipped: Skips = Counter()
+        batch = readings_to_batch(readings, self.cfg.hostname, now, SOURCE, skipped)
+        if skipped:
+            meta = {**(batch.schema.metadata or {}), SKIPPED_KEY: json.dumps(dict(skipped)).encode()}
+            batch = batch.replace_schema_metadata(meta)
+        return batch
 
     def extra(self) -> dict[str, dict[str, int | None]]:
         _, readings = self.read()
@@ -175,6 +182,24 @@ def create_agent_app(cfg: AgentConfig, clock: Callable[[], datetime] | None = No
 
 
 # -- the collector ------------------------------------------------------------------------------
+
+
+#: Schema metadata of an agent's batch: JSON ``{reason: count}`` of what its parse left out.
+SKIPPED_KEY = b"graywire.skipped"
+
+
+def _skipped_metadata(meta: dict[bytes, bytes]) -> dict[str, int]:
+    """An agent's skip counts, checked: only known reasons and counts (labels stay bounded)."""
+    raw = meta.get(SKIPPED_KEY)
+    if raw is None:
+        return {}
+    got = json.loads(raw)
+    if not isinstance(got, dict) or not all(
+        r in SKIP_REASONS and isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**32
+        for r, n in got.items()
+    ):
+        raise ValueError(f"bad {SKIPPED_KEY.decode()} metadata")
+    return got
 
 
 def _width_metadata(meta: dict[bytes, bytes]) -> dict[bytes, bytes]:
@@ -238,10 +263,10 @@ class AgentCollector:
             msg = f"content type {ctype or 'none'!r}, not {ARROW_STREAM}"
             return failed(self.source, self.target, msg, self._since(t0))
         try:
-            batch = self._decode(body)
+            batch, skipped = self._decode(body)
         except Exception as e:  # garbage can fail in many ways; all of them are a failed scrape
             return failed(self.source, self.target, e, self._since(t0))
-        return ScrapeResult(self.source, self.target, True, (batch,), None, self._since(t0))
+        return ScrapeResult(self.source, self.target, True, (batch,), None, self._since(t0), skipped)
 
     async def _fetch(self) -> tuple[int, str, bytes]:
         """Status, content type and body, refusing a body larger than any host's batch."""
@@ -261,7 +286,7 @@ class AgentCollector:
     def _since(t0: float) -> float:
         return time.perf_counter() - t0
 
-    def _decode(self, body: bytes) -> pa.RecordBatch:
+    def _decode(self, body: bytes) -> tuple[pa.RecordBatch, dict[str, int]]:
         with pa.ipc.open_stream(body) as reader:
             batches = list(reader)
             schema = reader.schema
@@ -279,8 +304,9 @@ class AgentCollector:
             raise ValueError("rows carry different poll times")
         ports = self._stable_ports(batch.column("port"))
         meta = {**(PORT_SAMPLE.metadata or {}), **_width_metadata(dict(schema.metadata or {}))}
+        skipped = _skipped_metadata(dict(schema.metadata or {}))
         cols = [ports if f.name == "port" else batch.column(f.name) for f in PORT_SAMPLE]
-        return pa.RecordBatch.from_arrays(cols, schema=PORT_SAMPLE.with_metadata(meta))
+        return pa.RecordBatch.from_arrays(cols, schema=PORT_SAMPLE.with_metadata(meta)), skipped
 
     def _stable_ports(self, ports: pa.DictionaryArray) -> pa.DictionaryArray:
         """The same keys as indices into this collector's own, growing dictionary."""

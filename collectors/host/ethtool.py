@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from collectors.base import OUT_OF_RANGE
 from collectors.host.sysfs import PortReading, read_text
 
 log = logging.getLogger("graywire.agent.ethtool")
@@ -106,6 +107,7 @@ _FEC_STAT = re.compile(r"^([A-Za-z][\w]*)\s*:\s*(\d+)\s*(?:\[\s*per_lane:\s*([\d
 _FEC_LANE = re.compile(r"^Lane\s+(\d+)\s*:\s*(\d+)\s*$", re.IGNORECASE)
 _SPEED = re.compile(r"^(\d+)\s*([KMG])b/s$", re.IGNORECASE)
 _SPEED_SCALE = {"k": 10**3, "m": 10**6, "g": 10**9}
+_U64 = 2**64
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +155,7 @@ def parse_statistics(text: str) -> dict[str, int]:
             continue
         key, sep, value = s.rpartition(":")
         value = value.strip()
-        if sep and key.strip() and value.isdigit():
+        if sep and key.strip() and value.isascii() and value.isdigit():  # "²".isdigit() too
             out[key.strip()] = int(value)
     return out
 
@@ -207,7 +209,9 @@ def parse_settings(text: str) -> LinkSettings | None:
     detected = fields.get("link detected", "").lower()
     return LinkSettings(
         speed_bps=speed,
-        lanes=int(lanes_text) if lanes_text.isdigit() and int(lanes_text) > 0 else None,
+        lanes=int(lanes_text)
+        if lanes_text.isascii() and lanes_text.isdigit() and int(lanes_text) > 0
+        else None,
         duplex=fields.get("duplex") or None,
         link_detected={"yes": True, "no": False}.get(detected),
     )
@@ -224,8 +228,8 @@ def fec_mode_code(active: str | None, speed_bps: int | None, lanes: int | None) 
         return 9
     if name != "rs" or not speed_bps:
         return None
-    if lanes:
-        return 7 if speed_bps / lanes >= 40e9 else 2
+    if lanes:  # compared, not divided: an absurd speed must not overflow a float
+        return 7 if speed_bps >= 40e9 * lanes else 2
     if speed_bps >= 200e9:
         return 7  # 200G and up only exist with PAM4 lanes
     if speed_bps <= 25e9:
@@ -242,6 +246,9 @@ def apply_ethtool(r: PortReading, eth: EthtoolReading) -> None:
     ethernet = (r.link_layer or "").lower() == "ethernet"
     lanes: dict[int, int] = {}
     for name, value in stats.items():
+        if value >= _U64:  # ethtool prints u64: a wider number is not a counter
+            r.skipped[OUT_OF_RANGE] += 1
+            continue
         if m := _PRIO.match(name):
             direction, prio, duration = m.groups()
             if duration:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from collectors.base import OUT_OF_RANGE, Skips
 from collectors.counters import SYSFS_COUNTERS, SYSFS_WIDE, iba_counter
 from collectors.keys import port_key
 from collectors.schemas import (
@@ -47,6 +49,7 @@ from collectors.schemas import (
     PORT_COUNTERS,
     PORT_SAMPLE,
     TS,
+    fitted_array_counted,
     make_batch,
     with_counter_widths,
 )
@@ -156,6 +159,8 @@ class PortReading:
     counters: dict[str, int | float | None] = field(default_factory=dict)
     narrow: dict[str, int] = field(default_factory=dict)
     extra: dict[str, int | None] = field(default_factory=dict)
+    #: Values reading this port left out, by reason (a counter past 64 bits, say).
+    skipped: Skips = field(default_factory=Counter)
 
     @property
     def link_up(self) -> bool:
@@ -448,22 +453,34 @@ def read_ports(cfg: SysfsConfig) -> list[PortReading]:
 # -- to a canonical batch ---------------------------------------------------------------------
 
 
-def _column(values: Iterable[object], type_: pa.DataType) -> pa.Array:
-    return pa.array(list(values), type=type_)
-
-
 def readings_to_batch(
-    readings: Sequence[PortReading], hostname: str, time: datetime, source: str = "agent"
+    readings: Sequence[PortReading],
+    hostname: str,
+    time: datetime,
+    source: str = "agent",
+    skipped: Skips | None = None,
 ) -> pa.RecordBatch:
     """One ``port_sample`` batch for the host's readings at ``time``.
 
     A column is declared narrow and saturating (``graywire.counter_bits``) when every value in
     it came from a narrow PMA field of the same width; a column that mixes sources (an Ethernet
     port's 64-bit PHY counter beside an IB port's 8-bit one) is left as 64-bit, which at worst
-    makes a saturated counter read as a zero rate.
+    makes a saturated counter read as a zero rate. A value its column cannot hold (a counter
+    past 64 bits, a width of 300 lanes: a file sysfs would never print) is null and counted
+    in ``skipped`` as ``out_of_range``, with what the readings themselves left out.
     """
     if time.tzinfo is None:
         raise ValueError("time must be timezone-aware")
+    skips: Skips = Counter()
+    for r in readings:
+        skips.update(r.skipped)
+
+    def _column(values: Iterable[object], type_: pa.DataType) -> pa.Array:
+        arr, nulled = fitted_array_counted(list(values), type_)
+        if nulled:
+            skips[OUT_OF_RANGE] += nulled
+        return arr
+
     n = len(readings)
     keys = [port_key(hostname, r.label) for r in readings]
     cols: dict[str, pa.Array] = {
@@ -490,4 +507,6 @@ def readings_to_batch(
         if len(widths) == 1 and (w := next(iter(widths))) < 64:
             bits[c] = w
     schema = with_counter_widths(PORT_SAMPLE, bits, tuple(sorted(bits)))
+    if skipped is not None:
+        skipped.update(skips)
     return make_batch(schema, n, cols)

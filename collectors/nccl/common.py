@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.schemas import NCCL_TIMING, TS, make_batch
+from collectors.schemas import NCCL_TIMING, TS, fitted_array, make_batch
 
 #: The last µs an int64 nanosecond clock reaches (year 2262): later "times" are not times.
 _MAX_US = 2**63 // 1000
@@ -185,27 +185,6 @@ class TimingRows:
             cols = {k: v.filter(keep) for k, v in cols.items()}
             n = len(cols["rank"])
         return make_batch(NCCL_TIMING, n, cols)
-
-
-def fitted_array(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
-    """``values`` as an Arrow array of ``typ``; a value that does not fit (an integer past the
-    type's range, a float past 1.8e308, a non-number) is null. Parsers hand over whatever the
-    source printed; one absurd number must null its cell, not fail the batch."""
-    try:
-        return pa.array(values, type=typ)
-    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
-        pass
-    if pa.types.is_integer(typ):
-        lo, hi = (0, 2 ** typ.bit_width) if pa.types.is_unsigned_integer(typ) else (
-            -(2 ** (typ.bit_width - 1)), 2 ** (typ.bit_width - 1))  # fmt: skip
-        clean = [
-            v if isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi else None for v in values
-        ]
-    elif pa.types.is_floating(typ):
-        clean = [as_float(v) for v in values]
-    else:
-        clean = [v if isinstance(v, str) else None for v in values]
-    return pa.array(clean, type=typ)
 
 
 def _dict(values: Sequence[str | None]) -> pa.Array:

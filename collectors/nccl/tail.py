@@ -13,7 +13,11 @@ with a fresh parser (the Inspector's v4.3 dump context is per file).
 nccl_timing rows appended since the previous one, as one batch (one poll, one time: the newest
 row's). A malformed line is skipped and counted, never fatal: ``skipped_lines`` counts them
 over the collector's life and the scrape's ``error`` text names the first few (the scrape is
-still ``ok``). :func:`parse_push` takes the body of a POST of Inspector records instead, and is
+still ``ok``; ``ScrapeResult.skipped`` has the scrape's count). Offsets move when lines are
+handed out, before they are parsed, so rows are delivered or their offsets kept: a file whose
+parse raises is put back where it was (its lines are read again by the next scrape; the other
+files' rows are delivered), and a batch that cannot be built puts back every file of its poll.
+:func:`parse_push` takes the body of a POST of Inspector records instead, and is
 strict: a bad body is refused whole with a ``ValueError`` saying what is wrong.
 """
 
@@ -34,7 +38,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors.base import Collector, ScrapeResult, failed
+from collectors.base import MALFORMED_LINE, Collector, ScrapeResult, failed
 from collectors.model import Fabric
 from collectors.nccl.common import TimingRows
 from collectors.nccl.debug_log import NcclTopology
@@ -75,6 +79,9 @@ class TailChunk:
     lines: list[bytes]
     first_line: int
     reset: bool  # the file was truncated or replaced: its parser was restarted
+    #: The file's read position before these lines (offset, line_no, skipping, emitted): where
+    #: :meth:`DirectoryTailer.rewind` puts it back when the lines were not delivered.
+    start: tuple[int, int, bool, int] = (0, 0, False, 0)
 
 
 @dataclass
@@ -146,6 +153,7 @@ class DirectoryTailer:
                 tf.fingerprint = head
             if size == tf.offset:
                 return TailChunk(tf, [], tf.line_no + 1, reset)
+            mark = (tf.offset, tf.line_no, tf.skipping, tf.emitted)
             fh.seek(tf.offset)
             data = fh.read(min(size - tf.offset, max(budget, self.max_line_bytes)))
         start = 0
@@ -164,13 +172,24 @@ class DirectoryTailer:
                 self.dropped_lines += 1
             else:
                 tf.offset += start
-            return TailChunk(tf, [], tf.line_no + 1, reset) if reset else None
+            return TailChunk(tf, [], tf.line_no + 1, reset, mark) if reset else None
         body = data[start:end]
         tf.offset += end + 1
         lines = [ln.rstrip(b"\r") for ln in body.split(b"\n")]
         first_line = tf.line_no + 1
         tf.line_no += len(lines)
-        return TailChunk(tf, lines, first_line, reset)
+        return TailChunk(tf, lines, first_line, reset, mark)
+
+    def rewind(self, chunk: TailChunk, restart: bool) -> None:
+        """Put the chunk's file back where it was before the chunk: its lines are read again
+        by the next poll. ``restart`` (for parsers that gather a whole file and emit from
+        ``emitted`` on) reads the file again from its start with a fresh parser; rows already
+        delivered are not emitted twice."""
+        tf = chunk.file
+        tf.offset, tf.line_no, tf.skipping, tf.emitted = chunk.start
+        if restart:
+            tf.offset, tf.line_no, tf.skipping, tf.fingerprint = 0, 0, False, b""
+            tf.state = self.new_state(tf.path)
 
 
 def _last_line_end(path: Path, size: int, window: int = 2**20) -> int:
@@ -251,6 +270,7 @@ class NcclFileCollector:
         self._transport_version = -1
         self._transport_age = 0
         self.skipped_lines = 0
+        self.last_skipped = 0  # skipped by the last collect (its scrape's parse-skip count)
         self.rows_total = 0
         self._proxy = ProxyRows()  # profiler ProxyOps parsed by the last collect()
         self.last_problems: list[str] = []
@@ -290,15 +310,28 @@ class NcclFileCollector:
             skipped += self.topology.malformed - before
         rows = TimingRows()
         dropped_before = self.tailer.dropped_lines
-        for chunk in self.tailer.poll():
-            skipped += self._parse(chunk, rows, problems)
+        chunks = self.tailer.poll()  # every file's offset is past its chunk from here on
+        restart = self.format != "inspector"
+        for chunk in chunks:
+            mark = len(rows.rows)
+            try:
+                skipped += self._parse(chunk, rows, problems)
+            except Exception as e:  # rows not delivered keep their offset: read again next poll
+                del rows.rows[mark:]
+                self.tailer.rewind(chunk, restart)
+                problems.insert(0, f"{chunk.file.path.name}: {type(e).__name__}: {e}; read again next scrape")
         skipped += self.tailer.dropped_lines - dropped_before
+        try:
+            batch = rows.to_batch() if len(rows) else None
+        except Exception:
+            for chunk in chunks:
+                self.tailer.rewind(chunk, restart)
+            raise
         self.skipped_lines += skipped
+        self.last_skipped = skipped
         self.last_problems = problems[:5]
         self.rows_total += len(rows)
-        if not len(rows):
-            return None
-        return rows.to_batch()
+        return batch
 
     def collect_transport(self, now: datetime | None = None) -> pa.RecordBatch | None:
         """The ranks' wiring (``nccl_transport``) when the debug lines changed it, or is due
@@ -390,6 +423,7 @@ class NcclFileCollector:
             batches=batches,
             error=note,
             duration_s=time.perf_counter() - t0,
+            skipped={MALFORMED_LINE: self.last_skipped} if self.last_skipped else {},
         )
 
 

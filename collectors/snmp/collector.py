@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pyarrow as pa
 from pysnmp.hlapi.v3arch.asyncio import ContextData, UdpTransportTarget
 
-from collectors.base import ScrapeResult, failed
+from collectors.base import ScrapeResult, Skips, failed
 from collectors.model import Fabric
 from collectors.snmp.config import SnmpSourceConfig, SnmpTarget
 from collectors.snmp.parse import PortSelector, build_batch, columns_to_walk, sys_name
@@ -92,14 +93,17 @@ class SnmpCollector:
                     time.perf_counter() - t0,
                 )  # fmt: skip
             ports = self._selector.ports(tables)
-            batch = build_batch(tables, switch, ports, now, self.cfg, self._port_dict)
+            skipped: Skips = Counter()
+            batch = build_batch(tables, switch, ports, now, self.cfg, self._port_dict, skipped)
         except SnmpError as e:
             return failed(SOURCE, self.target, f"SNMP: {e}", time.perf_counter() - t0)
         except Exception as e:  # a collector never raises: garbage in is a failed scrape
             return failed(SOURCE, self.target, e, time.perf_counter() - t0)
         self._port_dict = batch.column("port").dictionary
         elapsed = time.perf_counter() - t0
-        return ScrapeResult(SOURCE, self.target, ok=True, batches=(batch,), duration_s=elapsed)
+        return ScrapeResult(
+            SOURCE, self.target, ok=True, batches=(batch,), duration_s=elapsed, skipped=dict(skipped)
+        )
 
 
 def build_collectors(cfg: SnmpSourceConfig, fabric: Fabric | None = None) -> list[SnmpCollector]:

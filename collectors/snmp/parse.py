@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
+from collectors.base import OUT_OF_RANGE, Skips
 from collectors.keys import port_key
 from collectors.schemas import (
     LOGICAL_ACTIVE,
@@ -84,11 +85,16 @@ def _int(value: Value) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _counter(value: Value) -> int | None:
+def _counter(value: Value, skipped: Skips | None = None) -> int | None:
     """A counter value, or None for one no Counter32/Counter64 can hold (a negative or a
-    65-bit number from a broken agent): that cell is unknown, the rest of the switch is not."""
+    65-bit number from a broken agent): that cell is unknown (counted as ``out_of_range`` in
+    ``skipped``), the rest of the switch is not."""
     v = _int(value)
-    return v if v is not None and 0 <= v < 2**64 else None
+    if v is not None and 0 <= v < 2**64:
+        return v
+    if value is not None and skipped is not None:
+        skipped[OUT_OF_RANGE] += 1
+    return None
 
 
 def _gauge(value: Value) -> int:
@@ -144,11 +150,13 @@ def build_batch(
     now: datetime,
     cfg: SnmpSourceConfig,
     port_dict: pa.Array | None = None,
+    skipped: Skips | None = None,
 ) -> pa.RecordBatch:
     """The ``port_sample`` batch of one poll of one switch.
 
     ``port_dict`` is the previous poll's port dictionary; it is reused when the ports are the
-    same, so detectors that cache lookups by dictionary keep their cache.
+    same, so detectors that cache lookups by dictionary keep their cache. Counter cells no
+    counter can hold are null and counted in ``skipped``.
     """
     n = len(ports)
     idx = [(i,) for i, _ in ports]
@@ -175,23 +183,28 @@ def build_batch(
     for name, (hc, c32) in COUNTERS.items():
         wide = tables.get(hc, {}) if hc else {}
         narrow = tables.get(c32, {}) if c32 else {}
-        vals = [_counter(wide.get(k)) for k in idx]
+        vals = [_counter(wide.get(k), skipped) for k in idx]
         narrow_used = False
         for j, v in enumerate(vals):
             if v is None:
-                v32 = _counter(narrow.get(idx[j]))
+                v32 = _counter(narrow.get(idx[j]), skipped)
                 if v32 is not None:
                     vals[j], narrow_used = v32, True
         cols[name] = _u64(vals)
         if narrow_used:
             bits[name] = 32
-    _pfc(tables, idx, cfg, cols, bits)
+    _pfc(tables, idx, cfg, cols, bits, skipped)
     schema = with_counter_widths(PORT_SAMPLE, bits) if bits else PORT_SAMPLE
     return make_batch(schema, n, cols)
 
 
 def _pfc(
-    tables: Tables, idx: list[O.Oid], cfg: SnmpSourceConfig, cols: dict[str, pa.Array], bits: dict[str, int]
+    tables: Tables,
+    idx: list[O.Oid],
+    cfg: SnmpSourceConfig,
+    cols: dict[str, pa.Array],
+    bits: dict[str, int],
+    skipped: Skips | None = None,
 ) -> None:
     """PFC pause frames per priority: Requests = sent (tx), Indications = received (rx)."""
     per_prio = [PFC_COLUMNS[m] for m in ("arista", "cisco") if m in cfg.pfc_mibs]
@@ -203,11 +216,11 @@ def _pfc(
             for k in idx:
                 v = None
                 for mib in per_prio:
-                    v = _counter(tables.get(mib[d], {}).get((*k, p)))
+                    v = _counter(tables.get(mib[d], {}).get((*k, p)), skipped)
                     if v is not None:
                         break
                 if v is None and p == ieee_prio:
-                    v = _counter(tables.get(PFC_COLUMNS["ieee"][d], {}).get(k))
+                    v = _counter(tables.get(PFC_COLUMNS["ieee"][d], {}).get(k), skipped)
                     ieee_used = ieee_used or v is not None
                 vals.append(v)
             if any(v is not None for v in vals):

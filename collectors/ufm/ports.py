@@ -41,16 +41,23 @@ class PortKeys:
             self._array = None
         return i
 
-    def resolve_ids(self, guids: Sequence[str | None] | pa.Array, nums: Sequence[int | None]) -> np.ndarray:
+    def resolve_ids(
+        self, guids: Sequence[str | None] | pa.Array, nums: Sequence[int | None], *, lenient: bool = False
+    ) -> np.ndarray:
         """Port ids for (GUID, port number) pairs; -1 where the GUID is missing.
 
         GUIDs are normalized vectorized (:func:`normalize_guids`), then looked up as
         :class:`KeyResolver` does: (GUID, number), then the GUID alone, else ``0x<guid>/<number>``.
-        Raises ValueError naming the value when a GUID is not a GUID (garbage, not a port).
+        Raises ValueError naming the value when a GUID is not a GUID (garbage, not a port), or,
+        when ``lenient``, gives it :data:`BAD` so the caller skips (and counts) that record.
         """
-        norm = normalize_guids(guids).to_pylist()
+        arr, bad = _normalized(guids)
+        if bad.any() and not lenient:
+            raise ValueError(f"not a GUID: {_first(guids, bad)!r}")
+        norm = arr.to_pylist()
         by_port, by_guid = self.resolver.by_guid_port, self.resolver.by_guid
         out = np.full(len(norm), -1, dtype=np.int32)
+        out[bad] = BAD
         for i, (g, n) in enumerate(zip(norm, nums, strict=True)):
             if g is None:
                 continue
@@ -69,21 +76,38 @@ class PortKeys:
         return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32, copy=False)), self.dictionary)
 
 
-def normalize_guids(guids: Sequence[str | None] | pa.Array) -> pa.Array:
-    """:func:`collectors.keys.normalize_guid` over an array: ``0x`` + 16 lower-case hex digits.
+#: The id :meth:`PortKeys.resolve_ids` gives a record whose GUID or port number is garbage.
+BAD = -2
 
-    Null or empty entries stay null; anything else that is not a GUID raises ValueError.
-    """
+
+def _first(values: Sequence[str | None] | pa.Array, mask: np.ndarray) -> object:
+    i = int(np.flatnonzero(mask)[0])
+    v = values[i]
+    return v.as_py() if isinstance(v, pa.Scalar) else v
+
+
+def _normalized(guids: Sequence[str | None] | pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """Normalized GUIDs (null where missing or not a GUID) and the mask of those not a GUID."""
     arr = guids if isinstance(guids, pa.Array) else pa.array(list(guids), pa.string())
     arr = arr.cast(pa.string())
     s = pc.replace_substring(pc.utf8_lower(pc.utf8_trim_whitespace(arr)), ":", "")
     s = pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)
     s = pc.replace_substring_regex(s, "^0x", "")
     ok = pc.fill_null(pc.match_substring_regex(s, "^[0-9a-f]{1,16}$"), True)
-    if not pc.all(ok, min_count=0).as_py():
-        bad = arr.filter(pc.invert(ok))[0].as_py()
-        raise ValueError(f"not a GUID: {bad!r}")
-    return pc.binary_join_element_wise("0x", pc.utf8_lpad(s, 16, "0"), "")
+    s = pc.if_else(ok, s, pa.scalar(None, pa.string()))
+    bad = ~ok.to_numpy(zero_copy_only=False).astype(bool)
+    return pc.binary_join_element_wise("0x", pc.utf8_lpad(s, 16, "0"), ""), bad
+
+
+def normalize_guids(guids: Sequence[str | None] | pa.Array) -> pa.Array:
+    """:func:`collectors.keys.normalize_guid` over an array: ``0x`` + 16 lower-case hex digits.
+
+    Null or empty entries stay null; anything else that is not a GUID raises ValueError.
+    """
+    arr, bad = _normalized(guids)
+    if bad.any():
+        raise ValueError(f"not a GUID: {_first(guids, bad)!r}")
+    return arr
 
 
 class SpellingCache:

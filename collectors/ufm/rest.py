@@ -34,11 +34,11 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from collectors.base import ScrapeResult, guarded_scrape, redact_url
+from collectors.base import BAD_PORT, ScrapeResult, Skips, guarded_scrape, redact_url
 from collectors.model import Fabric
 from collectors.schemas import LINK, LOGICAL_ACTIVE, PHYS_LINK_UP, PORT_SAMPLE, TS, make_batch
 from collectors.ufm.http import REST_PREFIX, HttpSettings, UfmHttp
-from collectors.ufm.ports import PortKeys
+from collectors.ufm.ports import BAD, PortKeys
 
 #: Per-lane data rate of each InfiniBand speed name, in Gb/s (sysfs spells 4X FDR "56 Gb/sec").
 LANE_GBPS: dict[str, float] = {
@@ -94,14 +94,18 @@ def speed_name_gbps(name: Any) -> float | None:
     return LANE_GBPS.get(name.strip().split()[0].upper())
 
 
+#: More lanes than any port has (IB widths are 1x, 2x, 4x, 8x, 12x; the column is uint8).
+MAX_LANES = 255
+
+
 def width_lanes(width: Any) -> int | None:
-    """Lanes of a UFM width (``"4x"``, ``"4X"``, 4), None when unknown."""
-    if isinstance(width, int) and not isinstance(width, bool):
-        return width if width > 0 else None
-    if not isinstance(width, str):
+    """Lanes of a UFM width (``"4x"``, ``"4X"``, 4), None when unknown or absurd (0, 300)."""
+    if isinstance(width, str):
+        w = width.strip().lower().removesuffix("x")
+        width = int(w) if w.isascii() and w.isdigit() and len(w) < 4 else None  # "²".isdigit() too
+    if not isinstance(width, int) or isinstance(width, bool):
         return None
-    w = width.strip().lower().removesuffix("x")
-    return int(w) if w.isdigit() and int(w) > 0 else None
+    return width if 0 < width <= MAX_LANES else None
 
 
 def port_speed_bps(speed: Any, width: Any) -> int | None:
@@ -133,22 +137,28 @@ def _require_list(doc: Any, what: str) -> list[dict[str, Any]]:
 
 
 def _num(value: Any, what: str) -> int | None:
+    """A port number (0-65535), None when absent; ValueError when it is no port number."""
     if value is None or value == "":
         return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} is not a port number: {value!r}") from None
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ValueError(f"{what} is not a port number: {value!r}")
+    return value
 
 
 def parse_ports(
-    ports: Any, keys: PortKeys, now: datetime, source: str = "ufm"
+    ports: Any, keys: PortKeys, now: datetime, source: str = "ufm", skipped: Skips | None = None
 ) -> tuple[pa.RecordBatch, pa.Table]:
     """``/resources/ports`` JSON -> (``port_sample`` batch of state/speed/width, capabilities).
 
-    Counters are null: UFM REST carries state, the telemetry endpoint carries counters.
+    Counters are null: UFM REST carries state, the telemetry endpoint carries counters. Raises
+    ValueError when the document is not a list of port records, or when no record names a
+    usable port; a record without a GUID, with one that is not a GUID or with a port number
+    that is none is left out and counted in ``skipped`` as ``bad_port``.
     """
     ports = _require_list(ports, "ports")
+    errors: list[str] = []
     guids: list[str | None] = []
     nums: list[int | None] = []
     phys: list[int | None] = []
@@ -161,8 +171,13 @@ def parse_ports(
         if not guid:
             name = p.get("name")
             guid = name.rsplit("_", 1)[0] if isinstance(name, str) and "_" in name else None
+        try:
+            num = _num(p.get("number", p.get("external_number")), f"port {p.get('name')!r} number")
+        except ValueError as e:
+            errors.append(str(e))
+            num, guid = None, None  # no usable port: the record is left out (counted)
+        nums.append(num)
         guids.append(str(guid) if guid is not None else None)
-        nums.append(_num(p.get("number", p.get("external_number")), f"port {p.get('name')!r} number"))
         ph = _state(PHYS_STATES, p.get("physical_state"))
         phys.append(ph)
         logical.append(_state(LOGICAL_STATES, p.get("logical_state")))
@@ -172,10 +187,22 @@ def parse_ports(
         es, ew = _max_speed(p.get("enabled_speed"), p.get("enabled_width"))
         ss, sw = _max_speed(p.get("supported_speed"), p.get("supported_width"))
         caps.append((es, ew, ss, sw))
-    ids = keys.resolve_ids(guids, nums)
+    ids = keys.resolve_ids(guids, nums, lenient=True)
     if (ids < 0).any():
-        bad = ports[int(np.flatnonzero(ids < 0)[0])]
-        raise ValueError(f"UFM port without a GUID: {json.dumps(bad)[:200]}")
+        first = int(np.flatnonzero(ids < 0)[0])
+        if ids[first] == BAD:
+            errors.append(f"not a GUID: {guids[first]!r}")
+        errors.append(f"UFM port without a GUID: {json.dumps(ports[first], default=str)[:200]}")
+        if not (ids >= 0).any():
+            raise ValueError(errors[0])
+        if skipped is not None:
+            skipped[BAD_PORT] += int(np.count_nonzero(ids < 0))
+        ports = [p for p, i in zip(ports, ids.tolist(), strict=True) if i >= 0]
+        speed, width, phys, logical, caps = (
+            [v for v, i in zip(col, ids.tolist(), strict=True) if i >= 0]
+            for col in (speed, width, phys, logical, caps)
+        )
+        ids = ids[ids >= 0]
     # One row per port: the last entry of a port wins (UFM lists each once; be safe).
     _, last_rev = np.unique(ids[::-1], return_index=True)
     rows = np.sort(len(ids) - 1 - last_rev)
@@ -306,8 +333,10 @@ class UfmRestCollector:
         # other scrapes never wait for it.
         return await asyncio.to_thread(_decode, resource, body)
 
-    def _parse(self, ports: Any, links: Any, now: datetime) -> tuple[list[pa.RecordBatch], pa.Table]:
-        batch, caps = parse_ports(ports, self.keys, now, self.source)
+    def _parse(
+        self, ports: Any, links: Any, now: datetime, skipped: Skips | None = None
+    ) -> tuple[list[pa.RecordBatch], pa.Table]:
+        batch, caps = parse_ports(ports, self.keys, now, self.source, skipped)
         out = [batch]
         if links is not None:
             table = parse_links(links, self.keys, self.source).combine_chunks()
@@ -322,8 +351,8 @@ class UfmRestCollector:
             links = await self._get_json("links") if self.links else None
             return ports, links
 
-        def parse(payload: tuple[Any, Any]) -> tuple[pa.RecordBatch, ...]:
-            batches, self.capabilities = self._parse(*payload, self.clock())
+        def parse(payload: tuple[Any, Any], skipped: Skips) -> tuple[pa.RecordBatch, ...]:
+            batches, self.capabilities = self._parse(*payload, self.clock(), skipped)
             return tuple(batches)
 
         return await guarded_scrape(self.source, self.target, self.settings.total_timeout_s, fetch, parse)

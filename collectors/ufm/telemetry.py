@@ -41,12 +41,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from collectors.base import ScrapeResult, guarded_scrape, redact_url
+from collectors.base import (
+    BAD_PORT,
+    MALFORMED_LINE,
+    NOT_A_NUMBER,
+    OUT_OF_RANGE,
+    TOO_DEEP,
+    ScrapeResult,
+    Skips,
+    guarded_scrape,
+    redact_url,
+)
 from collectors.model import Fabric
 from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
 from collectors.ufm.counters import CounterSpec, counter_spec
 from collectors.ufm.http import HttpSettings, UfmHttp
-from collectors.ufm.ports import PortKeys, SpellingCache
+from collectors.ufm.ports import BAD, PortKeys, SpellingCache
 
 TelemetryFormat = Literal["auto", "prometheus", "csv", "json"]
 
@@ -74,10 +84,25 @@ _NULL_WORDS = r"^(?i:n/?a|null|none|-)$"
 _NUMBER_UNIT = r"^(?P<v>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*[A-Za-z]{0,2}$"
 
 
+#: The largest uint64, as digits: a 20-digit string above it does not fit.
+_U64_MAX = str(2**64 - 1)
+
+
+def _uint_text(s: pa.Array, digits: int = 20) -> pa.Array:
+    """Where ``s`` is an unsigned integer that fits ``digits`` digits (20: uint64): ASCII digits
+    only (``utf8_is_digit`` takes "²", which no cast reads), compared as text at full width."""
+    ascii_digits = pc.fill_null(pc.match_substring_regex(s, f"^[0-9]{{1,{digits}}}$"), False)
+    if digits < 20:
+        return ascii_digits
+    n = pc.utf8_length(s)
+    fits = pc.or_(pc.less(n, 20), pc.less_equal(s, _U64_MAX))
+    return pc.and_(ascii_digits, pc.fill_null(fits, False))
+
+
 def _numbers_text(arr: pa.Array) -> _Numbers:
     n = len(arr)
     s = pc.utf8_trim_whitespace(arr)
-    is_int = pc.fill_null(pc.utf8_is_digit(s), False)
+    is_int = _uint_text(s)
     is_int_np = is_int.to_numpy(zero_copy_only=False)
     u64 = pc.cast(pc.if_else(is_int, s, pa.scalar(None, s.type)), pa.uint64()).fill_null(0).to_numpy()
     f64 = np.full(n, np.nan)
@@ -112,8 +137,11 @@ def _numbers(arr: pa.Array | pa.ChunkedArray) -> _Numbers:
         return _Numbers(np.zeros(n, np.uint64), nothing, np.full(n, np.nan), nothing)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         v = arr.cast(pa.int64() if pa.types.is_signed_integer(t) else pa.uint64()).fill_null(0).to_numpy()
-        ok = arr.is_valid().to_numpy(zero_copy_only=False) & (v >= 0)
-        return _Numbers(v.astype(np.uint64), ok, np.full(n, np.nan), nothing)
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        ok = valid & (v >= 0)
+        # A negative count is a number no counter holds: kept as a float, so it reads out of range.
+        f = np.where(valid & ~ok, v.astype(np.float64), np.nan)
+        return _Numbers(np.where(ok, v, 0).astype(np.uint64), ok, f, nothing)
     if pa.types.is_floating(t):
         f = arr.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
         return _Numbers(np.zeros(n, np.uint64), nothing, f, nothing)
@@ -139,8 +167,23 @@ class _Columns:
     narrow: dict[str, tuple[np.ndarray, int, bool]] = field(default_factory=dict)
     lanes: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
-    def put(self, spec: CounterSpec, rows: np.ndarray, num: _Numbers) -> None:
-        """Write one source counter's values at ``rows``; null values never overwrite."""
+    def put(self, spec: CounterSpec, rows: np.ndarray, num: _Numbers, skipped: Skips | None = None) -> None:
+        """Write one source counter's values at ``rows``; null values never overwrite.
+
+        A value that is a number its column cannot hold (negative, past 64 bits, infinite) is
+        null and counted as ``out_of_range`` in ``skipped``; one that is no number, as
+        ``not_a_number``.
+        """
+        if skipped is not None:
+            present = num.is_int | ~np.isnan(num.f64)
+            if spec.lane is not None or not pa.types.is_floating(_COLUMN_TYPES[spec.column]):
+                bad = int(np.count_nonzero(present & ~_as_uint(num)[1]))
+            else:
+                bad = int(np.count_nonzero(present & ~num.is_int & ~np.isfinite(num.f64)))
+            if bad:
+                skipped[OUT_OF_RANGE] += bad
+            if num.garbage.any():
+                skipped[NOT_A_NUMBER] += int(np.count_nonzero(num.garbage))
         if spec.lane is not None:
             vals, ok = _as_uint(num)
             lv, lok = self.lanes.setdefault(spec.lane, (np.zeros(self.n, np.uint64), np.zeros(self.n, bool)))
@@ -273,28 +316,55 @@ def _label(blocks: pa.Array, name: str) -> pa.Array:
     return pc.struct_field(pc.extract_regex(blocks, pattern), 0)
 
 
-def _port_nums(nums: pa.Array) -> list[int | None]:
+def _port_nums(nums: pa.Array, errors: list[str]) -> tuple[list[int | None], np.ndarray]:
+    """Port numbers (None where absent) and the mask of those that are no port number (garbage,
+    or past 65535); the first such is described in ``errors``."""
     nums = nums.cast(pa.string()) if not pa.types.is_string(nums.type) else nums
-    nums = pc.if_else(pc.equal(pc.utf8_trim_whitespace(nums), ""), pa.scalar(None, pa.string()), nums)
-    try:
-        out = pc.cast(pc.utf8_trim_whitespace(nums), pa.int64())
-    except pa.ArrowInvalid:
-        bad = nums.filter(pc.invert(pc.fill_null(pc.utf8_is_digit(pc.utf8_trim_whitespace(nums)), True)))
-        raise TelemetryParseError(f"port_num is not a number: {bad[0].as_py()!r}") from None
-    if pc.any(pc.or_(pc.less(out, 0), pc.greater(out, 65535))).as_py():
-        raise TelemetryParseError(f"port_num out of range: {pc.max(out).as_py()}")
-    return out.to_pylist()
+    nums = pc.utf8_trim_whitespace(nums)
+    nums = pc.if_else(pc.equal(nums, ""), pa.scalar(None, pa.string()), nums)
+    digits = _uint_text(nums, 5)
+    out = pc.cast(pc.if_else(digits, nums, pa.scalar(None, pa.string())), pa.int64())
+    bad = pc.or_(pc.invert(digits), pc.greater(out, 65535))
+    bad_np = pc.and_(pc.fill_null(bad, True), nums.is_valid()).to_numpy(zero_copy_only=False).astype(bool)
+    if bad_np.any() and not errors:
+        v = nums[int(np.flatnonzero(bad_np)[0])].as_py()
+        errors.append(
+            f"port_num out of range: {v}"
+            if v.isascii() and v.isdigit()
+            else f"port_num is not a number: {v!r}"
+        )
+    return pc.if_else(pc.fill_null(bad, False), pa.scalar(None, pa.int64()), out).to_pylist(), bad_np
 
 
-def _resolve(keys: PortKeys, port_guids: pa.Array, node_guids: pa.Array, nums: pa.Array) -> np.ndarray:
-    """Port ids; the port GUID names the port (an HCA port, or a switch's shared GUID + number)."""
+def _resolve(
+    keys: PortKeys, port_guids: pa.Array, node_guids: pa.Array, nums: pa.Array, errors: list[str]
+) -> np.ndarray:
+    """Port ids; the port GUID names the port (an HCA port, or a switch's shared GUID + number).
+
+    A spelling whose GUID is not a GUID or whose port number is garbage gets :data:`BAD` (its
+    lines are skipped and counted); the first such is described in ``errors``.
+    """
     port_guids, node_guids = port_guids.cast(pa.string()), node_guids.cast(pa.string())
     missing = pc.or_kleene(port_guids.is_null(), pc.equal(port_guids, ""))
     guids = pc.if_else(missing, node_guids, port_guids)
-    try:
-        return keys.resolve_ids(guids, _port_nums(nums))
-    except ValueError as e:
-        raise TelemetryParseError(str(e)) from None
+    port_nums, bad_num = _port_nums(nums, errors)
+    ids = keys.resolve_ids(guids, port_nums, lenient=True)
+    if (ids == BAD).any() and not errors:
+        g = guids[int(np.flatnonzero(ids == BAD)[0])].as_py()
+        errors.append(f"not a GUID: {g!r}")
+    ids[bad_num] = BAD
+    return ids
+
+
+def _skip_bad_ports(ids: np.ndarray, errors: list[str], skipped: Skips | None) -> np.ndarray:
+    """Lines (or rows) of :data:`BAD` ports are left out and counted; when no line names a
+    usable port and some name a bad one, the payload names no port at all: it fails."""
+    bad = int(np.count_nonzero(ids == BAD))
+    if bad and not (ids >= 0).any():
+        raise TelemetryParseError(errors[0] if errors else "no record names a usable port")
+    if bad and skipped is not None:
+        skipped[BAD_PORT] += bad
+    return ids
 
 
 # -- Prometheus text --------------------------------------------------------------------------------
@@ -319,6 +389,7 @@ class _Long:
     label_idx: np.ndarray  # per line, into labels
     values: pa.ChunkedArray  # per line, the value as written
     ts: np.ndarray  # per line, the timestamp (ms), 0 when absent
+    malformed: list[str] = field(default_factory=list)  # lines that are not Prometheus text
 
 
 def _offsets(arr: pa.Array) -> np.ndarray:
@@ -335,19 +406,26 @@ def _text_of(arr: pa.Array) -> pa.Buffer:
     return data[int(off[0]) : int(off[-1])] if data is not None else pa.py_buffer(b"")
 
 
-def _slow_lines(lines: list[str]) -> tuple[list[str], list[str], list[str], list[int]]:
-    """The exact (slow) parse of the few lines the fast path cannot take."""
+#: A millisecond timestamp has at most 18 digits (int64); a longer one makes its line malformed.
+_MAX_TS = 10**18
+
+
+def _slow_lines(lines: list[str], bad: list[str]) -> tuple[list[str], list[str], list[str], list[int]]:
+    """The exact (slow) parse of the few lines the fast path cannot take; lines that are not
+    Prometheus text go to ``bad``."""
     names, labels, values, ts = [], [], [], []
     for line in lines:
         m = _PROM_LINE.match(line.rstrip("\r\n"))
-        if m is None:
-            raise TelemetryParseError(f"not Prometheus text: {line[:200]!r}")
+        t = int(m.group("ts") or 0) if m is not None else 0
+        if m is None or not -_MAX_TS < t < _MAX_TS:
+            bad.append(line)
+            continue
         if m.group("labels") is None:
             continue  # a sample without labels names no port
         names.append(m.group("name"))
         labels.append(m.group("labels"))
         values.append(m.group("value"))
-        ts.append(int(m.group("ts") or 0))
+        ts.append(t)
     return names, labels, values, ts
 
 
@@ -403,7 +481,7 @@ def _tails_exact(tail: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     ok = m.is_valid().to_numpy(zero_copy_only=False)
     values = pc.fill_null(pc.struct_field(m, 0), "")
     ts_text = pc.struct_field(m, 1)
-    ts_ok = pc.fill_null(pc.utf8_is_digit(ts_text), False)
+    ts_ok = _uint_text(ts_text, 18)
     ok &= ~(ts_text.is_valid().to_numpy(zero_copy_only=False) & ~ts_ok.to_numpy(zero_copy_only=False))
     ts = pc.cast(pc.if_else(ts_ok, ts_text, pa.scalar(None, pa.string())), pa.int64()).fill_null(0).to_numpy()
     return values, ts, ok
@@ -493,7 +571,10 @@ def _prometheus_long(payload: bytes) -> _Long:
     name_idx[fast] = name_pos
     label_idx = np.full(len(fast), -1, np.int64)
     label_idx[fast] = label_pos
-    s_names, s_labels, s_values, s_ts = _slow_lines(slow)
+    malformed: list[str] = []
+    s_names, s_labels, s_values, s_ts = _slow_lines(slow, malformed)
+    if malformed and not s_names and not fast.any():
+        raise TelemetryParseError(f"not Prometheus text: {malformed[0][:200]!r}")
     if s_names:
         name_map = {nm: i for i, nm in enumerate(names)}
         for nm in s_names:
@@ -508,7 +589,7 @@ def _prometheus_long(payload: bytes) -> _Long:
         ts = np.concatenate([ts, np.array(s_ts, np.int64)])
     name_idx[name_idx < 0] = len(names)
     label_idx[label_idx < 0] = len(labels)
-    return _Long(names, labels, name_idx, label_idx, values, ts)
+    return _Long(names, labels, name_idx, label_idx, values, ts, malformed)
 
 
 def _row_text(table: pa.Table, i: int) -> str:
@@ -532,9 +613,18 @@ def parse_prometheus(
     *,
     now: datetime | None = None,
     source: str = "ufm",
+    skipped: Skips | None = None,
 ) -> pa.RecordBatch:
-    """UFM Telemetry Prometheus text -> one ``port_sample`` batch (see the module docstring)."""
+    """UFM Telemetry Prometheus text -> one ``port_sample`` batch (see the module docstring).
+
+    Raises :class:`TelemetryParseError` when the payload is not Prometheus text at all, or is
+    truncated. Within one, a line that is not Prometheus text, a line naming no usable port and
+    a value that is no number its column can hold are left out and counted in ``skipped``.
+    """
     long = _prometheus_long(payload)
+    if long.malformed and skipped is not None:
+        skipped[MALFORMED_LINE] += len(long.malformed)
+    errors: list[str] = []
     specs = [counter_spec(nm) for nm in long.names]
     mapped = np.array([s is not None for s in specs] + [False], bool)
     keep = mapped[long.name_idx]
@@ -544,10 +634,13 @@ def parse_prometheus(
     if used.size:
 
         def resolve(new: pa.Array) -> np.ndarray:
-            return _resolve(keys, _label(new, "port_guid"), _label(new, "node_guid"), _label(new, "port_num"))
+            return _resolve(
+                keys, _label(new, "port_guid"), _label(new, "node_guid"), _label(new, "port_num"), errors
+            )
 
         label_ids[used] = (cache or SpellingCache()).lookup(long.labels.take(pa.array(used)), resolve)
     port_of_line = label_ids[long.label_idx]
+    _skip_bad_ports(port_of_line[keep], errors, skipped)
     keep &= port_of_line >= 0
     lines = np.flatnonzero(keep)
     time_us = _time_us(long.ts[lines]) or _now_us(now)
@@ -566,11 +659,7 @@ def parse_prometheus(
             vals = long.values.slice(int(at[0]), int(at.size))
         else:
             vals = long.values.take(pa.array(at))
-        num = _numbers_fast(vals)
-        if num.garbage.any():
-            word = vals[int(np.flatnonzero(num.garbage)[0])].as_py()
-            raise TelemetryParseError(f"{long.names[int(name_of[grp[0]])]}: not a number: {word!r}")
-        out.put(spec, row_of_line[grp], num)
+        out.put(spec, row_of_line[grp], _numbers_fast(vals), skipped)
     src_us = _per_row_us(long.ts[lines].astype(np.int64), row_of_line, len(ports))
     return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source, src_us)
 
@@ -579,7 +668,12 @@ def parse_prometheus(
 
 
 def _from_wide(
-    table: pa.Table, keys: PortKeys, cache: SpellingCache | None, now: datetime | None, source: str
+    table: pa.Table,
+    keys: PortKeys,
+    cache: SpellingCache | None,
+    now: datetime | None,
+    source: str,
+    skipped: Skips | None,
 ) -> pa.RecordBatch:
     """Rows of (ids, counters…) -> one batch; the last row of a port wins."""
     names = table.column_names
@@ -593,7 +687,12 @@ def _from_wide(
         if col not in names:
             return pa.nulls(n, pa.string())
         arr = table.column(col).combine_chunks()
-        return arr.cast(pa.string()) if arr.type != pa.string() else arr
+        if arr.type == pa.string():
+            return arr
+        try:
+            return arr.cast(pa.string())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # lists, records: no port names
+            return pa.nulls(n, pa.string())
 
     pg, ng, pn = text("port_guid"), text("node_guid"), text("port_num")
     spelling = pc.binary_join_element_wise(
@@ -604,10 +703,14 @@ def _from_wide(
 
     def resolve(new: pa.Array) -> np.ndarray:
         parts = pc.split_pattern(new, "|")
-        return _resolve(keys, pc.list_element(parts, 0), pc.list_element(parts, 1), pc.list_element(parts, 2))
+        return _resolve(
+            keys, pc.list_element(parts, 0), pc.list_element(parts, 1), pc.list_element(parts, 2), errors
+        )
 
+    errors: list[str] = []
     uid = (cache or SpellingCache()).lookup(uniq, resolve)
     port_of_row = uid[enc.indices.to_numpy(zero_copy_only=False)] if n else np.zeros(0, np.int32)
+    _skip_bad_ports(port_of_row, errors, skipped)
     keep = port_of_row >= 0
     ts_col = table.column("timestamp") if "timestamp" in names else None
     raw_ts = np.zeros(0, np.int64)
@@ -624,10 +727,7 @@ def _from_wide(
     specs = [(counter_spec(c), c) for c in names]
     for spec, col in sorted(((s, c) for s, c in specs if s is not None), key=lambda sc: sc[0].rank):  # type: ignore[union-attr]
         num = _numbers(table.column(col).take(pa.array(take_rows)))
-        if num.garbage.any():
-            word = table.column(col).take(pa.array(take_rows[num.garbage][:1]))[0].as_py()
-            raise TelemetryParseError(f"{col}: not a number: {word!r}")
-        out.put(spec, np.arange(len(ports)), num)  # type: ignore[arg-type]
+        out.put(spec, np.arange(len(ports)), num, skipped)  # type: ignore[arg-type]
     src_us = None
     if ts_col is not None:
         tnum = _numbers(ts_col.take(pa.array(take_rows)))
@@ -643,29 +743,58 @@ def parse_csv(
     *,
     now: datetime | None = None,
     source: str = "ufm",
+    skipped: Skips | None = None,
 ) -> pa.RecordBatch:
-    """UFM Telemetry CSV (header row of counter names) -> one ``port_sample`` batch."""
+    """UFM Telemetry CSV (header row of counter names) -> one ``port_sample`` batch.
+
+    Raises :class:`TelemetryParseError` when the payload is not such CSV or is truncated; a
+    row with the wrong number of fields, a row naming no usable port and a value that is no
+    number its column can hold are left out and counted in ``skipped``.
+    """
     _check_complete(payload)
-    header = payload[: payload.find(b"\n")].decode("utf-8", "replace").strip().split(",")
+    malformed: list[str] = []
+
+    def invalid(row: pcsv.InvalidRow) -> str:
+        malformed.append(row.text or "")
+        return "skip"
+
+    # Names exactly as Arrow reads them (it trims nothing): a stray form feed is part of a name.
+    header = payload[: payload.find(b"\n")].decode("utf-8", "replace").rstrip("\r").split(",")
     wanted = [
         c for c in header if c in ("timestamp", "port_guid", "node_guid", "port_num") or counter_spec(c)
     ]
     if "port_guid" not in wanted and "node_guid" not in wanted:
         raise TelemetryParseError(f"not UFM telemetry CSV: the header has no port_guid ({header[:6]})")
-    try:
-        table = pcsv.read_csv(
-            pa.py_buffer(payload),
-            read_options=pcsv.ReadOptions(block_size=_BLOCK),
-            parse_options=pcsv.ParseOptions(quote_char='"', newlines_in_values=False),
-            convert_options=pcsv.ConvertOptions(
-                include_columns=wanted,
-                column_types={c: pa.string() for c in wanted},
-                strings_can_be_null=True,
-            ),
-        )
-    except pa.ArrowInvalid as e:
-        raise TelemetryParseError(f"not UFM telemetry CSV: {e}") from None
-    return _from_wide(table, keys, cache, now, source)
+
+    def read(quote: str | bool) -> pa.Table:
+        try:
+            return pcsv.read_csv(
+                pa.py_buffer(payload),
+                read_options=pcsv.ReadOptions(block_size=_BLOCK),
+                parse_options=pcsv.ParseOptions(
+                    quote_char=quote, newlines_in_values=False, invalid_row_handler=invalid
+                ),
+                convert_options=pcsv.ConvertOptions(
+                    include_columns=wanted,
+                    column_types={c: pa.string() for c in wanted},
+                    strings_can_be_null=True,
+                ),
+            )
+        except (pa.ArrowInvalid, pa.ArrowKeyError) as e:  # KeyError: a header name not UTF-8
+            raise TelemetryParseError(f"not UFM telemetry CSV: {e}") from None
+
+    table = read('"')
+    if any("\n" in m for m in malformed):
+        # A stray quote opens a field Arrow ends only at its block's end, swallowing every row
+        # after it: read again without quoting, so the bad row alone is left out.
+        malformed.clear()
+        table = read(False)
+    if malformed:
+        if table.num_rows == 0:
+            raise TelemetryParseError(f"not UFM telemetry CSV: {malformed[0][:200]!r}")
+        if skipped is not None:
+            skipped[MALFORMED_LINE] += len(malformed)
+    return _from_wide(table, keys, cache, now, source, skipped)
 
 
 def parse_tfs_json(
@@ -675,20 +804,59 @@ def parse_tfs_json(
     *,
     now: datetime | None = None,
     source: str = "ufm",
+    skipped: Skips | None = None,
 ) -> pa.RecordBatch:
-    """The TFS stream document ``{"timestamp", "type", "values": [...]}`` -> one batch."""
+    """The TFS stream document ``{"timestamp", "type", "values": [...]}`` -> one batch.
+
+    Raises :class:`TelemetryParseError` when the payload is not such a document (not JSON,
+    nested past the decoder's depth, no ``values`` list of records). A value that does not fit
+    its counter (a string, a 70-bit integer, a list) nulls its cell and is counted in
+    ``skipped``, as is a record naming no usable port.
+    """
     try:
         doc = json.loads(payload)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TelemetryParseError(f"not JSON (truncated?): {e}") from None
+    except RecursionError:
+        if skipped is not None:
+            skipped[TOO_DEEP] += 1
+        raise TelemetryParseError("JSON nested deeper than any TFS document") from None
     values = doc.get("values") if isinstance(doc, dict) else doc
     if not isinstance(values, list) or not all(isinstance(v, dict) for v in values):
         raise TelemetryParseError("not a TFS telemetry document: no 'values' list of port records")
+    return _from_wide(_tfs_table(values, skipped), keys, cache, now, source, skipped)
+
+
+def _tfs_table(values: list[dict[str, object]], skipped: Skips | None) -> pa.Table:
+    """The records as a table: Arrow's own conversion, or, when one value does not fit its
+    column's type (a string among integers, an integer past 64 bits), that column as text (the
+    number parser then nulls what is no number) with nested values and booleans null."""
     try:
-        table = pa.Table.from_pylist(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise TelemetryParseError(f"inconsistent TFS records: {e}") from None
-    return _from_wide(table, keys, cache, now, source)
+        return pa.Table.from_pylist(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    names = list(dict.fromkeys(k for v in values for k in v))
+    cols: dict[str, pa.Array] = {}
+    for name in names:
+        col = [v.get(name) for v in values]
+        try:
+            cols[name] = pa.array(col)
+            continue
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass
+        text = [
+            x
+            if isinstance(x, str)
+            else str(x)
+            if isinstance(x, int | float) and not isinstance(x, bool)
+            else None
+            for x in col
+        ]
+        dropped = sum(1 for x, t in zip(col, text, strict=True) if x is not None and t is None)
+        if dropped and skipped is not None:
+            skipped[NOT_A_NUMBER] += dropped
+        cols[name] = pa.array(text, pa.string())
+    return pa.table(cols)
 
 
 _PARSERS: dict[str, Callable[..., pa.RecordBatch]] = {
@@ -749,13 +917,19 @@ class UfmTelemetryCollector:
         #: The poll time when the payload carries no timestamps.
         self.clock = clock or (lambda: datetime.now(UTC))
 
-    def parse(self, payload: bytes, content_type: str = "", now: datetime | None = None) -> pa.RecordBatch:
+    def parse(
+        self,
+        payload: bytes,
+        content_type: str = "",
+        now: datetime | None = None,
+        skipped: Skips | None = None,
+    ) -> pa.RecordBatch:
         fmt = self.fmt if self.fmt != "auto" else sniff_format(payload, self.path, content_type)
-        return _PARSERS[fmt](payload, self.keys, self.cache, now=now, source=self.source)
+        return _PARSERS[fmt](payload, self.keys, self.cache, now=now, source=self.source, skipped=skipped)
 
     async def scrape(self) -> ScrapeResult:
-        def parse(payload: tuple[bytes, str]) -> tuple[pa.RecordBatch, ...]:
-            return (self.parse(*payload, self.clock()),)
+        def parse(payload: tuple[bytes, str], skipped: Skips) -> tuple[pa.RecordBatch, ...]:
+            return (self.parse(*payload, self.clock(), skipped),)
 
         timeout = self.http.settings.total_timeout_s
         return await guarded_scrape(

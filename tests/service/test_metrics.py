@@ -11,7 +11,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from collectors.model import Fabric, PortSpec
 from service.exposition import render
+from service.metrics import GraywireCollector, MetricsState
 from tests.scrape import run_promtool, scrape
 
 #: Labels a series may carry: each is bounded by the fabric model, the cluster's GPUs or the code.
@@ -186,3 +188,15 @@ def test_a_poll_completes_while_a_scrape_is_still_rendering(tmp_path: Path) -> N
     assert streamed == before, "the scrape shows the snapshot it started from"
     assert after[("graywire_polls_total", ())] == before[("graywire_polls_total", ())] + 1
     assert after != before
+
+
+def test_parse_skips_are_a_counter_by_source_and_reason() -> None:
+    fabric = Fabric.from_specs({"h": "host", "sw": "leaf"}, [PortSpec("h", "p1"), PortSpec("sw", "p1")], [])
+    state = MetricsState(fabric, per_port=False)
+    state.parse_skipped[("snmp", "out_of_range")] += 3
+    state.parse_skipped[("ufm", "malformed_line")] += 1
+    text = render(GraywireCollector(state)).decode()
+    assert value(text, "graywire_parse_skipped_total", source="snmp", reason="out_of_range") == 3
+    assert value(text, "graywire_parse_skipped_total", source="ufm", reason="malformed_line") == 1
+    r = run_promtool("check", "metrics", stdin=text)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.base import ScrapeResult, failed
+from collectors.base import Collector, ScrapeResult, failed
 from service.config import FabricSimSource, Settings, load_settings
 from service.db import make_engine, upgrade
 from service.metrics import MetricsState
@@ -136,3 +136,24 @@ def test_capabilities_reach_the_downgrade_detector(tmp_path: Path) -> None:
     assert [(f.kind, f.link, f.evidence["expected_from"]) for f in found] == [
         ("speed_downgrade", f"{host}<->{leaf}", "capabilities")
     ]
+
+
+class Skipping:
+    """A source whose parser left parts out of every scrape: two bad lines, one absurd value."""
+
+    def __init__(self, inner: Collector) -> None:
+        self.inner = inner
+        self.source, self.target = "ufm", "skipping"
+
+    async def scrape(self) -> ScrapeResult:
+        res = await self.inner.scrape()
+        return replace(res, source=self.source, skipped={"malformed_line": 2, "out_of_range": 1})
+
+
+def test_skipped_parts_of_good_scrapes_are_counted_by_source_and_reason(tmp_path: Path) -> None:
+    runner, _, metrics = make_runner(tmp_path, "none", {})
+    runner.targets[0].collector = Skipping(runner.targets[0].collector)
+    runner.tick()
+    runner.tick()
+    assert dict(metrics.parse_skipped) == {("ufm", "malformed_line"): 4, ("ufm", "out_of_range"): 2}
+    assert metrics.targets[0].ok  # a skipped line is not a failed scrape

@@ -9,11 +9,14 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
 from collectors.base import ScrapeResult
 from collectors.nccl import NcclFileCollector, NcclSourceConfig, build_collectors, parse_push
+from collectors.nccl.common import TimingRows
+from collectors.nccl.inspector import InspectorParser
 from collectors.nccl.tail import DirectoryTailer, job_from_path
 from collectors.schemas import NCCL_PROXY, NCCL_TIMING
 
@@ -302,5 +305,55 @@ def test_an_absurd_number_skips_its_line_and_keeps_the_rows_around_it(
     assert res.ok
     (batch,) = res.batches
     assert sorted(set(batch.column("seq").to_pylist())) == [1, 4]
-    assert col.skipped_lines == 2
+    assert col.skipped_lines == 2 and res.skipped == {"malformed_line": 2}
     assert "is not a duration" in (res.error or "") and len(res.error or "") < 1000
+
+
+def test_a_parse_that_raises_keeps_its_files_offset_and_loses_no_row(
+    tmp_path: Path, real_fixtures: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tailer moves a file's offset when it hands out lines, before they are parsed. A
+    parser that raises on one file (a bug, a file gone between two reads) used to fail the
+    scrape after every file's offset had moved: the rows of both files were never delivered
+    and never read again. Now the other file's rows are delivered and the failing file's
+    lines are read again by the next scrape."""
+    (tmp_path / "a-pid1.log").write_text(inspector_line(real_fixtures, coll_sn=1) + "\n")
+    (tmp_path / "b-pid2.log").write_text(inspector_line(real_fixtures, coll_sn=2) + "\n")
+    col = NcclFileCollector(tmp_path, job="j")
+    feed, failures = InspectorParser.feed_lines, [1]
+
+    def flaky(
+        self: InspectorParser, lines: list[bytes], rows: TimingRows, prefix: str = "", first: int = 1
+    ) -> None:
+        feed(self, lines, rows, prefix, first)
+        if prefix.startswith("a-pid1") and failures:
+            failures.pop()
+            raise RuntimeError("parser bug")
+
+    monkeypatch.setattr(InspectorParser, "feed_lines", flaky)
+    res = asyncio.run(col.scrape())
+    assert res.ok and "parser bug" in (res.error or "")
+    assert set(res.batches[0].column("seq").to_pylist()) == {2}
+    res = asyncio.run(col.scrape())
+    assert set(res.batches[0].column("seq").to_pylist()) == {1}
+    assert asyncio.run(col.scrape()).batches == ()  # and only once
+
+
+def test_a_batch_that_cannot_be_built_keeps_every_offset(
+    tmp_path: Path, real_fixtures: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a-pid1.log").write_text(inspector_line(real_fixtures, coll_sn=1) + "\n")
+    (tmp_path / "b-pid2.log").write_text(inspector_line(real_fixtures, coll_sn=2) + "\n")
+    col = NcclFileCollector(tmp_path, job="j")
+    build, failures = TimingRows.to_batch, [1]
+
+    def flaky(self: TimingRows, time: datetime | None = None) -> pa.RecordBatch:
+        if failures:
+            failures.pop()
+            raise RuntimeError("batch bug")
+        return build(self, time)
+
+    monkeypatch.setattr(TimingRows, "to_batch", flaky)
+    assert not asyncio.run(col.scrape()).ok
+    res = asyncio.run(col.scrape())
+    assert res.ok and set(res.batches[0].column("seq").to_pylist()) == {1, 2}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -238,10 +239,6 @@ def test_label_cache_is_reused_across_polls() -> None:
         (b"\n\n", "empty"),
         (DOC_EXAMPLE[:-40], "truncated"),  # cut mid-line
         (b"<html>\n<body>502 Bad Gateway</body>\n</html>\n", "not Prometheus text"),
-        (
-            b'PortXmitDataExtended{port_guid="0xa",port_num="1"} 12abc 1628683905941\n',
-            "PortXmitDataExtended: not a number: '12abc'",
-        ),
         (b'PortXmitDataExtended{port_guid="0xa",port_num="1"} 12 soon\n', "not Prometheus text"),
         (b'PortXmitDataExtended{port_guid="0xa",port_num="1" 12\n', "not Prometheus text"),
         (b'PortXmitDataExtended{port_guid="not-hex",port_num="1"} 12\n', "not a GUID: 'not-hex'"),
@@ -282,8 +279,10 @@ def test_csv_values_units_nulls_and_guids() -> None:
     [
         (CSV[:-9], "truncated"),
         ("timestamp,foo,bar\n1,2,3\n", "has no port_guid"),
-        (CSV + "1709652347161873,0x1,,0x1,0x1,1,100\n", "not UFM telemetry CSV"),  # a short row
-        (CSV.replace(",100,", ",1x0,"), "PortXmitDataExtended: not a number: '1x0'"),
+        (
+            "timestamp,port_guid,port_num,PortXmitDataExtended\n1,0x1\n",
+            "not UFM telemetry CSV",
+        ),  # no full row
     ],
 )
 def test_csv_garbage_fails(payload: str, message: str) -> None:
@@ -349,3 +348,31 @@ def test_csv_duplicate_port_rows_keep_the_last() -> None:
 def test_documents_without_ports_give_an_empty_batch(parse: Any, payload: bytes) -> None:
     batch = parse(payload, PortKeys(None), now=NOW)
     assert batch.num_rows == 0 and record_kind(batch.schema) == "port_sample"
+
+
+def test_a_bad_line_or_value_is_skipped_and_counted_not_the_scrape() -> None:
+    """One garbage value nulls its cell; one line that is not Prometheus text, or names no
+    usable port, is left out; the rest of the payload is the batch, and each skip is counted."""
+    good = b'PortXmitPktsExtended{port_guid="0xb",port_num="1"} 5\n'
+    text = (
+        good
+        + b'PortXmitDataExtended{port_guid="0xa",port_num="1"} 12abc 1628683905941\n'
+        + b'PortRcvPktsExtended{port_guid="0xa",port_num="1"} 7\n'
+        + b"this line is no sample\n"
+        + b'PortRcvPktsExtended{port_guid="not-hex",port_num="1"} 9\n'
+    )
+    skipped: Counter[str] = Counter()
+    got = rows(parse_prometheus(text, PortKeys(None), SpellingCache(), now=NOW, skipped=skipped))
+    assert got["0x000000000000000b/1"]["tx_packets"] == 5
+    assert got["0x000000000000000a/1"]["rx_packets"] == 7 and "tx_bytes" not in got["0x000000000000000a/1"]
+    assert len(got) == 2
+    assert skipped == {"not_a_number": 1, "malformed_line": 1, "bad_port": 1}
+
+
+def test_csv_short_row_and_garbage_value_are_skipped_and_counted() -> None:
+    text = CSV.replace(",100,", ",1x0,") + "1709652347161873,0x1,,0x1,0x1,1,100\n"  # a short row
+    skipped: Counter[str] = Counter()
+    got = rows(parse_csv(text.encode(), PortKeys(None), now=NOW, skipped=skipped))
+    assert "tx_bytes" not in got["0x248a070300ef19a0/23"] and got["0x248a070300ef19a0/23"]["rx_packets"] == 7
+    assert len(got) == 2
+    assert skipped == {"not_a_number": 1, "malformed_line": 1}
