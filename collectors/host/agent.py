@@ -263,7 +263,8 @@ class AgentCollector:
             msg = f"content type {ctype or 'none'!r}, not {ARROW_STREAM}"
             return failed(self.source, self.target, msg, self._since(t0))
         try:
-            batch, skipped = self._decode(body)
+            # Up to MAX_BODY_BYTES of Arrow to check and re-key: off the event loop.
+            batch, skipped = await asyncio.to_thread(self._decode, body)
         except Exception as e:  # garbage can fail in many ways; all of them are a failed scrape
             return failed(self.source, self.target, e, self._since(t0))
         return ScrapeResult(self.source, self.target, True, (batch,), None, self._since(t0), skipped)

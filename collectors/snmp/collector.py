@@ -94,7 +94,10 @@ class SnmpCollector:
                 )  # fmt: skip
             ports = self._selector.ports(tables)
             skipped: Skips = Counter()
-            batch = build_batch(tables, switch, ports, now, self.cfg, self._port_dict, skipped)
+            # Thousands of ports' tables to columns: off the event loop the API answers on.
+            batch = await asyncio.to_thread(
+                build_batch, tables, switch, ports, now, self.cfg, self._port_dict, skipped
+            )
         except SnmpError as e:
             return failed(SOURCE, self.target, f"SNMP: {e}", time.perf_counter() - t0)
         except Exception as e:  # a collector never raises: garbage in is a failed scrape
