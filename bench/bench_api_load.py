@@ -1,0 +1,191 @@
+"""API latency under load while polls run: the drain and incident routes at a fixed request rate.
+
+Run: ``python bench/bench_api_load.py [--hosts 1024] [--rate 500] [--seconds 20] [--poll 2s]``.
+
+It starts ``graywire serve`` as its own process on a free port, over the built-in fabricsim
+source (32 ports per 8-GPU host) with gray failures injected, so the database holds open
+incidents and a drain list, with the archive on and polls back to back. Once a few polls have
+run it sends requests open-loop: request *i* is due at ``i / rate`` seconds, alternating
+``GET /api/v1/drain`` and ``GET /api/v1/incidents``, and its latency is counted from when it was
+due, not from when it went out, so a stalled server cannot hide its queue. The same routes are
+first timed one at a time with nothing else in flight: that is the limit measured in this run.
+It prints p50/p99/max per route, the ratio of p99 under load to that limit and to the 20 ms
+target, and how many polls ran (and how long they took) during the loaded window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROUTES = ["/api/v1/drain", "/api/v1/incidents"]  # --routes replaces them
+FAULTS = (
+    "speed_downgrade@5s+1h:gpu-0002/mlx5_5,ber_ramp@5s+1h,slow_channel@5s+1h=0.3,"
+    "pfc_storm@5s+1h,straggler@5s+1h"
+)
+TARGET_P99_MS = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metric(text: str, name: str) -> float:
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.M)
+    return float(m.group(1)) if m else float("nan")
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+async def wait_ready(client: httpx.AsyncClient, polls: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            text = (await client.get("/metrics")).text
+            if metric(text, "graywire_polls_total") >= polls:
+                return
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(0.5)
+    raise SystemExit(f"the service did not complete {polls} polls within {timeout:.0f} s")
+
+
+async def serial(client: httpx.AsyncClient, n: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {r: [] for r in ROUTES}
+    for i in range(n):
+        route = ROUTES[i % len(ROUTES)]
+        t0 = time.perf_counter()
+        resp = await client.get(route)
+        out[route].append(time.perf_counter() - t0)
+        resp.raise_for_status()
+    return out
+
+
+async def open_loop(
+    client: httpx.AsyncClient, rate: float, seconds: float
+) -> tuple[dict[str, list[float]], int]:
+    lat: dict[str, list[float]] = {r: [] for r in ROUTES}
+    errors = 0
+
+    async def one(route: str, due: float) -> None:
+        nonlocal errors
+        try:
+            resp = await client.get(route)
+            if resp.status_code != 200:
+                errors += 1
+        except httpx.HTTPError:
+            errors += 1
+        lat[route].append(time.perf_counter() - due)
+
+    start = time.perf_counter()
+    tasks = []
+    n = int(rate * seconds)
+    for i in range(n):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(ROUTES[i % len(ROUTES)], due)))
+    await asyncio.gather(*tasks)
+    return lat, errors
+
+
+async def bench(args: argparse.Namespace) -> None:
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "graywire.yaml"
+        config.write_text(
+            f"""
+host: 127.0.0.1
+port: {port}
+data_dir: {tmp}/data
+poll_interval: {args.poll}
+sources:
+  - type: fabricsim
+    hosts: {args.hosts}
+    seed: 5
+    faults: "{FAULTS}"
+"""
+        )
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        log = open(Path(tmp) / "service.log", "w")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--config", str(config)],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+        try:
+            n = args.connections
+            limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+            base = f"http://127.0.0.1:{port}"
+            async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+                await wait_ready(client, args.warm_polls, timeout=600)
+                idle = await serial(client, args.serial)
+                m0 = (await client.get("/metrics")).text
+                t0 = time.perf_counter()
+                loaded, errors = await open_loop(client, args.rate, args.seconds)
+                wall = time.perf_counter() - t0
+                m1 = (await client.get("/metrics")).text
+                incidents = (await client.get("/api/v1/incidents")).json()
+                drains = (await client.get("/api/v1/drain")).json()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            log.close()
+        polls = metric(m1, "graywire_polls_total") - metric(m0, "graywire_polls_total")
+        poll_s = metric(m1, "graywire_poll_duration_seconds")
+        print(
+            f"service: fabricsim {args.hosts} hosts ({args.hosts * 32} ports), poll every "
+            f"{args.poll}; {incidents.get('total', len(incidents.get('items', [])))} incidents, "
+            f"{len(drains)} drain-list entries"
+        )
+        print(f"load: {args.rate:g} req/s open-loop for {args.seconds:g} s over {args.connections} "
+              f"connections; {sum(map(len, loaded.values()))} requests in {wall:.1f} s, {errors} errors; "
+              f"{polls:.0f} polls ran meanwhile (last took {poll_s:.2f} s)")  # fmt: skip
+        print(f"{'route':<22}{'idle p50':>10}{'idle p99':>10}{'p50':>9}{'p99':>9}{'max':>9}"
+              f"{'p99/idle':>10}{'p99/20ms':>10}")  # fmt: skip
+        for route in ROUTES:
+            i50, i99 = pct(idle[route], 0.5) * 1e3, pct(idle[route], 0.99) * 1e3
+            lat = loaded[route]
+            p50, p99, mx = pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3, max(lat) * 1e3
+            print(
+                f"{route:<22}{i50:>8.1f}ms{i99:>8.1f}ms{p50:>7.1f}ms{p99:>7.1f}ms{mx:>7.0f}ms"
+                f"{p99 / i99:>10.2f}{p99 / TARGET_P99_MS:>10.2f}"
+            )
+        every = [x for v in loaded.values() for x in v]
+        print(f"all routes: p50 {statistics.median(every) * 1e3:.1f} ms, p99 {pct(every, 0.99) * 1e3:.1f} ms "
+              f"(target {TARGET_P99_MS:g} ms)")  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hosts", type=int, default=1024)
+    p.add_argument("--rate", type=float, default=500.0, help="requests per second")
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--poll", default="2s", help="poll interval (short, so polls run back to back)")
+    p.add_argument("--connections", type=int, default=32)
+    p.add_argument("--serial", type=int, default=400, help="requests timed one at a time first")
+    p.add_argument("--warm-polls", type=int, default=5)
+    p.add_argument("--routes", default=",".join(ROUTES), help="comma-separated GET routes to load")
+    args = p.parse_args()
+    ROUTES[:] = args.routes.split(",")
+    asyncio.run(bench(args))
+
+
+if __name__ == "__main__":
+    main()
