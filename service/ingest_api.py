@@ -85,13 +85,13 @@ def make_ingest_router(runner: Runner, max_bytes: int, auth: Auth, guards: Inges
         gpus_per_host: int | None = Query(None, ge=1, le=64),
     ) -> IngestOut:
         """Queue Inspector records (application/x-ndjson, application/jsonl or application/json)."""
-        wait = guards.limiter.request(principal.name, principal.rate_limit)
-        if wait:
+        if wait := guards.limiter.request(principal.name, principal.rate_limit):
             guards.refused.add(principal.name, "rate_limited")
+            after = retry_after(wait)
             raise HTTPException(
                 429,
-                f"token {principal.name!r} is over its push rate limit; retry in {retry_after(wait)} s",
-                headers={"Retry-After": retry_after(wait)},
+                f"token {principal.name!r} is over its push rate limit; retry in {after} s",
+                headers={"Retry-After": after},
             )
         scope = principal.scope
         if scope is not None and not any(fnmatchcase(job, p) for p in scope.jobs):
@@ -196,10 +196,11 @@ def _check_row_rate(
             413, f"a push of {batch.num_rows} rows is more than token {principal.name!r}'s row burst "
             "(rate_limit.rows_burst) holds: split it",
         )  # fmt: skip
+    after = retry_after(wait)
     raise HTTPException(
         429,
-        f"token {principal.name!r} is over its row rate limit; retry in {retry_after(wait)} s",
-        headers={"Retry-After": retry_after(wait)},
+        f"token {principal.name!r} is over its row rate limit; retry in {after} s",
+        headers={"Retry-After": after},
     )
 
 

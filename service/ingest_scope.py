@@ -97,10 +97,13 @@ class JobPlacement:
                 return self._slurmrest().job_hosts(job)
             namespace, _, name = job.rpartition("/")
             k = self.settings.kubernetes
-            return self._kubernetes().job_hosts(namespace or k.namespace, k.job_label, name)
+            return self._kubernetes().job_hosts(namespace or k.namespace, k.job_label, name, self.timeout)
         except (SchedulerError, ValueError, OSError) as e:
             log.warning("%s: cannot place job %r: %s", scheduler, job, e)
             raise SchedulerUnavailable(f"{scheduler}: {e}") from e
+        except Exception as e:  # a client's surprise is still no answer: refuse, never a 500
+            log.exception("%s: cannot place job %r", scheduler, job)
+            raise SchedulerUnavailable(f"{scheduler}: {type(e).__name__}: {e}") from e
 
     def _slurmrest(self) -> Any:
         from service.schedsync.slurm_rest import SlurmRestBackend

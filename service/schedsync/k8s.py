@@ -194,7 +194,9 @@ class KubernetesBackend:
     def _json(self, obj: Any) -> dict[str, Any]:
         return self.api.api_client.sanitize_for_serialization(obj)
 
-    def job_hosts(self, namespace: str, job_label: str, job: str) -> frozenset[str] | None:
+    def job_hosts(
+        self, namespace: str, job_label: str, job: str, timeout: float | None = None
+    ) -> frozenset[str] | None:
         """Nodes of the job's running pods (``job_label=<job>`` in ``namespace``); None when the
         name cannot be a label value or the namespace a namespace, so the selector stays one term."""
         if not _LABEL_VALUE.match(job) or not _NAMESPACE.match(namespace):
@@ -205,6 +207,7 @@ class KubernetesBackend:
             namespace,
             label_selector=f"{job_label}={job}",
             field_selector="status.phase=Running",
+            _request_timeout=timeout,
         )
         items = self._json(pods).get("items") or []
         return frozenset(
