@@ -29,7 +29,9 @@ from service.drain_api import make_drain_router
 from service.drain_engine import DrainEngine, policy_from_settings
 from service.drain_metrics import DrainCollector
 from service.exposition import CONTENT_TYPE, iter_render
-from service.ingest_api import make_ingest_router
+from service.ingest_api import IngestGuards, make_ingest_router
+from service.ingest_guard import RateLimiter
+from service.ingest_scope import JobPlacement
 from service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
 from service.metrics import MetricsState, make_registry
 from service.nodes_api import make_nodes_router
@@ -75,6 +77,8 @@ def create_app(
     drain.sync_inventory()
     registry.register(DrainCollector(drain))
     auth = Auth(settings.auth)
+    guards = IngestGuards(RateLimiter(settings.ingest.rate_limit), JobPlacement(settings.scheduler))
+    registry.register(guards.refused)
     table = ThresholdTable.load(settings.ber_thresholds) if settings.ber_thresholds else None
     runner = Runner(
         settings,
@@ -109,6 +113,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await runner.aclose()
+            guards.placement.close()
             engine.dispose()
 
     app = FastAPI(
@@ -134,6 +139,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.drain = drain
     app.state.auth = auth
+    app.state.ingest = guards
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> JSONResponse:
@@ -167,9 +173,7 @@ def create_app(
     app.include_router(make_router(store, cache))
     app.include_router(make_status_router(metrics))
     app.include_router(make_nodes_router(store, fabric, drain.recommendation))
-    app.include_router(
-        make_ingest_router(runner, settings.max_push_bytes), dependencies=[Depends(auth.require("ingest"))]
-    )
+    app.include_router(make_ingest_router(runner, settings.max_push_bytes, auth, guards))
     app.include_router(make_drain_router(drain, Operations(drain), auth, set(fabric.node_names), cache))
     app.include_router(make_ports_router(store, fabric, metrics))
     install_status_page(app)

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.config import AuthSettings
+from service.config import AuthSettings, RateLimit, TokenScope
 
 Role = Literal["reader", "ingest", "operator"]
 #: What each role may also do: an operator can read and push, nobody else does more than its own.
@@ -37,10 +37,14 @@ _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <toke
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """The caller, as the audit log names it."""
+    """The caller, as the audit log names it, with what its token limits its pushes to."""
 
     name: str
     role: Role
+    #: The jobs and hosts its pushes may name (None: any host of the fabric model).
+    scope: TokenScope | None = field(default=None, compare=False, repr=False)
+    #: Its own push rate limit, replacing ``ingest.rate_limit``.
+    rate_limit: RateLimit | None = field(default=None, compare=False, repr=False)
 
 
 def _unauthorized(message: str) -> HTTPException:
@@ -58,7 +62,7 @@ class Auth:
                 # might be an operator's): refuse, naming the entries and never the secret.
                 if hmac.compare_digest(known, secret.encode()):
                     raise ValueError(f"token {t.name!r} has the same secret as {other.name!r}")
-            self._tokens.append((secret.encode(), Principal(t.name, t.role)))
+            self._tokens.append((secret.encode(), Principal(t.name, t.role, t.scope, t.rate_limit)))
 
     def identify(self, token: str | None) -> Principal | None:
         """The token's owner, compared in constant time against every configured token."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
+from ClusterShell.NodeSet import NodeSet
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -34,6 +35,7 @@ from collectors.snmp import SnmpSourceConfig
 from collectors.ufm import UfmSourceConfig
 from fabricsim.faults import parse_duration, parse_spec
 from service.alerts.config import AlertsSettings
+from service.schedsync.slurm import parse_hostlist
 
 
 class FabricSimSource(BaseModel):
@@ -158,6 +160,32 @@ class HttpSettings(BaseModel):
         return v
 
 
+class RateLimit(BaseModel):
+    """A token bucket per token that pushes: ``requests_per_second`` refill, ``burst`` capacity.
+
+    Rows are limited too when ``rows_per_second`` is set: a push needs as many row tokens as it
+    has rows, from a bucket holding ``rows_burst`` (default: ten seconds' worth).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    requests_per_second: float = Field(10.0, gt=0)
+    burst: int = Field(20, ge=1)
+    rows_per_second: float | None = Field(None, gt=0)
+    rows_burst: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _rows_burst_needs_a_rate(self) -> RateLimit:
+        if self.rows_burst is not None and self.rows_per_second is None:
+            raise ValueError("rows_burst needs rows_per_second")
+        return self
+
+    @property
+    def row_capacity(self) -> float | None:
+        if self.rows_per_second is None:
+            return None
+        return float(self.rows_burst) if self.rows_burst is not None else 10 * self.rows_per_second
+
+
 class IngestSettings(BaseModel):
     """What ``POST /api/v1/ingest/nccl`` accepts (docs/security.md)."""
 
@@ -173,6 +201,9 @@ class IngestSettings(BaseModel):
     #: Communicators pushes may keep alive at once (each one grows the push detectors' state); a push that
     #: would add more is refused. One is forgotten ``max_age`` after its last push.
     max_communicators: int = Field(4096, ge=1)
+    #: Each token that pushes gets its own bucket (a token's own ``rate_limit`` replaces this);
+    #: null: no limit.
+    rate_limit: RateLimit | None = Field(default_factory=RateLimit)
 
     @field_validator("max_clock_skew", "max_age")
     @classmethod
@@ -180,6 +211,49 @@ class IngestSettings(BaseModel):
         if parse_duration(v) <= 0:
             raise ValueError("must be a positive duration such as 5m")
         return v
+
+
+class TokenScope(BaseModel):
+    """The jobs an ``ingest`` token may push for, and the hosts those pushes may name.
+
+    A push's ``job`` must match one of ``jobs`` (shell patterns); every host it names must be in
+    ``hosts`` or, with ``scheduler``, one the scheduler says that job runs on now.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    jobs: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    #: Hostlist expressions (``gpu-00[01-16]``), or a list of them.
+    hosts: list[str] = Field(default_factory=list)
+    scheduler: Literal["slurm", "slurmrest", "kubernetes"] | None = None
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("jobs")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        if any(not p.strip() for p in v):
+            raise ValueError("a job pattern may not be empty")
+        return v
+
+    @field_validator("hosts")
+    @classmethod
+    def _hostlists(cls, v: list[str]) -> list[str]:
+        for expr in v:
+            parse_hostlist(expr)
+        return v
+
+    @model_validator(mode="after")
+    def _some_host(self) -> TokenScope:
+        if not self.hosts and self.scheduler is None:
+            raise ValueError("a scope needs hosts, a scheduler, or both: otherwise it allows no host")
+        return self
+
+    @property
+    def static_hosts(self) -> NodeSet:
+        return parse_hostlist(",".join(self.hosts)) if self.hosts else NodeSet()
 
 
 class ApiToken(BaseModel):
@@ -190,11 +264,17 @@ class ApiToken(BaseModel):
     role: Literal["reader", "ingest", "operator"]
     token: str | None = Field(None, min_length=16)
     token_file: Path | None = None
+    #: ``ingest`` tokens only: the jobs and hosts its pushes may name (none: any fabric host).
+    scope: TokenScope | None = None
+    #: Replaces ``ingest.rate_limit`` for this token.
+    rate_limit: RateLimit | None = None
 
     @model_validator(mode="after")
     def _one_secret(self) -> ApiToken:
         if (self.token is None) == (self.token_file is None):
             raise ValueError(f"token {self.name!r}: give exactly one of token and token_file")
+        if self.scope is not None and self.role != "ingest":
+            raise ValueError(f"token {self.name!r}: a scope applies to ingest tokens, not {self.role}")
         return self
 
 
@@ -205,6 +285,73 @@ class AuthSettings(BaseModel):
     #: Whether read endpoints (GET) answer without a token.
     read_open: bool = True
     tokens: list[ApiToken] = Field(default_factory=list)
+
+
+class SlurmCliSettings(BaseModel):
+    """Slurm's commands, as graywire runs them (``SLURM_CONF`` applies)."""
+
+    model_config = ConfigDict(extra="forbid")
+    squeue: str = "squeue"
+
+
+class SlurmRestSettings(BaseModel):
+    """slurmrestd, with the JWT headers ``slurm-sync --slurmrestd`` sends.
+
+    ``token_file`` is read again at every lookup, so a JWT renewed on disk is picked up.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(min_length=1)
+    user: str | None = None
+    token: str | None = None
+    token_file: Path | None = None
+    api_version: str = Field("v0.0.41", pattern=r"^v\d+\.\d+\.\d+$")
+
+    @model_validator(mode="after")
+    def _at_most_one_secret(self) -> SlurmRestSettings:
+        if self.token is not None and self.token_file is not None:
+            raise ValueError("give at most one of token and token_file")
+        return self
+
+
+class KubernetesSettings(BaseModel):
+    """The API server (kubeconfig or the pod's service account), as ``k8s-sync`` reaches it.
+
+    A job is found by its pods: ``job_label=<job>`` in ``namespace`` (a push's ``job`` may
+    also be ``<namespace>/<name>``), and its hosts are the ``spec.nodeName`` of running ones.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    kubeconfig: Path | None = None
+    context: str | None = None
+    in_cluster: bool = False
+    namespace: str = "default"
+    job_label: str = "batch.kubernetes.io/job-name"
+
+
+class SchedulerSettings(BaseModel):
+    """How graywire itself asks a scheduler where a job runs (ingest token scopes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: An answer is reused this long, so a push flood does not ask the scheduler per request.
+    cache: str = "30s"
+    timeout: str = "10s"
+    slurm: SlurmCliSettings = Field(default_factory=SlurmCliSettings)
+    slurmrest: SlurmRestSettings | None = None
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+
+    @field_validator("cache")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive(cls, v: str) -> str:
+        if parse_duration(v) <= 0:
+            raise ValueError("must be a positive duration such as 10s")
+        return v
 
 
 _FILE_SETTINGS: ContextVar[dict[str, Any] | None] = ContextVar("graywire_file_settings", default=None)
@@ -254,6 +401,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
 
     @field_validator("poll_interval", "scrape_timeout", "max_backoff")
@@ -262,6 +410,13 @@ class Settings(BaseSettings):
         if v is not None and parse_duration(v) <= 0:
             raise ValueError("must be a positive duration such as 10s or 5m")
         return v
+
+    @model_validator(mode="after")
+    def _scopes_have_their_scheduler(self) -> Settings:
+        for t in self.auth.tokens:
+            if t.scope is not None and t.scope.scheduler == "slurmrest" and self.scheduler.slurmrest is None:
+                raise ValueError(f"token {t.name!r}: scope scheduler slurmrest needs scheduler.slurmrest.url")
+        return self
 
     @property
     def scrape_timeout_seconds(self) -> float:

@@ -4,24 +4,60 @@ The body is JSON lines (or a JSON array) of Inspector records; it is parsed stri
 record rejects the whole request with a 422 naming the line, and nothing half-parsed is kept.
 Pushed data is the least trusted input (docs/security.md): a push must name hosts of the
 fabric model and be dated within ``ingest.max_age`` behind and ``ingest.max_clock_skew``
-ahead of graywire's own clock. Accepted rows are queued and go through their own detectors
-with the next poll; alone they put a host on watch, never drain it.
+ahead of graywire's own clock. A token with a scope may push only for its jobs and name only
+its hosts (a static list and/or where the scheduler runs the job), and every token is rate
+limited. Accepted rows are queued and go through their own detectors with the next poll;
+alone they put a host on watch, never drain it.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the route's principal is annotated with a dependency
+# on the local `auth`, which FastAPI must see as an object, not a string to resolve.
 import asyncio
+import functools
+import math
 import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
+from typing import Annotated, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import APIRouter, HTTPException, Query, Request
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel
 
 from collectors.nccl import parse_push
 from fabricsim.faults import parse_duration
+from service.api import ErrorOut
+from service.auth import Auth, Principal
+from service.config import TokenScope
+from service.ingest_guard import RateLimiter, RefusedPushes, retry_after
+from service.ingest_scope import JobPlacement, SchedulerUnavailable
 from service.runner import Runner
+from service.schedsync.slurm import parse_hostlist
+
+#: A scheduler that cannot be asked is usually back within seconds (a controller failing over).
+SCHEDULER_RETRY_AFTER = "5"
+
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    403: {
+        "model": ErrorOut,
+        "description": "the token's role may not push, or the job or a host is outside its scope",
+    },
+    429: {
+        "model": ErrorOut,
+        "description": "over the token's rate limit (ingest.rate_limit); retry after Retry-After seconds",
+        "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
+    },
+    503: {
+        "model": ErrorOut,
+        "description": "database unavailable, or the scheduler a scoped token needs cannot be asked; "
+        "retry after Retry-After seconds",
+        "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
+    },
+}
 
 
 class IngestOut(BaseModel):
@@ -29,16 +65,41 @@ class IngestOut(BaseModel):
     job: str
 
 
-def make_ingest_router(runner: Runner, max_bytes: int) -> APIRouter:
+@dataclass
+class IngestGuards:
+    """What a push is held to beyond its content: rate limits, scheduler placement, counts."""
+
+    limiter: RateLimiter
+    placement: JobPlacement
+    refused: RefusedPushes = field(default_factory=RefusedPushes)
+
+
+def make_ingest_router(runner: Runner, max_bytes: int, auth: Auth, guards: IngestGuards) -> APIRouter:
     router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
 
-    @router.post("/nccl", response_model=IngestOut, status_code=202)
+    @router.post("/nccl", response_model=IngestOut, status_code=202, responses=RESPONSES)
     async def ingest_nccl(
         request: Request,
+        principal: Annotated[Principal, Depends(auth.require("ingest"))],
         job: str = Query(..., min_length=1, max_length=200, description="job id the records belong to"),
         gpus_per_host: int | None = Query(None, ge=1, le=64),
     ) -> IngestOut:
         """Queue Inspector records (application/x-ndjson, application/jsonl or application/json)."""
+        if wait := guards.limiter.request(principal.name, principal.rate_limit):
+            guards.refused.add(principal.name, "rate_limited")
+            after = retry_after(wait)
+            raise HTTPException(
+                429,
+                f"token {principal.name!r} is over its push rate limit; retry in {after} s",
+                headers={"Retry-After": after},
+            )
+        scope = principal.scope
+        if scope is not None and not any(fnmatchcase(job, p) for p in scope.jobs):
+            guards.refused.add(principal.name, "job_out_of_scope")
+            raise HTTPException(
+                403, f"token {principal.name!r} may push only for jobs matching {', '.join(scope.jobs)}, "
+                f"not {job!r}",
+            )  # fmt: skip
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_bytes:
             raise HTTPException(413, f"body of {declared} bytes is over the {max_bytes}-byte limit")
@@ -58,8 +119,11 @@ def make_ingest_router(runner: Runner, max_bytes: int) -> APIRouter:
         except RecursionError:  # e.g. 100,000 "[": a few bytes, deeper than the JSON parser goes
             raise HTTPException(422, "body is nested too deeply to be NCCL Inspector records") from None
         if batch.num_rows:
+            _check_row_rate(runner, guards, principal, batch)
             _check_time(runner, batch)
             batch = _check_hosts(runner, batch)
+        if batch.num_rows and scope is not None:
+            batch = await _check_scope(runner, guards, principal, scope, job, batch)
         if batch.num_rows:
             _check_communicators(runner, batch)
             runner.push(_received_now(batch))
@@ -116,6 +180,87 @@ def _check_hosts(runner: Runner, batch: pa.RecordBatch) -> pa.RecordBatch:
             "(ingest.unknown_hosts: drop counts and drops them instead)",
         )  # fmt: skip
     return batch.filter(known)
+
+
+def _check_row_rate(
+    runner: Runner, guards: IngestGuards, principal: Principal, batch: pa.RecordBatch
+) -> None:
+    """The token's row budget (``rows_per_second``), once the rows are counted."""
+    wait = guards.limiter.rows(principal.name, principal.rate_limit, batch.num_rows)
+    if not wait:
+        return
+    runner.reject("nccl_timing", "rate_limited", batch.num_rows)
+    guards.refused.add(principal.name, "rate_limited")
+    if math.isinf(wait):
+        raise HTTPException(
+            413, f"a push of {batch.num_rows} rows is more than token {principal.name!r}'s row burst "
+            "(rate_limit.rows_burst) holds: split it",
+        )  # fmt: skip
+    after = retry_after(wait)
+    raise HTTPException(
+        429,
+        f"token {principal.name!r} is over its row rate limit; retry in {after} s",
+        headers={"Retry-After": after},
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _static_hosts(exprs: tuple[str, ...]) -> NodeSet:
+    return parse_hostlist(",".join(exprs)) if exprs else NodeSet()
+
+
+def _holds(hosts: Collection[str], name: str) -> bool:
+    """Whether ``hosts`` has the host ``name`` (a NodeSet would read "a,b" as two hosts)."""
+    if isinstance(hosts, NodeSet):
+        if any(c in name for c in ",[]!&^@ "):
+            return False
+        try:
+            return name in hosts
+        except NodeSetException:
+            return False
+    return name in hosts
+
+
+async def _check_scope(
+    runner: Runner,
+    guards: IngestGuards,
+    principal: Principal,
+    scope: TokenScope,
+    job: str,
+    batch: pa.RecordBatch,
+) -> pa.RecordBatch:
+    """Only the token's hosts: its static ones, and where its scheduler runs ``job`` now. The
+    scheduler is asked only for hosts the static list lacks; one it cannot ask refuses the push."""
+    static = _static_hosts(tuple(scope.hosts))
+    names = pc.unique(batch.column("host").cast(pa.string())).to_pylist()
+    outside = [h for h in names if not _holds(static, h)]
+    note = ""
+    if outside and scope.scheduler is not None:
+        try:
+            placed = await guards.placement.hosts(scope.scheduler, job)
+        except SchedulerUnavailable as e:
+            runner.reject("nccl_timing", "scheduler_unavailable", batch.num_rows)
+            guards.refused.add(principal.name, "scheduler_unavailable")
+            raise HTTPException(
+                503, f"cannot tell where job {job!r} runs, so this push is refused: {e}",
+                headers={"Retry-After": SCHEDULER_RETRY_AFTER},
+            ) from None  # fmt: skip
+        if not placed:
+            note = f" ({scope.scheduler}: job {job!r} is {'unknown' if placed is None else 'not running'})"
+        outside = [h for h in outside if not placed or not _holds(placed, h)]
+    if not outside:
+        return batch
+    bad = pc.is_in(batch.column("host").cast(pa.string()), value_set=pa.array(outside, pa.string()))
+    n_bad = pc.sum(bad.cast(pa.int64())).as_py()
+    runner.reject("nccl_timing", "out_of_scope", n_bad)
+    if runner.settings.ingest.unknown_hosts == "reject":
+        guards.refused.add(principal.name, "host_out_of_scope")
+        shown = ", ".join(repr(h) for h in sorted(outside)[:5])
+        more = f" and {len(outside) - 5} more" if len(outside) > 5 else ""
+        raise HTTPException(
+            403, f"{n_bad} rows name hosts outside token {principal.name!r}'s scope: {shown}{more}{note}"
+        )
+    return batch.filter(pc.invert(bad))
 
 
 def _check_communicators(runner: Runner, batch: pa.RecordBatch) -> None:

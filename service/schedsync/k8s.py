@@ -13,6 +13,7 @@ by ``type``; the taint list has no merge key, so it is written whole, guarded by
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,6 +27,11 @@ CONDITION = "FabricLinkDegraded"
 OWNER_LABEL = "graywire.io/drained"
 REASON_ANNOTATION = "graywire.io/drain-reason"
 CORDON_ANNOTATION = "graywire.io/cordoned"
+
+
+#: A label value (what a job name must be to be selected by it) and a namespace name.
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_NAMESPACE = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _taint() -> dict[str, str]:
@@ -187,6 +193,28 @@ class KubernetesBackend:
 
     def _json(self, obj: Any) -> dict[str, Any]:
         return self.api.api_client.sanitize_for_serialization(obj)
+
+    def job_hosts(
+        self, namespace: str, job_label: str, job: str, timeout: float | None = None
+    ) -> frozenset[str] | None:
+        """Nodes of the job's running pods (``job_label=<job>`` in ``namespace``); None when the
+        name cannot be a label value or the namespace a namespace, so the selector stays one term."""
+        if not _LABEL_VALUE.match(job) or not _NAMESPACE.match(namespace):
+            return None
+        pods = self._call(
+            f"list pods of job {namespace}/{job}",
+            self.api.list_namespaced_pod,
+            namespace,
+            label_selector=f"{job_label}={job}",
+            field_selector="status.phase=Running",
+            _request_timeout=timeout,
+        )
+        items = self._json(pods).get("items") or []
+        return frozenset(
+            str(p["spec"]["nodeName"])
+            for p in items
+            if (p.get("status") or {}).get("phase") == "Running" and (p.get("spec") or {}).get("nodeName")
+        )
 
     def node(self, name: str) -> KubeNode | None:
         obj = self._call(f"read node {name}", self.api.read_node, name, missing_ok=True)

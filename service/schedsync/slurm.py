@@ -12,6 +12,8 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+
 from service.schedsync.drainlist import DrainList
 from service.schedsync.plan import TAG, Action, Plan, SchedulerError, tagged_reason
 
@@ -66,6 +68,59 @@ def parse_show_node(text: str) -> list[SlurmNode]:
     return nodes
 
 
+def parse_hostlist(expr: str) -> NodeSet:
+    """A hostlist expression (``gpu-00[01-16],login1``) as a set, tested for membership without
+    expanding it. Groups (``@name``) are not resolved: no answer or config value makes graywire
+    run a group command."""
+    try:
+        return NodeSet(expr, resolver=RESOLVER_NOGROUP)
+    except NodeSetException as e:
+        raise ValueError(f"{expr!r} is not a hostlist: {e}") from None
+
+
+#: Job ids squeue takes: ``1234``, an array task ``1234_5``, a heterogeneous component ``1234+1``.
+JOB_ID = re.compile(r"^[0-9]{1,10}(?:_[0-9]{1,10})?(?:\+[0-9]{1,4})?$")
+#: States in which a job holds its nodes and its ranks may still push.
+ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING"})
+
+
+def run_command(cmd: Sequence[str], timeout: float) -> str:
+    """stdout of a Slurm command; not found, timed out or failed as a SchedulerError saying so."""
+    try:
+        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError as e:
+        raise SchedulerError(f"{cmd[0]} not found: is Slurm installed and on PATH?") from e
+    except subprocess.TimeoutExpired as e:
+        raise SchedulerError(f"{' '.join(cmd)} timed out after {timeout:.0f} s") from e
+    if done.returncode != 0:
+        msg = (done.stderr or done.stdout).strip().replace("\n", " ")
+        raise SchedulerError(f"{' '.join(cmd)} failed ({done.returncode}): {msg}")
+    return done.stdout
+
+
+def job_hosts(job: str, squeue: str = "squeue", timeout: float = 10.0) -> NodeSet | None:
+    """The nodes a running job holds (``squeue -h -j <job> -o '%T %N'``), every array task's or
+    heterogeneous component's together; None when Slurm knows no such job, an empty set when it
+    is not running (pending, or ended). An unreachable controller is a SchedulerError."""
+    if not JOB_ID.match(job):
+        return None
+    try:
+        out = run_command([squeue, "--noheader", f"--jobs={job}", "--format=%T %N"], timeout)
+    except SchedulerError as e:
+        if "Invalid job id" in str(e):
+            return None
+        raise
+    hosts = NodeSet(resolver=RESOLVER_NOGROUP)
+    for line in out.splitlines():
+        state, _, nodes = line.strip().partition(" ")
+        if state in ACTIVE_STATES and nodes.strip():
+            try:
+                hosts.update(parse_hostlist(nodes.strip()))
+            except ValueError as e:
+                raise SchedulerError(f"squeue gave job {job} an unreadable node list: {e}") from None
+    return hosts
+
+
 def plan_slurm(drain_list: DrainList, nodes: Iterable[SlurmNode]) -> Plan:
     """Drain listed nodes that are up and undrained; resume graywire's drains no longer listed."""
     plan = Plan()
@@ -99,17 +154,7 @@ class ScontrolBackend:
         self.timeout = timeout
 
     def _run(self, args: Sequence[str]) -> str:
-        cmd = [self.scontrol, *args]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout, check=False)
-        except FileNotFoundError as e:
-            raise SchedulerError(f"{self.scontrol} not found: is Slurm installed and on PATH?") from e
-        except subprocess.TimeoutExpired as e:
-            raise SchedulerError(f"{' '.join(cmd)} timed out after {self.timeout:.0f} s") from e
-        if done.returncode != 0:
-            msg = (done.stderr or done.stdout).strip().replace("\n", " ")
-            raise SchedulerError(f"{' '.join(cmd)} failed ({done.returncode}): {msg}")
-        return done.stdout
+        return run_command([self.scontrol, *args], self.timeout)
 
     def nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
         """All nodes, or the named ones (an unknown name is simply absent)."""

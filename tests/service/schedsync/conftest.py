@@ -1,4 +1,4 @@
-"""Fixtures: graywire's drain API as its documented JSON, and a real single-node Slurm."""
+"""Fixtures: graywire's drain API as its documented JSON (the real Slurm is in tests/service)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-
-from tests.conftest import _in_ci
-from tests.service.schedsync.slurm_cluster import (
-    SlurmCluster,
-    missing_binaries,
-    remove_cluster,
-    start_cluster,
-)
 
 
 def drain_entry(node: str, reason: str = "link downgraded to 400G", **kw: Any) -> dict[str, Any]:
@@ -90,29 +82,3 @@ def drain_api() -> Iterator[DrainApi]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[SlurmCluster]:
-    """slurmctld + slurmd on localhost; skipped only locally and only when Slurm is not installed."""
-    missing = missing_binaries()
-    if missing:
-        reason = f"Slurm/munge binaries not found: {', '.join(missing)} (Debian: apt install slurm-wlm)"
-        if _in_ci():
-            pytest.fail(f"CI is set but {reason}", pytrace=False)
-        pytest.skip(reason)
-    cluster = start_cluster()
-    try:
-        yield cluster
-    finally:
-        remove_cluster(cluster)
-
-
-@pytest.fixture
-def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    """The cluster with its node back to IDLE and no reason after each test."""
-    yield slurm_cluster
-    fields = slurm_cluster.node_fields()
-    if "DRAIN" in fields.get("State", "") or fields.get("State", "").startswith("DOWN"):
-        slurm_cluster.scontrol("update", f"NodeName={slurm_cluster.node}", "State=RESUME")
-        slurm_cluster.wait_for_state(lambda f: f.get("State") == "IDLE")

@@ -1,4 +1,4 @@
-"""A Kubernetes API server for Node objects only, speaking the documented wire format.
+"""A Kubernetes API server for Nodes (and a read-only list of Pods), speaking the documented wire format.
 
 Real HTTP (a thread), JSON bodies as the API serves them, and the documented semantics the
 sync depends on:
@@ -12,6 +12,9 @@ sync depends on:
   any other type is a 415. The main resource ignores ``status`` and the status subresource
   ignores everything else, as the Node strategy does. A ``metadata.resourceVersion`` in the
   patch is a precondition: a stale one is a 409 ``Conflict``. Every write bumps it.
+- ``GET /api/v1/namespaces/{ns}/pods`` (``labelSelector`` as above, ``fieldSelector`` with
+  ``k=v``, ``k==v``, ``k!=v`` on dotted paths such as ``status.phase``) gives a ``PodList``;
+  an unknown field is a 400, as the API server refuses fields it does not index for pods.
 - A bearer token, when set, is required (401 ``Unauthorized`` otherwise).
 
 https://kubernetes.io/docs/reference/using-api/api-concepts/ ,
@@ -85,6 +88,53 @@ def make_node(name: str, *, unschedulable: bool = False, taints: list[dict[str, 
             },
         },
     }
+
+
+#: Pod fields the API server can select on (pkg/registry/core/pod/strategy.go, the ones used here).
+POD_FIELDS = {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"}
+
+
+def make_pod(
+    name: str, namespace: str, node: str | None, labels: dict[str, str], phase: str = "Running"
+) -> dict[str, Any]:
+    """A Pod as the API serves it once scheduled (``node``) or still pending (None)."""
+    spec: dict[str, Any] = {"containers": [{"name": "trainer", "image": "trainer:1"}]}
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"7d1e0c3a-0000-4000-8000-{zlib.crc32(name.encode()):012d}",
+            "resourceVersion": "1",
+            "creationTimestamp": "2026-11-29T20:00:00Z",
+            "labels": labels,
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return "" if cur is None else str(cur)
+
+
+def field_matches(obj: dict[str, Any], selector: str) -> bool | str:
+    """True/False, or the unsupported field's name."""
+    for req in filter(None, (r.strip() for r in selector.split(","))):
+        neg = "!=" in req
+        k, v = req.split("!=" if neg else "=", 1)
+        k, v = k.strip(), v.lstrip("=")
+        if k not in POD_FIELDS:
+            return k
+        if (_field(obj, k) == v) == neg:
+            return False
+    return True
 
 
 def status(code: int, reason: str, message: str, name: str | None = None) -> dict[str, Any]:
@@ -174,6 +224,7 @@ def validate(node: dict[str, Any]) -> str | None:
 @dataclass
 class FakeKubeApi:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: list[dict[str, Any]] = field(default_factory=list)
     token: str | None = None
     url: str = ""
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -205,6 +256,8 @@ class FakeKubeApi:
         if self.token and headers.get("Authorization") != f"Bearer {self.token}":
             return 401, status(401, "Unauthorized", "Unauthorized")
         parts = url.path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "pods":
+            return self._pods(method, parts[3], parse_qs(url.query))
         if (
             parts[:3] != ["api", "v1", "nodes"]
             or len(parts) > 5
@@ -228,6 +281,24 @@ class FakeKubeApi:
             if method != "PATCH":
                 return 405, status(405, "MethodNotAllowed", f"{method} is not supported")
             return self._patch(node, ctype, body, subresource=len(parts) == 5)
+
+    def _pods(self, method: str, namespace: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        if method != "GET":
+            return 405, status(405, "MethodNotAllowed", f"{method} is not supported")
+        labels, fields = query.get("labelSelector", [""])[0], query.get("fieldSelector", [""])[0]
+        items = []
+        with self._lock:
+            for pod in self.pods:
+                if pod["metadata"]["namespace"] != namespace:
+                    continue
+                found = field_matches(pod, fields)
+                if isinstance(found, str):
+                    msg = f"field label not supported: {found}"
+                    return 400, status(400, "BadRequest", msg)
+                if found and matches(pod["metadata"].get("labels", {}), labels):
+                    items.append(pod)
+            meta = {"resourceVersion": str(self._rv)}
+        return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
 
     def _patch(self, node: dict[str, Any], ctype: str, body: bytes, subresource: bool) -> tuple[int, dict]:
         name = node["metadata"]["name"]

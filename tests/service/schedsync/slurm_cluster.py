@@ -1,14 +1,16 @@
 """A real single-node Slurm on localhost: munged, slurmctld and slurmd from the Debian packages.
 
-Everything lives in one temporary directory (munge key and socket, slurm.conf, state, spool,
-logs) on free ports, so it runs beside any other Slurm and leaves nothing behind. Start-up
-takes about a second; readiness is polled, never slept for.
+Everything lives in one temporary directory (munge key and socket, JWT key, slurm.conf, state,
+spool, logs) on free ports, so it runs beside any other Slurm and leaves nothing behind.
+Start-up takes about a second; readiness is polled, never slept for. slurmctld also accepts
+JWTs (``AuthAltTypes=auth/jwt``), so :meth:`SlurmCluster.start_restd` can serve slurmrestd.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol")
+BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "squeue", "sbatch", "scancel")
 NODE = "gpu-0001"
+#: The JWT identity slurmrestd serves: slurmrestd refuses tokens of root and of SlurmUser.
+RESTD_USER = "nobody"
 
 
 def missing_binaries() -> list[str]:
@@ -34,6 +38,14 @@ def _which(name: str) -> str:
     found = shutil.which(name, path=path)
     assert found, name
     return found
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def _free_port() -> int:
@@ -90,6 +102,9 @@ class SlurmCluster:
         key = self.root / "munge.key"
         subprocess.run([_which("mungekey"), "--create", "--keyfile", str(key)], check=True, timeout=20)
         key.chmod(0o600)
+        jwt_key = self.root / "jwt.key"
+        jwt_key.write_bytes(os.urandom(32))
+        jwt_key.chmod(0o600)
         sock = munge_dir / "munge.socket"
         self._spawn(
             "munged", "--foreground", "--force", f"--socket={sock}", f"--key-file={key}",
@@ -109,6 +124,8 @@ SlurmdUser={user}
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={sock}
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key={jwt_key}
 StateSaveLocation={self.root / "state"}
 SlurmdSpoolDir={self.root / "spool"}
 SlurmctldPidFile={self.root / "slurmctld.pid"}
@@ -132,11 +149,80 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         self._spawn("slurmd", "-D", "-N", self.node, "-f", str(self.conf))
         self._wait(self._node_idle, timeout, f"node {self.node} to register as IDLE")
 
-    def _spawn(self, name: str, *args: str) -> None:
+    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
         out = (self.root / "log" / f"{name}.out").open("wb")
         self.procs.append(
-            subprocess.Popen([_which(name), *args], stdout=out, stderr=subprocess.STDOUT, env=self.env)
+            subprocess.Popen([_which(name), *args], stdout=out, stderr=subprocess.STDOUT, env=env or self.env)
         )
+
+    def token(self, user: str = RESTD_USER, lifespan: int = 3600) -> str:
+        """A JWT for ``user`` (``scontrol token``), as slurmrestd's callers send it."""
+        out = self.scontrol("token", f"username={user}", f"lifespan={lifespan}").strip()
+        return out.removeprefix("SLURM_JWT=")
+
+    def start_restd(self, timeout: float = 30.0) -> tuple[str, str]:
+        """slurmrestd on a free port, JWT auth: (its URL, the newest API version it serves).
+
+        Only the plugins that need no slurmdbd are loaded. ``SLURM_JWT=daemon`` makes it pass
+        callers' JWTs on; ``disable_user_check`` lets it run as root, which tests here are.
+        """
+        env = {**self.env, "SLURM_JWT": "daemon", "SLURMRESTD_SECURITY": "disable_user_check"}
+        listed = subprocess.run(
+            [_which("slurmrestd"), "-f", str(self.conf), "-s", "list"],
+            env=env, capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+        versions = sorted(
+            {m.group(1) for m in re.finditer(r"openapi/(v\d+\.\d+\.\d+)\b", listed.stdout + listed.stderr)},
+            key=lambda v: tuple(int(x) for x in v[1:].split(".")),
+        )
+        if not versions:
+            raise SlurmStartError(f"slurmrestd -s list named no openapi/vX.Y.Z plugin:\n{listed.stderr}")
+        port = _free_port()
+        self._spawn(
+            "slurmrestd", "-f", str(self.conf), "-a", "rest_auth/jwt",
+            "-s", ",".join(f"openapi/{v}" for v in versions), f"127.0.0.1:{port}", env=env,
+        )  # fmt: skip
+        self._wait(lambda: _listening(port), timeout, "slurmrestd to listen")
+        return f"http://127.0.0.1:{port}", versions[-1]
+
+    def submit(self, *args: str) -> str:
+        """``sbatch --parsable`` with ``args``; the job id. Output goes nowhere."""
+        done = subprocess.run(
+            [_which("sbatch"), "--parsable", f"--chdir={self.root}", "--output=/dev/null", *args],
+            env=self.env, capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"sbatch {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout.strip().split(";")[0]
+
+    def job_state(self, job: str) -> str:
+        """The job's state as squeue shows it ("" once it has left the queue)."""
+        done = subprocess.run(
+            [_which("squeue"), "--noheader", f"--jobs={job}", "--format=%T"],
+            env=self.env, capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+        return done.stdout.strip()
+
+    def wait_for_job(self, job: str, predicate: Callable[[str], bool], timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        state = self.job_state(job)
+        while not predicate(state):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job} never reached the expected state: {state!r}\n{self.logs()}")
+            time.sleep(0.1)
+            state = self.job_state(job)
+        return state
+
+    def cancel(self, job: str) -> None:
+        """Cancel ``job``; once the queue is empty, wait for the node to be free (the next test may
+        drain it, and a node still completing a job would only be DRAINING)."""
+        subprocess.run([_which("scancel"), job], env=self.env, capture_output=True, timeout=20, check=False)
+        self.wait_for_job(job, lambda s: s in ("", "CANCELLED"))
+        queue = subprocess.run(
+            [_which("squeue"), "--noheader"], env=self.env, capture_output=True, text=True, timeout=20
+        )
+        if not queue.stdout.strip():
+            self.wait_for_state(lambda f: f.get("State") in ("IDLE", "DRAINED", "DOWN"))
 
     def _ok(self, *args: str) -> bool:
         try:

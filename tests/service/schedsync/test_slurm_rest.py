@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from service.cli import main
-from service.schedsync.slurm_rest import node_from_json
+from service.schedsync.slurm_rest import SlurmRestBackend, node_from_json
 from tests.service.schedsync.conftest import DrainApi, drain_entry
 
 PREFIX = "/slurm/v0.0.41"
@@ -28,6 +28,7 @@ PREFIX = "/slurm/v0.0.41"
 @dataclass
 class FakeSlurmRestd:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    jobs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     url: str = ""
     posts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
@@ -39,6 +40,11 @@ class FakeSlurmRestd:
             return 401, self._error("Authentication failure")
         if method == "GET" and path == f"{PREFIX}/nodes":
             return 200, self._ok(nodes=list(self.nodes.values()))
+        if method == "GET" and path.startswith(f"{PREFIX}/job/"):
+            job = path.removeprefix(f"{PREFIX}/job/")
+            if job not in self.jobs:
+                return 404, self._error(f"Unable to find JobId={job}", number=2017)
+            return 200, self._ok(jobs=self.jobs[job])
         if not path.startswith(f"{PREFIX}/node/"):
             return 404, self._error(f"Unable to find path {path}")
         name = path.removeprefix(f"{PREFIX}/node/")
@@ -71,8 +77,10 @@ class FakeSlurmRestd:
             "warnings": [],
         }
 
-    def _error(self, msg: str) -> dict[str, Any]:
-        return {"errors": [{"description": msg, "error_number": 2017, "error": msg, "source": "slurmrestd"}]}
+    def _error(self, msg: str, number: int = 2017) -> dict[str, Any]:
+        return {
+            "errors": [{"description": msg, "error_number": number, "error": msg, "source": "slurmrestd"}]
+        }
 
 
 @pytest.fixture
@@ -138,3 +146,23 @@ def test_slurmrestd_errors_fail_the_pass(
 def test_node_json_of_older_plugins() -> None:
     node = node_from_json({"name": "n1", "state": "idle", "state_flags": ["DRAIN"], "reason": "graywire: x"})
     assert node.drained and node.ours
+
+
+def test_where_a_job_runs_from_v0_0_41_json(restd: FakeSlurmRestd) -> None:
+    """``job_state`` is an array since v0.0.40; an array job's tasks each name their nodes. The
+    v0.0.38 form (a string) is read against the real slurmrestd in tests/service/test_ingest_scope.py."""
+    restd.jobs["17"] = [
+        {"job_id": 17, "job_state": ["RUNNING"], "nodes": "gpu-[0001-0002]"},
+        {"job_id": 18, "job_state": ["COMPLETING"], "nodes": "gpu-0009"},
+        {"job_id": 19, "job_state": ["PENDING"], "nodes": ""},
+        {"job_id": 20, "job_state": ["COMPLETED"], "nodes": "gpu-0005"},
+    ]  # fmt: skip
+    restd.jobs["21"] = [{"job_id": 21, "job_state": ["PENDING"], "nodes": ""}]
+    rest = SlurmRestBackend(restd.url, user="graywire", token="jwt")
+    try:
+        assert sorted(rest.job_hosts("17") or []) == ["gpu-0001", "gpu-0002", "gpu-0009"]
+        assert rest.job_hosts("21") is not None and not rest.job_hosts("21")  # known, not running
+        assert rest.job_hosts("22") is None  # unknown
+        assert rest.job_hosts("../nodes") is None  # never a path of its own
+    finally:
+        rest.close()
