@@ -25,6 +25,7 @@ def _serve(settings: Any, banner: str | None = None) -> int:
     if banner:
         print(banner, flush=True)
     from fabricsim.faults import parse_duration
+    from service.http_protocol import head_deadline_protocol
 
     http = settings.http
     uvicorn.run(
@@ -33,8 +34,9 @@ def _serve(settings: Any, banner: str | None = None) -> int:
         port=settings.port,
         log_level="info",
         # h11, never httptools even where it is installed: h11 bounds the request head while it
-        # arrives (h11_max_incomplete_event_size); httptools keeps growing it.
-        http="h11",
+        # arrives (h11_max_incomplete_event_size); httptools keeps growing it. Each head must
+        # also arrive within http.header_timeout.
+        http=head_deadline_protocol(parse_duration(http.header_timeout)),
         limit_concurrency=http.max_connections,
         timeout_keep_alive=max(1, round(parse_duration(http.keep_alive))),
         h11_max_incomplete_event_size=http.max_header_bytes,

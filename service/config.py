@@ -139,13 +139,16 @@ class HttpSettings(BaseModel):
     max_connections: int = Field(1000, ge=1)
     #: An idle keep-alive connection is closed after this long.
     keep_alive: str = "5s"
+    #: A connection must deliver each request head (request line and headers) this soon after
+    #: it opens or its first byte, or it is closed: slow clients cannot hold connections.
+    header_timeout: str = "10s"
     #: Largest request headers; bigger ones are a 431 before any route runs.
     max_header_bytes: int = Field(16 * 1024, ge=1024)
     #: How long a rendered drain or incident list may be served again. Any write through this
     #: process drops it at once; the limit is for writes by another process on the database.
     read_cache_ttl: str = "1s"
 
-    @field_validator("keep_alive")
+    @field_validator("keep_alive", "header_timeout")
     @classmethod
     def _positive(cls, v: str) -> str:
         if parse_duration(v) <= 0:

@@ -21,7 +21,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
     config.write_text(yaml.safe_dump({
         "port": port, "data_dir": str(tmp_path / "data"), "archive": {"enabled": False},
         "sources": [{"type": "fabricsim", "hosts": 8}],
-        "http": {"max_header_bytes": 4096, "keep_alive": "1s"},
+        "http": {"max_header_bytes": 4096, "keep_alive": "1s", "header_timeout": "1s"},
     }))  # fmt: skip
     svc = Service(config, port, tmp_path / "serve.log")
     try:
@@ -53,3 +53,49 @@ def test_headers_past_the_limit_are_refused_and_idle_connections_closed(service:
         time.sleep(2.5)  # idle past keep_alive: the server closes the connection
         s.settimeout(3)
         assert s.recv(1) == b""
+
+
+def closed_within(s: socket.socket, seconds: float) -> bool:
+    """Whether the server closes ``s`` within ``seconds`` (reading, and discarding, any answer)."""
+    s.settimeout(seconds)
+    try:
+        while s.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_slow_request_heads_are_cut_off(service: Service) -> None:
+    """Slowloris: connections that say nothing, or send their head a few bytes at a time, are
+    closed at ``http.header_timeout`` (1 s here) and cannot starve everyone else's."""
+    host, port = service.base.removeprefix("http://").split(":")
+    silent = [socket.create_connection((host, int(port)), timeout=5) for _ in range(20)]
+    slow = []
+    for _ in range(20):
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        slow.append(s)
+    kept = socket.create_connection((host, int(port)), timeout=5)
+    kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert kept.recv(65536).startswith(b"HTTP/1.1 200")
+    kept.sendall(b"GET /healthz HTTP/1.1\r\n")  # the next request's head, started and stalled
+    t0 = time.monotonic()
+    try:
+        # Trickling a header byte every 0.3 s keeps data coming, but not the head: cut off too.
+        trickle = slow[0]
+        for _ in range(10):
+            time.sleep(0.3)
+            try:
+                trickle.sendall(b"X")
+            except OSError:
+                break
+        for s in [*silent, *slow, kept]:
+            assert closed_within(s, 5.0)
+        assert time.monotonic() - t0 < 6.0
+        assert service.get("/healthz").status_code == 200  # and a normal client is served
+    finally:
+        for s in [*silent, *slow, kept]:
+            s.close()
