@@ -204,6 +204,8 @@ class IngestSettings(BaseModel):
     #: Communicators pushes may keep alive at once (each one grows the push detectors' state); a push that
     #: would add more is refused. One is forgotten ``max_age`` after its last push.
     max_communicators: int = Field(4096, ge=1)
+    #: The same, per job: one job's flood cannot use up the room every other job pushes into.
+    max_communicators_per_job: int = Field(1024, ge=1)
     #: Each token that pushes gets its own bucket (a token's own ``rate_limit`` replaces this);
     #: null: no limit.
     rate_limit: RateLimit | None = Field(default_factory=RateLimit)

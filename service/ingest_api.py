@@ -125,7 +125,7 @@ def make_ingest_router(runner: Runner, max_bytes: int, auth: Auth, guards: Inges
         if batch.num_rows and scope is not None:
             batch = await _check_scope(runner, guards, principal, scope, job, batch)
         if batch.num_rows:
-            _check_communicators(runner, batch)
+            _check_communicators(runner, batch, job)
             runner.push(_received_now(batch))
         return IngestOut(accepted_rows=batch.num_rows, job=job)
 
@@ -263,21 +263,27 @@ async def _check_scope(
     return batch.filter(pc.invert(bad))
 
 
-def _check_communicators(runner: Runner, batch: pa.RecordBatch) -> None:
-    """Bound the state pushes create: at most ``ingest.max_communicators`` live at once."""
+def _check_communicators(runner: Runner, batch: pa.RecordBatch, job: str) -> None:
+    """Bound the state pushes create: at most ``ingest.max_communicators`` live at once, and
+    ``ingest.max_communicators_per_job`` of them for one job."""
     cfg = runner.settings.ingest
     comms = pc.unique(batch.column("communicator").cast(pa.string())).to_pylist()
     now = time.time()
     live = runner.push_communicators
-    for c, seen in list(live.items()):
-        if seen < now - parse_duration(cfg.max_age):
-            del live[c]
-    new = [c for c in comms if c not in live]
-    if len(live) + len(new) > cfg.max_communicators:
+    horizon = now - parse_duration(cfg.max_age)
+    for key in [k for k, seen in live.items() if seen < horizon]:
+        del live[key]
+    new = [c for c in comms if (job, c) not in live]
+    of_job = sum(1 for j, _ in live if j == job)
+    over = None
+    if of_job + len(new) > cfg.max_communicators_per_job:
+        cap = cfg.max_communicators_per_job
+        over = f"to job {job!r}'s {of_job}, over ingest.max_communicators_per_job ({cap})"
+    elif len(live) + len(new) > cfg.max_communicators:
+        cap = cfg.max_communicators
+        over = f"to the {len(live)} pushed ones graywire tracks, over ingest.max_communicators ({cap})"
+    if over is not None:
         runner.reject("nccl_timing", "communicator_cap", batch.num_rows)
-        raise HTTPException(
-            422, f"this push adds {len(new)} communicators to the {len(live)} pushed ones graywire tracks, "
-            f"over ingest.max_communicators ({cfg.max_communicators})",
-        )  # fmt: skip
+        raise HTTPException(422, f"this push adds {len(new)} communicators {over}")
     for c in comms:
-        live[c] = now
+        live[(job, c)] = now

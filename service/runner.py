@@ -85,8 +85,8 @@ class Runner:
         #: alone they never drain a host); they cannot skew the collected peers either.
         self.push_pipeline = Pipeline(fabric, nccl_timing_detectors(fabric))
         self._max_skew = parse_duration(settings.ingest.max_clock_skew)
-        #: Communicators pushed recently -> when last (the ingest API bounds their number).
-        self.push_communicators: dict[str, float] = {}
+        #: (job, communicator) pushed recently -> when last (the ingest API bounds their number).
+        self.push_communicators: dict[tuple[str, str], float] = {}
         self._unstored: list[Finding] = []
         self._busy = threading.Lock()
 

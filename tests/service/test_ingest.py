@@ -214,6 +214,21 @@ def test_pushed_communicators_are_bounded(tmp_path: Path) -> None:
         assert 'reason="communicator_cap"' in c.get("/metrics").text
 
 
+def test_one_jobs_communicators_cannot_crowd_out_the_others(tmp_path: Path) -> None:
+    with make_client(tmp_path, ingest={"max_communicators": 10, "max_communicators_per_job": 2}) as c:
+        t = time.time()
+
+        def push(job: str, comm: str) -> Any:
+            body = inspector_record("gpu-0001", t).replace('"0xabc"', json.dumps(comm)).encode()
+            return c.post("/api/v1/ingest/nccl", params={"job": job}, content=body,
+                          headers={"content-type": "application/x-ndjson"})  # fmt: skip
+
+        assert [push("flood", f"0x{i}").status_code for i in range(2)] == [202] * 2
+        r = push("flood", "0x2")
+        assert r.status_code == 422 and "ingest.max_communicators_per_job (2)" in r.json()["detail"]
+        assert [push("other", f"0x{i}").status_code for i in range(2)] == [202] * 2
+
+
 def test_a_pushed_batch_is_timed_by_graywires_receipt_and_names_only_hosts(client: TestClient) -> None:
     """Half an hour old is accepted, but the detectors see graywire's clock; a switch is no host."""
     runner = client.app.state.runner  # type: ignore[attr-defined]
