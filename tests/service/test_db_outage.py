@@ -103,6 +103,8 @@ def test_database_outage_is_503_json_and_the_poll_loop_recovers(
         drain={"max_fraction": 0.5},
         sources=[{"type": "fabricsim", "hosts": 16, "seed": 3, "faults": FAULTS}],
         auth={"tokens": [{"name": "alice", "role": "operator", "token": OPERATOR}]},
+        # No rendered list served again: every read below must reach the (cut) database.
+        http={"read_cache_ttl": "0s"},
     )
     with TestClient(create_app(settings, run_loop=False)) as c:
         runner = c.app.state.runner  # type: ignore[attr-defined]
