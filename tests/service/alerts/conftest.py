@@ -1,14 +1,23 @@
-"""Shared helpers for the alerting tests: incidents from findings, a recording HTTP server."""
+"""Shared helpers for the alerting tests: incidents from findings, a recording HTTP server, and a
+real Alertmanager (Debian's ``prometheus-alertmanager``) whose webhook points at that server."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from detectors.findings import Finding
+from tests.conftest import _in_ci
 from tests.service.alerts.receiver import Recorder, serve_recorder
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -40,3 +49,71 @@ def finding(
 def recorder() -> Iterator[Recorder]:
     with serve_recorder() as rec:
         yield rec
+
+
+ALERTMANAGER = os.environ.get("GRAYWIRE_TEST_ALERTMANAGER", "/usr/bin/prometheus-alertmanager")
+CONFIG = """\
+route:
+  receiver: recorder
+  group_by: [incident_id]
+  group_wait: 0s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: recorder
+    webhook_configs:
+      - url: {url}/am-webhook
+        send_resolved: true
+"""
+
+
+def _unavailable(reason: str) -> None:
+    if _in_ci():
+        pytest.fail(f"Alertmanager integration test cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def alertmanager_url(tmp_path: Path, recorder: Recorder) -> Iterator[str]:
+    binary = shutil.which(ALERTMANAGER) or (ALERTMANAGER if os.access(ALERTMANAGER, os.X_OK) else None)
+    if binary is None:
+        _unavailable(f"{ALERTMANAGER} not found (Debian package prometheus-alertmanager)")
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(CONFIG.format(url=recorder.url))
+    port = _free_port()
+    log = (tmp_path / "alertmanager.log").open("w")
+    proc = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--storage.path={tmp_path / 'am-data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if proc.poll() is not None:
+                output = (tmp_path / "alertmanager.log").read_text()
+                _unavailable(f"alertmanager exited with {proc.returncode}: {output}")
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                _unavailable("alertmanager did not become ready within 20 s")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

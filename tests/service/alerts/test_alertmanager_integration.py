@@ -7,11 +7,6 @@ webhook payload against the one Alertmanager itself sends.
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,77 +27,6 @@ from service.store import IncidentStore
 from tests.service.alerts.conftest import finding
 from tests.service.alerts.receiver import Recorder
 from tests.service.alerts.test_dispatcher import cycle_until
-
-ALERTMANAGER = os.environ.get("GRAYWIRE_TEST_ALERTMANAGER", "/usr/bin/prometheus-alertmanager")
-CONFIG = """\
-route:
-  receiver: recorder
-  group_by: [incident_id]
-  group_wait: 0s
-  group_interval: 1s
-  repeat_interval: 1h
-receivers:
-  - name: recorder
-    webhook_configs:
-      - url: {url}/am-webhook
-        send_resolved: true
-"""
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _unavailable(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"Alertmanager integration test cannot run: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def alertmanager_url(tmp_path: Path, recorder: Recorder) -> Iterator[str]:
-    binary = shutil.which(ALERTMANAGER) or (ALERTMANAGER if os.access(ALERTMANAGER, os.X_OK) else None)
-    if binary is None:
-        _unavailable(f"{ALERTMANAGER} not found (Debian package prometheus-alertmanager)")
-    config = tmp_path / "alertmanager.yml"
-    config.write_text(CONFIG.format(url=recorder.url))
-    port = _free_port()
-    log = (tmp_path / "alertmanager.log").open("w")
-    proc = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.path={tmp_path / 'am-data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            if proc.poll() is not None:
-                output = (tmp_path / "alertmanager.log").read_text()
-                _unavailable(f"alertmanager exited with {proc.returncode}: {output}")
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                _unavailable("alertmanager did not become ready within 20 s")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 @pytest.fixture
