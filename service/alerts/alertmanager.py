@@ -40,7 +40,8 @@ def postable_alert(event: AlertEvent, external_url: str | None, now: datetime, r
     if event.status == "resolved":
         ends = max(event.time("resolved_at") or now, starts)
     else:
-        ends = now + timedelta(seconds=VALIDITY_INTERVALS * refresh_s)
+        # Never before startsAt (Alertmanager refuses that): data may be dated a little ahead.
+        ends = max(now, starts) + timedelta(seconds=VALIDITY_INTERVALS * refresh_s)
     return {
         "labels": event.labels(),
         "annotations": event.annotations(),

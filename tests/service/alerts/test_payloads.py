@@ -78,6 +78,15 @@ def test_alertmanager_end_never_precedes_start() -> None:
     assert alert["endsAt"] == alert["startsAt"]
 
 
+def test_alertmanager_firing_alert_dated_ahead_still_ends_after_it_starts() -> None:
+    # Data may be dated up to ingest.max_clock_skew ahead of graywire's clock; Alertmanager
+    # answers 400 "start time must be before end time" to an alert ending before it starts.
+    ahead = dataclasses.replace(FIRING, started_at="2025-03-01T12:12:00+00:00")
+    (alert,) = alertmanager.postable_alerts([ahead], EXTERNAL, NOW, refresh_s=60)
+    assert alert["startsAt"] == "2025-03-01T12:12:00.000Z"
+    assert alert["endsAt"] == "2025-03-01T12:16:00.000Z"
+
+
 def test_fingerprint_matches_prometheus_label_set_fingerprint() -> None:
     # Values from prometheus/common model's signature tests (FNV-1a 64 over sorted labels).
     assert alertmanager.fingerprint({}) == f"{14695981039346656037:016x}"
