@@ -161,6 +161,30 @@ class FindingRecord(Base):
         )
 
 
+class LateEpisode(Base):
+    """An incident episode (opened, then resolved) that reached the database only once it was over.
+
+    Its findings waited outside while the database was unavailable, so nobody could be told
+    of it while it lasted, and it is stored already resolved. The alert sync follows incidents
+    that are active or that some receiver believes firing; this row is how it learns of an
+    episode that was neither, and pages it late. ``incident`` is the incident as it stood when
+    the episode ended (a later reopening in the same batch changes the incident itself).
+    """
+
+    __tablename__ = "late_episodes"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(sa.ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
+    #: The incident's ``reopen_count`` during the episode.
+    episode: Mapped[int] = mapped_column(sa.Integer)
+    fired_at: Mapped[datetime]
+    cleared_at: Mapped[datetime]
+    #: When storing findings first failed, and when they were stored at last.
+    unstored_since: Mapped[datetime]
+    stored_at: Mapped[datetime] = mapped_column(index=True)
+    incident: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
 DrainAction = Literal["drain", "watch", "none"]
 VerdictSide = Literal["host", "link", "network"]
 DRAIN_ACTIONS: tuple[DrainAction, ...] = ("drain", "watch", "none")

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -88,6 +88,8 @@ class Runner:
         #: (job, communicator) pushed recently -> when last (the ingest API bounds their number).
         self.push_communicators: dict[tuple[str, str], float] = {}
         self._unstored: list[Finding] = []
+        #: When storing ``_unstored`` first failed: what is stored after that is stored late.
+        self._unstored_since: datetime | None = None
         self._busy = threading.Lock()
 
     def push(self, batch: pa.RecordBatch) -> None:
@@ -267,14 +269,22 @@ class Runner:
         self._unstored.extend(findings)
         if self._unstored:
             try:
-                self.store.apply(self._unstored)
+                self.store.apply(self._unstored, stored_late_since=self._unstored_since)
             except Exception:
                 log.exception("storing %d findings failed; will retry next poll", len(self._unstored))
                 db_failed = True
+                self._unstored_since = self._unstored_since or datetime.now(UTC)
             else:
                 for f in self._unstored:
                     log.info("%s %s %s: %s", f.status, f.kind, f.node or f.entity, f.summary)
+                if self._unstored_since is not None:
+                    log.warning(
+                        "stored %d findings held since storing failed at %s",
+                        len(self._unstored),
+                        self._unstored_since,
+                    )
                 self._unstored.clear()
+                self._unstored_since = None
         if self.drain is not None:
             try:  # every poll, findings or not: clean windows and expiries run on time
                 self.drain.evaluate()

@@ -8,8 +8,8 @@ poll of a large fabric costs the same handful of round trips whether it carries 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,6 +25,7 @@ from service.db import (
     SQLITE_BEGIN_IMMEDIATE,
     FindingRecord,
     Incident,
+    LateEpisode,
     to_jsonable,
 )
 
@@ -48,6 +49,8 @@ class ApplyResult:
     updated: int = 0
     resolved: int = 0
     reopened: int = 0
+    #: Episodes that opened and resolved within a batch stored late (``late_episodes`` rows).
+    late_episodes: int = 0
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -122,7 +125,7 @@ class IncidentStore:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def apply(self, findings: Sequence[Finding]) -> ApplyResult:
+    def apply(self, findings: Sequence[Finding], *, stored_late_since: datetime | None = None) -> ApplyResult:
         """Roll a batch of findings into incidents, in one transaction.
 
         Findings are taken in time order (stable, so equal times keep batch order). For each
@@ -134,13 +137,27 @@ class IncidentStore:
         its resolution) arrived late and is recorded without changing the incident, so replays
         and out-of-order batches cannot flap incidents. Every finding is appended to
         ``findings``.
+
+        ``stored_late_since`` says the findings waited outside since then (the database was
+        unavailable). Their evidence, and so their incidents', then says ``stored_late``, and an
+        episode that both opens and resolves in the batch, which nobody could be told of while it
+        lasted, is recorded in ``late_episodes`` for the alert sync to page.
         """
         if not findings:
             return ApplyResult()
         for finding in findings:
             _validate(finding)
+        late: dict[str, str] | None = None
+        if stored_late_since is not None:
+            late = {
+                "unstored_since": stored_late_since.isoformat(),
+                "stored_at": datetime.now(UTC).isoformat(),
+            }
+            findings = [replace(f, evidence={**f.evidence, "stored_late": late}) for f in findings]
         ordered = sorted(findings, key=lambda f: f.time)
         counts = {"opened": 0, "updated": 0, "resolved": 0, "reopened": 0}
+        began: dict[Key, datetime] = {}  # episodes that opened in this late batch: when
+        episodes: list[tuple[Incident, dict[str, Any]]] = []
 
         with self._sessions.begin() as session:
             # Read-then-write: take SQLite's write lock before reading (PostgreSQL locks rows).
@@ -156,6 +173,7 @@ class IncidentStore:
                         session.add(incident)
                         latest[key] = incident
                         counts["opened"] += 1
+                        began[key] = finding.time
                     elif incident.status in ACTIVE_STATUSES:
                         if finding.time >= incident.last_seen_at:
                             self._refresh(incident, finding, keep_max_severity=True)
@@ -166,6 +184,7 @@ class IncidentStore:
                     else:
                         self._reopen(incident, finding)
                         counts["reopened"] += 1
+                        began[key] = finding.time
                 elif (
                     incident is not None
                     and incident.status in ACTIVE_STATUSES
@@ -174,6 +193,8 @@ class IncidentStore:
                     incident.status = "resolved"
                     incident.resolved_at = finding.time
                     counts["resolved"] += 1
+                    if late is not None and key in began:
+                        episodes.append((incident, self._late_episode(incident, late, began.pop(key))))
                 # Any other cleared finding changes nothing: with no incident at all it is stored
                 # as an orphan (incident_id null); a repeated or late clear stays with its incident.
                 targets.append(incident)
@@ -184,7 +205,31 @@ class IncidentStore:
                 for f, inc in zip(ordered, targets, strict=True)
             ]
             session.execute(sa.insert(FindingRecord), rows)
-        return ApplyResult(**counts)
+            for incident, episode in episodes:
+                episode["incident"]["id"] = incident.id
+                session.add(LateEpisode(incident_id=incident.id, **episode))
+        return ApplyResult(**counts, late_episodes=len(episodes))
+
+    @staticmethod
+    def _late_episode(incident: Incident, late: dict[str, str], fired_at: datetime) -> dict[str, Any]:
+        """Mark a just resolved incident's evidence as stored late, and snapshot the episode."""
+        assert incident.resolved_at is not None
+        incident.evidence = {
+            **incident.evidence,
+            "stored_late": {
+                **late,
+                "fired_at": fired_at.isoformat(),
+                "cleared_at": incident.resolved_at.isoformat(),
+            },
+        }
+        return {
+            "episode": incident.reopen_count,
+            "fired_at": fired_at,
+            "cleared_at": incident.resolved_at,
+            "unstored_since": datetime.fromisoformat(late["unstored_since"]),
+            "stored_at": datetime.fromisoformat(late["stored_at"]),
+            "incident": incident_to_dict(incident),
+        }
 
     @staticmethod
     def _load_latest(session: Session, keys: Iterable[Key]) -> dict[Key, Incident]:

@@ -20,7 +20,7 @@ from service.db import Base, alembic_config, make_engine, upgrade
 TABLES = {
     "incidents", "findings", "alembic_version", "inventory_nodes", "node_verdicts",
     "drain_recommendations", "silences", "drain_excludes", "audit_log", "drain_state",
-    "alert_state", "alert_outbox",
+    "alert_state", "alert_outbox", "late_episodes",
 }  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -377,3 +378,53 @@ def test_concurrent_writers_lose_no_updates(store: IncidentStore) -> None:
     inc = only_incident(store)
     assert inc["finding_count"] == 1 + threads * batches
     assert inc["last_seen_at"] == (T0 + timedelta(seconds=threads * batches)).isoformat()
+
+
+def test_an_episode_stored_after_it_ended_is_recorded_as_late(store: IncidentStore, engine: Engine) -> None:
+    """Findings held while the database was away: one episode fired and cleared, one still fires."""
+    held_since = T0 - timedelta(seconds=30)
+    batch = [
+        finding("p1", t=0, evidence={"speed": 400}),
+        finding("p1", status="cleared", t=20),
+        finding("p1", t=40),  # reopened, and still open when stored
+        finding("p2", t=10),
+    ]
+    result = store.apply(batch, stored_late_since=held_since)
+    assert (result.opened, result.resolved, result.reopened, result.late_episodes) == (2, 1, 1, 1)
+    with engine.connect() as conn:
+        (row,) = conn.execute(sa.text("SELECT * FROM late_episodes")).mappings()
+        records = [
+            json_value(e)
+            for e in conn.execute(sa.text("SELECT evidence FROM findings ORDER BY id")).scalars()
+        ]
+    p1 = store.list_incidents(kind="link_speed_degraded", limit=10)[-1]
+    assert p1["entity"] == "p1" and p1["status"] == "open" and p1["reopen_count"] == 1
+    assert row["incident_id"] == p1["id"] and row["episode"] == 0
+    snapshot = json_value(row["incident"])
+    assert (snapshot["id"], snapshot["status"], snapshot["resolved_at"]) == (
+        p1["id"],
+        "resolved",
+        (T0 + timedelta(seconds=20)).isoformat(),
+    )
+    late = snapshot["evidence"]["stored_late"]
+    assert (
+        late["fired_at"] == T0.isoformat() and late["cleared_at"] == (T0 + timedelta(seconds=20)).isoformat()
+    )
+    assert late["unstored_since"] == held_since.isoformat()
+    assert datetime.fromisoformat(late["stored_at"]) > held_since
+    assert snapshot["evidence"]["speed"] == 400  # the detector's own evidence stays
+    # Every finding stored late says so, and so does what the incidents show now.
+    assert all(r["stored_late"]["unstored_since"] == held_since.isoformat() for r in records)
+    assert "stored_late" in p1["evidence"] and "cleared_at" not in p1["evidence"]["stored_late"]
+
+
+def test_findings_stored_on_time_record_no_late_episode(store: IncidentStore, engine: Engine) -> None:
+    store.apply([finding(t=0), finding(status="cleared", t=20)])
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM late_episodes")).scalar_one() == 0
+    assert "stored_late" not in store.list_incidents()[0]["evidence"]
+
+
+def json_value(value: Any) -> Any:
+    """A JSON column read through plain SQL: text on SQLite, already decoded on PostgreSQL."""
+    return json.loads(value) if isinstance(value, str) else value
