@@ -43,9 +43,13 @@ class AlertEvent:
     resolved_at: str | None
     reopen_count: int
     finding_count: int
+    #: The incident's ``evidence.stored_late``: its findings reached the database late (it
+    #: was unavailable), with ``fired_at`` and ``cleared_at`` for an episode over by then.
+    stored_late: dict[str, str] | None = None
 
     @classmethod
     def from_incident(cls, inc: Incident, status: EventStatus, started_at: datetime) -> AlertEvent:
+        late = (inc.evidence or {}).get("stored_late")
         return cls(
             incident_id=inc.id,
             status=status,
@@ -65,11 +69,13 @@ class AlertEvent:
             resolved_at=inc.resolved_at.isoformat() if inc.resolved_at else None,
             reopen_count=inc.reopen_count,
             finding_count=inc.finding_count,
+            stored_late=late if isinstance(late, dict) else None,
         )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AlertEvent:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        """Fields added later default when absent: messages enqueued by older versions still load."""
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,7 +114,23 @@ class AlertEvent:
             + (f", reopened {self.reopen_count}×" if self.reopen_count else "")
             + ")"
         )
-        return {"summary": self.summary, "description": description}
+        out = {"summary": self.summary, "description": description}
+        note = self.late_note()
+        if note:
+            out["description"] += f"; {note}"
+            out["stored_late"] = note
+        return out
+
+    def late_note(self) -> str | None:
+        """One line on why this arrives late, for every receiver's text; None when it did not."""
+        late = self.stored_late
+        if not late:
+            return None
+        since = late.get("unstored_since")
+        held = f"stored late at {late.get('stored_at')}, the database being unavailable from {since}"
+        if late.get("cleared_at"):
+            return f"fired {late.get('fired_at')} and cleared {late.get('cleared_at')}; {held}"
+        return held
 
     def time(self, field: Literal["started_at", "resolved_at", "last_seen_at"]) -> datetime | None:
         value = getattr(self, field)

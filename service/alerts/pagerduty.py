@@ -1,7 +1,9 @@
 """PagerDuty Events API v2 (``POST https://events.pagerduty.com/v2/enqueue``).
 
 Every event of one incident carries the same ``dedup_key``, so a redelivered trigger updates
-the open PagerDuty alert instead of paging again, and the resolve closes it.
+the open PagerDuty alert instead of paging again, and the resolve closes it. A trigger and its
+resolve sent back to back (an episode stored only after it ended) open an incident, which
+notifies, and resolve it; a resolve for a key with no open alert is ignored by PagerDuty.
 """
 
 from __future__ import annotations
@@ -22,13 +24,19 @@ def event(
     if ev.status == "resolved":
         return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": key}
     when = ev.time("last_seen_at") or ev.time("started_at")
+    summary = ev.summary
+    if ev.stored_late and ev.stored_late.get("cleared_at"):
+        # Over before it could be sent: the resolve follows at once. Say so where on-call reads
+        # first, and date the event when it fired.
+        summary = f"[cleared {ev.stored_late['cleared_at']}, stored late] {summary}"
+        when = ev.time("started_at")
     link = generator_url(external_url, ev.incident_id)
     return {
         "routing_key": routing_key,
         "event_action": "trigger",
         "dedup_key": key,
         "payload": {
-            "summary": ev.summary[:SUMMARY_LIMIT],
+            "summary": summary[:SUMMARY_LIMIT],
             "source": ev.node or ev.entity,
             "severity": SEVERITY.get(ev.severity, "error"),
             **({"timestamp": rfc3339(when)} if when else {}),
@@ -45,6 +53,7 @@ def event(
                 "confidence": ev.confidence,
                 "opened_at": ev.opened_at,
                 "reopen_count": ev.reopen_count,
+                **({"stored_late": ev.stored_late} if ev.stored_late else {}),
             },
         },
         "client": "graywire",

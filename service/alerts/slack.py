@@ -30,6 +30,9 @@ def message(ev: AlertEvent, external_url: str | None) -> dict[str, Any]:
     ]
     if ev.status == "resolved" and ev.resolved_at:
         fields.append(f"*Resolved* {ev.resolved_at}")
+    note = ev.late_note()
+    if note:
+        fields.append(f"*Late* {_escape(note)}")
     title = f"*{_escape(head)}*\n{_escape(ev.summary)}"[:SECTION_LIMIT]
     return {
         "text": f"{head}: {ev.summary}",

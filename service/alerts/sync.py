@@ -10,6 +10,12 @@ it for them: a new incident's first trigger waits ``group_wait`` (a switch incid
 meanwhile can still inhibit it), and incidents behind a switch with an active switch incident
 are not triggered. Neither writes anything: a held or inhibited incident is simply not enqueued
 yet, and the next sync decides again from what is committed.
+
+An episode that opened and resolved while the database was unavailable is stored already
+resolved, and is neither active nor believed firing by anyone: the store records it in
+``late_episodes`` and the sync pages it from there, once per receiver, as a trigger followed by
+its resolve under the incident's usual key (Alertmanager gets the trigger only; see
+``_page_late``).
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from service.alerts import outbox
-from service.alerts.events import AlertEvent
+from service.alerts.events import AlertEvent, EventStatus
 from service.alerts.inhibit import load_inhibited
 from service.alerts.models import AlertState
-from service.db import ACTIVE_STATUSES, SEVERITIES, SQLITE_BEGIN_IMMEDIATE, Incident, Silence
+from service.db import ACTIVE_STATUSES, SEVERITIES, SQLITE_BEGIN_IMMEDIATE, Incident, LateEpisode, Silence
 
 log = logging.getLogger("graywire.alerts")
 
@@ -59,6 +65,8 @@ class SyncResult:
     #: Triggers not enqueued this sync: still within group_wait, or behind a failing switch.
     held: int = 0
     inhibited: int = 0
+    #: Episodes stored only after they ended, paged now (summed over receivers).
+    late: int = 0
 
 
 def _snapshot(inc: Incident, started_at: datetime) -> AlertEvent:
@@ -76,6 +84,33 @@ def _resolve_of(sent: AlertEvent, inc: Incident, now: datetime) -> AlertEvent:
         last_seen_at=inc.last_seen_at.isoformat(),
         resolved_at=resolved_at.isoformat(),
         finding_count=inc.finding_count,
+    )
+
+
+def _late_event(ep: LateEpisode, status: EventStatus) -> AlertEvent:
+    """The episode as it stood when it ended, from when it fired."""
+    inc = ep.incident
+    late = (inc.get("evidence") or {}).get("stored_late")
+    return AlertEvent(
+        incident_id=ep.incident_id,
+        status=status,
+        kind=inc["kind"],
+        entity=inc["entity"],
+        severity=inc["severity"],
+        summary=inc["summary"],
+        detector=inc["detector"],
+        score=float(inc["score"]),
+        confidence=float(inc["confidence"]),
+        node=inc["node"],
+        port=inc["port"],
+        link=inc["link"],
+        started_at=ep.fired_at.isoformat(),
+        opened_at=inc["opened_at"],
+        last_seen_at=inc["last_seen_at"],
+        resolved_at=ep.cleared_at.isoformat() if status == "resolved" else None,
+        reopen_count=ep.episode,
+        finding_count=int(inc["finding_count"]),
+        stored_late=late if isinstance(late, dict) else None,
     )
 
 
@@ -99,13 +134,66 @@ def sync_alerts(
             )
         }
         inhibited = load_inhibited(session) if any(t.inhibit for t in targets) else set()
+        late: dict[int, list[LateEpisode]] = {}
+        for ep in session.scalars(
+            sa.select(LateEpisode).order_by(LateEpisode.incident_id, LateEpisode.episode)
+        ):
+            late.setdefault(ep.incident_id, []).append(ep)
         for target in targets:
-            _sync_receiver(session, target, now, result, silenced, inhibited if target.inhibit else set())
+            _sync_receiver(
+                session, target, now, result, silenced, inhibited if target.inhibit else set(), late
+            )
         if retention_s is not None:
-            result.pruned = outbox.prune_delivered(session, now - timedelta(seconds=retention_s))
+            before = now - timedelta(seconds=retention_s)
+            result.pruned = outbox.prune_delivered(session, before)
+            # A receiver configured later is told of late episodes stored within the retention.
+            session.execute(sa.delete(LateEpisode).where(LateEpisode.stored_at < before))
     if result.triggered or result.resolved:
         log.info("alerts: %d triggers, %d resolves enqueued", result.triggered, result.resolved)
+    if result.late:
+        log.warning("alerts: %d episodes stored after the database came back paged late", result.late)
     return result
+
+
+def _page_late(
+    session: Session,
+    target: SyncTarget,
+    ep: LateEpisode,
+    state: AlertState | None,
+    now: datetime,
+    result: SyncResult,
+    quiet: bool,
+) -> AlertState:
+    """Tell ``target`` of an episode that was over before it was stored, and remember that.
+
+    Direct receivers get a trigger and its resolve back to back: PagerDuty opens an incident
+    (and notifies) on the trigger and resolves it on the resolve. Alertmanager gets only the
+    trigger, a firing alert from when the episode fired, ending by itself after the usual four
+    refresh intervals: Alertmanager never notifies an alert whose first post is already
+    resolved, nor one resolved before its group_wait is up, so an honest endsAt would page
+    nobody. Every text says when it fired and cleared and that it was stored late.
+    """
+    name = target.name
+    last = _late_event(ep, "resolved")
+    if not quiet:
+        trigger = _late_event(ep, "firing")
+        outbox.enqueue(session, name, "trigger", trigger, now)
+        result.triggered += 1
+        result.late += 1
+        if target.refresh_s is None:
+            outbox.enqueue(session, name, "resolve", last, now)
+            result.resolved += 1
+        else:
+            last = trigger
+    if state is None:
+        state = AlertState(incident_id=ep.incident_id, receiver=name)
+        session.add(state)
+    state.state = "resolved"
+    state.episode = ep.episode
+    state.started_at = ep.fired_at
+    state.last_enqueued_at = now
+    state.event = last.to_dict()
+    return state
 
 
 def _sync_receiver(
@@ -115,14 +203,24 @@ def _sync_receiver(
     result: SyncResult,
     silenced: set[tuple[str, str]],
     inhibited: set[int],
+    late: dict[int, list[LateEpisode]],
 ) -> None:
     name = target.name
     floor = SEVERITY_RANK[target.min_severity]
     state_join = sa.and_(AlertState.incident_id == Incident.id, AlertState.receiver == name)
+    untold_late = sa.select(LateEpisode.incident_id).where(
+        LateEpisode.episode > sa.func.coalesce(AlertState.episode, -1)
+    )
     rows = session.execute(
         sa.select(Incident, AlertState)
         .outerjoin(AlertState, state_join)
-        .where(sa.or_(Incident.status.in_(ACTIVE_STATUSES), AlertState.state == "firing"))
+        .where(
+            sa.or_(
+                Incident.status.in_(ACTIVE_STATUSES),
+                AlertState.state == "firing",
+                Incident.id.in_(untold_late),
+            )
+        )
         .order_by(Incident.id)
     ).all()
     has_pending: set[int] = set()
@@ -153,6 +251,13 @@ def _sync_receiver(
             state.event = resolve.to_dict()
             state.last_enqueued_at = now
             firing = False
+
+        # Episodes over before they were stored come next, in order, before any new episode.
+        for ep in late.get(inc.id, ()):
+            if state is None or ep.episode > state.episode:
+                floor_ok = SEVERITY_RANK.get(ep.incident["severity"], 0) >= floor
+                quiet = muted or behind_failing_switch or not floor_ok
+                state = _page_late(session, target, ep, state, now, result, quiet)
 
         if not firing:
             if not eligible:

@@ -185,3 +185,34 @@ def test_pagerduty_dedup_prefix_separates_deployments_sharing_a_routing_key() ->
     key = "R0UT1NGKEY0000000000000000000000"
     assert pagerduty.event(FIRING, key, EXTERNAL, "graywire-eu1")["dedup_key"] == "graywire-eu1-incident-42"
     assert pagerduty.event(RESOLVED, key, EXTERNAL, "graywire-eu1")["dedup_key"] == "graywire-eu1-incident-42"
+
+
+LATE = dataclasses.replace(
+    FIRING,
+    stored_late={
+        "fired_at": "2025-03-01T12:00:00+00:00",
+        "cleared_at": "2025-03-01T12:05:00+00:00",
+        "unstored_since": "2025-03-01T11:59:00+00:00",
+        "stored_at": "2025-03-01T12:09:00+00:00",
+    },
+)
+
+
+def test_an_episode_stored_late_says_when_it_fired_and_cleared_in_every_payload() -> None:
+    pd = pagerduty.event(LATE, "k", EXTERNAL)["payload"]
+    assert pd["summary"].startswith("[cleared 2025-03-01T12:05:00+00:00, stored late] ")
+    assert pd["timestamp"] == "2025-03-01T12:00:00.000Z"  # when it fired, not when it was sent
+    assert pd["custom_details"]["stored_late"] == LATE.stored_late
+    note = webhook.payload(LATE, "noc", EXTERNAL)["alerts"][0]["annotations"]["stored_late"]
+    assert note.startswith("fired 2025-03-01T12:00:00+00:00 and cleared 2025-03-01T12:05:00+00:00")
+    assert "2025-03-01T11:59:00+00:00" in note
+    (alert,) = alertmanager.postable_alerts([LATE], EXTERNAL, NOW, refresh_s=60)
+    assert alert["annotations"]["stored_late"] == note
+    assert any("stored late" in json.dumps(b) for b in slack.message(LATE, EXTERNAL)["blocks"])
+    assert "stored_late" not in FIRING.annotations()
+
+
+def test_an_event_enqueued_before_stored_late_existed_still_loads() -> None:
+    old = FIRING.to_dict()
+    del old["stored_late"]
+    assert AlertEvent.from_dict(old) == FIRING

@@ -15,7 +15,7 @@ from fabricsim.topology import TopologySpec, build_fabric
 from service.alerts.inhibit import IncidentPlace, inhibited_ids
 from service.alerts.models import AlertState, OutboxMessage
 from service.alerts.sync import SyncTarget, sync_alerts
-from service.db import Silence
+from service.db import LateEpisode, Silence
 from service.drain_engine import NETWORK_KIND, DrainEngine
 from service.drain_policy import DrainPolicy
 from service.store import IncidentStore
@@ -61,6 +61,70 @@ def test_resolve_that_happened_before_the_first_sync_is_not_paged(
     store.apply([finding(t=0), finding(status="cleared", t=5)])
     sync_alerts(engine, [PD], at(6))
     assert messages(engine) == []
+
+
+def test_an_episode_stored_after_it_ended_is_paged_late_once_per_receiver(
+    store: IncidentStore, engine: Engine
+) -> None:
+    """The database was away while it fired and cleared: both findings are stored in one batch."""
+    store.apply([finding(t=0), finding(status="cleared", t=5)], stored_late_since=at(-1))
+    result = sync_alerts(engine, [PD, AM], at(30))
+    assert result.late == 2
+    # PagerDuty and the webhooks: the trigger, then its resolve. Alertmanager: a firing alert
+    # that expires by itself (it would drop one first posted already resolved).
+    assert messages(engine, "pd") == [("pd", 1, "trigger", "firing"), ("pd", 1, "resolve", "resolved")]
+    assert messages(engine, "am") == [("am", 1, "trigger", "firing")]
+    assert sync_alerts(engine, [PD, AM], at(40)).triggered == 0  # told once
+    assert sync_alerts(engine, [PD, AM], at(40 + 2 * AM.refresh_s)).refreshed == 0  # nor refreshed
+    with Session(engine) as session:
+        trigger, resolve = session.scalars(
+            sa.select(OutboxMessage).where(OutboxMessage.receiver == "pd").order_by(OutboxMessage.id)
+        )
+    assert trigger.event["started_at"] == at(0).isoformat() and trigger.event["resolved_at"] is None
+    assert resolve.event["resolved_at"] == at(5).isoformat()
+    assert trigger.event["stored_late"]["cleared_at"] == at(5).isoformat()
+    assert trigger.event["stored_late"]["unstored_since"] == at(-1).isoformat()
+
+
+def test_late_episodes_come_in_order_between_the_episodes_around_them(
+    store: IncidentStore, engine: Engine
+) -> None:
+    store.apply([finding(t=0)])
+    sync_alerts(engine, [PD], at(1))
+    # While the database is away: cleared, fired and cleared again, and fired once more.
+    held = [finding(status="cleared", t=5), finding(t=8), finding(status="cleared", t=12), finding(t=15)]
+    store.apply(held, stored_late_since=at(4))
+    sync_alerts(engine, [PD], at(20))
+    assert [(m[2], m[3]) for m in messages(engine)] == [
+        ("trigger", "firing"),  # episode 0, before the outage
+        ("resolve", "resolved"),
+        ("trigger", "firing"),  # episode 1, over while the database was away
+        ("resolve", "resolved"),
+        ("trigger", "firing"),  # episode 2, open now
+    ]
+    with Session(engine) as session:
+        episodes = [m.event["reopen_count"] for m in session.scalars(sa.select(OutboxMessage))]
+        state = session.get(AlertState, (1, "pd"))
+    assert episodes == [0, 0, 1, 1, 2]
+    assert state is not None and (state.state, state.episode) == ("firing", 2)
+
+
+def test_a_late_episode_below_a_receivers_floor_is_not_paged_there(
+    store: IncidentStore, engine: Engine
+) -> None:
+    store.apply([finding(severity="info"), finding(status="cleared", t=5)], stored_late_since=at(-1))
+    assert sync_alerts(engine, [PD, SyncTarget("all", "info")], at(10)).late == 1
+    assert messages(engine, "pd") == []
+    assert [m[2] for m in messages(engine, "all")] == ["trigger", "resolve"]
+
+
+def test_late_episodes_are_forgotten_after_the_retention(store: IncidentStore, engine: Engine) -> None:
+    store.apply([finding(), finding(status="cleared", t=5)], stored_late_since=at(-1))
+    with Session(engine) as session:
+        stored_at = session.scalars(sa.select(LateEpisode.stored_at)).one()
+    sync_alerts(engine, [PD], stored_at + timedelta(hours=2), retention_s=3600)
+    # A receiver configured after that is not paged for it.
+    assert sync_alerts(engine, [SyncTarget("new", "warning")], stored_at + timedelta(hours=3)).late == 0
 
 
 def test_reopen_between_syncs_resolves_then_triggers_under_the_same_incident(
