@@ -167,6 +167,10 @@ class AlertsSettings(BaseModel):
     #: Direct receivers: a new incident's first trigger waits until it is this old, so the
     #: switch incident of a whole failing switch can still inhibit its host links ("0s": off).
     group_wait: str = "30s"
+    #: Pending messages kept per receiver. A receiver away for hours makes its queue grow; past
+    #: this the oldest superseded and already-over messages are dropped first, firing pages
+    #: last and critical ones after every lower one (``graywire_alert_outbox_dropped_total``).
+    max_outbox: int = Field(10_000, ge=10)
 
     @field_validator("sync_interval", "retention")
     @classmethod

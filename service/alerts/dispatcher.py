@@ -90,7 +90,7 @@ def _alertmanager_destination(url: str, settings: AlertsSettings) -> Destination
         timeout_s=parse_duration(settings.alertmanager.timeout),
         batch=ALERTMANAGER_BATCH,
         render=render,
-        sync=SyncTarget(name, settings.min_severity, refresh_s),
+        sync=SyncTarget(name, settings.min_severity, refresh_s, max_pending=settings.max_outbox),
     )
 
 
@@ -124,6 +124,7 @@ def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings) -> Desti
             rc.min_severity or settings.min_severity,
             inhibit=True,
             group_wait_s=parse_duration(settings.group_wait),
+            max_pending=settings.max_outbox,
         ),
     )
 
@@ -160,6 +161,8 @@ class Dispatcher:
         self.delivered: Counter[str] = Counter()
         self.failed_attempts: Counter[str] = Counter()
         self.dead: Counter[str] = Counter()
+        #: Pending messages dropped over alerts.max_outbox: (receiver, reason, severity) -> count.
+        self.dropped: Counter[tuple[str, str, str]] = Counter()
         #: The outbox as of the last cycle (for /metrics, which never queries the database).
         self.backlog: dict[str, outbox.Backlog] = {}
         #: What the last sync enqueued, held back (group_wait) and inhibited (failed switch).
@@ -179,6 +182,7 @@ class Dispatcher:
             self.clock(),
             parse_duration(self.settings.retention),
         )
+        self.dropped.update(self.last_sync.dropped)
 
     async def run(self) -> None:
         """Sync every ``sync_interval`` and keep one sender task per receiver with work.

@@ -39,6 +39,15 @@ class AlertsCollector(Collector):
         for r in receivers:
             c.add_metric([r], d.failed_attempts[r])
         yield c
+        c = CounterMetricFamily(
+            "graywire_alert_outbox_dropped",
+            "Pending messages dropped over alerts.max_outbox, by reason (superseded, resolved,"
+            " resolve, firing) and severity",
+            labels=["receiver", "reason", "severity"],
+        )
+        for (r, reason, severity), n in sorted(d.dropped.items()):
+            c.add_metric([r, reason, severity], n)
+        yield c
         pending = GaugeMetricFamily(
             "graywire_alert_outbox_pending", "Messages waiting for delivery", labels=["receiver"]
         )

@@ -1,14 +1,18 @@
 """The durable outbox: enqueue, claim a receiver's head, acknowledge or retry with backoff.
 
 Ordering is per receiver: a receiver's messages go out in id order and a failing head blocks
-only that receiver. A claim is a lease (``claimed_until``), so a dispatcher that dies mid-send
+only that receiver. A receiver that stays away cannot grow its queue without bound:
+``enforce_limit`` keeps at most ``alerts.max_outbox`` pending messages per receiver, dropping
+what costs on-call least first. A claim is a lease (``claimed_until``), so a dispatcher that dies mid-send
 leaves nothing stuck: the lease runs out and the message goes out again. Delivery is thus
 at-least-once; every payload carries a stable per-incident key for receivers to dedupe on.
 """
 
 from __future__ import annotations
 
+import logging
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,9 +23,15 @@ from sqlalchemy.orm import Session
 
 from service.alerts.events import AlertEvent
 from service.alerts.models import AlertAction, OutboxMessage
-from service.db import SQLITE_BEGIN_IMMEDIATE
+from service.db import SEVERITIES, SQLITE_BEGIN_IMMEDIATE
+
+log = logging.getLogger("graywire.alerts")
 
 ERROR_LIMIT = 2000
+#: Why ``enforce_limit`` dropped a message, in the order it drops them.
+DROP_REASONS = ("superseded", "resolved", "resolve", "firing")
+_SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+_CHUNK = 500
 
 
 def backoff_seconds(attempt: int, initial: float, maximum: float, jitter: float, rng: random.Random) -> float:
@@ -194,3 +204,122 @@ def prune_delivered(session: Session, before: datetime) -> int:
         )
     )
     return int(result.rowcount or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Droppable:
+    """Pending messages that go together (a trigger and its resolve), and why."""
+
+    reason: str
+    severity: str
+    ids: tuple[int, ...]
+
+    def order(self) -> tuple[int, int, int]:
+        """Cheapest first: by reason; firing pages lowest severity first; then oldest first."""
+        rank = _SEVERITY_RANK.get(self.severity, 0) if self.reason == "firing" else 0
+        return DROP_REASONS.index(self.reason), rank, self.ids[0]
+
+
+def _droppables(messages: Sequence[OutboxMessage], told: bool) -> list[_Droppable]:
+    """One incident's pending messages (id order) as the receiver would take them.
+
+    ``told``: the receiver's last delivered message about the incident says it fires. A
+    segment is the messages up to and including a resolve. All but the last message of a
+    segment are ``superseded`` (a later one says more). A segment ending in a resolve that the
+    receiver was never told the start of goes whole (``resolved``): it would page and unpage
+    at once. A resolve of a page the receiver has is ``resolve`` (dropping it leaves that page
+    open). The last message of an open segment is the page itself (``firing``).
+    """
+    out: list[_Droppable] = []
+    segment: list[OutboxMessage] = []
+
+    def severity(ms: Sequence[OutboxMessage]) -> str:
+        return max((str(m.event.get("severity", "")) for m in ms), key=lambda s: _SEVERITY_RANK.get(s, 0))
+
+    for m in messages:
+        segment.append(m)
+        if m.action != "resolve":
+            continue
+        if told:
+            out += [_Droppable("superseded", severity([x]), (x.id,)) for x in segment[:-1]]
+            out.append(_Droppable("resolve", severity([m]), (m.id,)))
+        else:
+            out.append(_Droppable("resolved", severity(segment), tuple(x.id for x in segment)))
+        told, segment = False, []
+    if segment:
+        out += [_Droppable("superseded", severity([x]), (x.id,)) for x in segment[:-1]]
+        out.append(_Droppable("firing", severity(segment[-1:]), (segment[-1].id,)))
+    return out
+
+
+def enforce_limit(session: Session, receiver: str, limit: int, now: datetime) -> Counter[tuple[str, str]]:
+    """Delete ``receiver``'s pending messages beyond ``limit``, cheapest first; in the caller's
+    transaction (the sync's, right after it enqueued). Returns ``(reason, severity)`` counts.
+
+    Superseded messages go first, then episodes over before they could be sent (trigger and
+    resolve together), then resolves of pages the receiver has, and only then firing pages,
+    info before warning before critical, oldest first within each, so the newest and most
+    severe pages are the last to go. A message being sent right now is left alone.
+    """
+    pending = OutboxMessage.receiver == receiver, OutboxMessage.status == "pending"
+    count = session.scalar(sa.select(sa.func.count()).select_from(OutboxMessage).where(*pending)) or 0
+    if count <= limit:
+        return Counter()
+    rows = list(session.scalars(sa.select(OutboxMessage).where(*pending).order_by(OutboxMessage.id)))
+    by_incident: dict[int, list[OutboxMessage]] = {}
+    for m in rows:
+        by_incident.setdefault(m.incident_id, []).append(m)
+    # What the receiver was last told of each incident (messages go out in id order).
+    told: set[int] = set()
+    ids = sorted(by_incident)
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        last = (
+            sa.select(sa.func.max(OutboxMessage.id))
+            .where(
+                OutboxMessage.receiver == receiver,
+                OutboxMessage.status == "delivered",
+                OutboxMessage.incident_id.in_(chunk),
+            )
+            .group_by(OutboxMessage.incident_id)
+        )
+        told |= set(
+            session.scalars(
+                sa.select(OutboxMessage.incident_id).where(
+                    OutboxMessage.id.in_(last.scalar_subquery()), OutboxMessage.action != "resolve"
+                )
+            )
+        )
+    busy = {m.id for m in rows if m.claimed_until is not None and m.claimed_until > now}
+    candidates = [
+        d
+        for incident_id, messages in by_incident.items()
+        for d in _droppables(messages, incident_id in told)
+        if not busy.intersection(d.ids)
+    ]
+    dropped: Counter[tuple[str, str]] = Counter()
+    doomed: list[int] = []
+    excess = count - limit
+    for d in sorted(candidates, key=_Droppable.order):
+        if excess <= 0:
+            break
+        doomed += d.ids
+        excess -= len(d.ids)
+        dropped[(d.reason, d.severity)] += len(d.ids)
+    for start in range(0, len(doomed), _CHUNK):
+        session.execute(
+            sa.delete(OutboxMessage)
+            .where(OutboxMessage.id.in_(doomed[start : start + _CHUNK]))
+            .execution_options(synchronize_session=False)
+        )
+    lost = sum(
+        n for (reason, severity), n in dropped.items() if reason == "firing" and severity == "critical"
+    )
+    (log.error if lost else log.warning)(
+        "alerts: %s has %d messages pending, over alerts.max_outbox (%d); dropped %s",
+        receiver,
+        count,
+        limit,
+        ", ".join(f"{n} {reason} {severity}" for (reason, severity), n in sorted(dropped.items())),
+    )
+    return dropped

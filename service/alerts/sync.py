@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -54,6 +55,8 @@ class SyncTarget:
     #: incident's first trigger until it is this old (0 = no holding).
     inhibit: bool = False
     group_wait_s: float = 0.0
+    #: Pending messages kept at most (``alerts.max_outbox``); None: no limit.
+    max_pending: int | None = None
 
 
 @dataclass(slots=True)
@@ -67,6 +70,8 @@ class SyncResult:
     inhibited: int = 0
     #: Episodes stored only after they ended, paged now (summed over receivers).
     late: int = 0
+    #: Pending messages dropped over ``max_pending``: (receiver, reason, severity) -> count.
+    dropped: Counter[tuple[str, str, str]] = dataclasses.field(default_factory=Counter)
 
 
 def _snapshot(inc: Incident, started_at: datetime) -> AlertEvent:
@@ -311,3 +316,7 @@ def _sync_receiver(
             state.event = current.to_dict()
             state.last_enqueued_at = now
             result.refreshed += 1
+
+    if target.max_pending is not None:
+        for (reason, severity), n in outbox.enforce_limit(session, name, target.max_pending, now).items():
+            result.dropped[(name, reason, severity)] += n

@@ -112,3 +112,12 @@ def test_the_readme_alerts_example_is_a_valid_config(tmp_path: Path, monkeypatch
     alerts = load_settings(write(tmp_path, yaml.safe_load(readme[start : readme.index("```", start)]))).alerts
     assert [r.type for r in alerts.receivers] == ["pagerduty", "webhook", "slack"]
     assert len(alerts.alertmanager.urls) == 2
+
+
+def test_the_outbox_limit_defaults_to_ten_thousand_per_receiver(tmp_path: Path) -> None:
+    hook = {"name": "w", "type": "webhook", "url": "https://x"}
+    alerts = load_settings(write(tmp_path, {"alerts": {"receivers": [hook]}})).alerts
+    assert alerts.max_outbox == 10_000
+    assert {d.sync.max_pending for d in destinations(alerts)} == {10_000}
+    with pytest.raises(ValueError, match=r"alerts\.max_outbox"):
+        load_settings(write(tmp_path, {"alerts": {"max_outbox": 5}}))

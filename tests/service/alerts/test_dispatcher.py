@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from service.alerts import outbox
 from service.alerts.config import AlertsSettings
 from service.alerts.dispatcher import Dispatcher
 from service.alerts.metrics import AlertsCollector
@@ -214,3 +215,48 @@ def test_held_pages_are_counted_in_the_metrics(
     text = generate_latest(registry).decode()
     assert "graywire_alert_incidents_held 1.0" in text
     assert "graywire_alert_incidents_inhibited 0.0" in text
+
+
+def test_a_flood_behind_a_dead_receiver_stays_within_max_outbox_and_keeps_the_pages_that_matter(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    down = recorder.on("/hook", ok_status=503)
+    s = settings(recorder, {"name": "noc", "type": "webhook", "url": "/hook"})
+    dispatcher = Dispatcher(engine, s.model_copy(update={"max_outbox": 20, "min_severity": "warning"}))
+
+    async def cycle() -> None:
+        await asyncio.to_thread(dispatcher.sync)
+        await dispatcher.deliver_due()
+
+    waves = 5
+    for wave in range(waves):
+        t = 10 * wave
+        batch = [finding(f"w{wave}-{i}", t=t, severity="warning") for i in range(10)]
+        batch.append(finding(f"c{wave}", t=t, severity="critical"))
+        if wave:  # a few of the last wave's warnings are over already
+            batch += [finding(f"w{wave - 1}-{i}", status="cleared", t=t) for i in range(3)]
+        store.apply(batch)
+        asyncio.run(cycle())
+        assert outbox.backlog(engine)["noc"].pending <= 20
+    assert dispatcher.failed_attempts["noc"] > 0 and recorder.delivered("/hook") == []  # down throughout
+
+    registry = CollectorRegistry()
+    registry.register(AlertsCollector(dispatcher))
+    text = generate_latest(registry).decode()
+    drops: dict[tuple[str, str], float] = {}
+    for m in re.finditer(r"^graywire_alert_outbox_dropped_total\{(.*)\} (\S+)$", text, re.MULTILINE):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        assert labels["receiver"] == "noc"
+        drops[(labels["reason"], labels["severity"])] = float(m.group(2))
+    assert drops[("resolved", "warning")] > 0  # warnings over before they were sent went first
+    assert drops[("firing", "warning")] > 0
+    assert ("firing", "critical") not in drops  # while warnings remained, no critical page went
+    assert sum(drops.values()) == waves * 11 + (waves - 1) * 3 - 20
+
+    down.ok_status = 200
+    cycle_until(dispatcher, lambda: "noc" not in outbox.backlog(engine))  # nothing undelivered
+    sent = [r.json()["commonLabels"] for r in recorder.delivered("/hook")]
+    assert {lab["entity"] for lab in sent if lab["severity"] == "critical"} == {f"c{w}" for w in range(waves)}
+    warnings = {lab["entity"] for lab in sent if lab["severity"] == "warning"}
+    assert {f"w{waves - 1}-{i}" for i in range(10)} <= warnings  # the newest wave whole
+    assert len(sent) <= 20

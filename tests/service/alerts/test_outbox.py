@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import timedelta
 
@@ -121,3 +122,51 @@ def test_concurrent_dispatchers_never_claim_the_same_message(engine: Engine) -> 
         claimed.append(winners[0][0].id)
         outbox.ack(engine, [winners[0][0].id], now)
     assert claimed == ids
+
+
+def test_over_the_limit_the_cheapest_messages_are_dropped_first(engine: Engine) -> None:
+    # (incident, action, severity, status) in enqueue order for receiver "a".
+    plan = [
+        (1, "trigger", "critical", "delivered"),  # the receiver has incident 1's page
+        (1, "trigger", "critical", "pending"),  # ... an update of it, which the resolve supersedes
+        (2, "trigger", "warning", "pending"),  # 2 fired and cleared before anything was sent
+        (2, "resolve", "warning", "pending"),
+        (1, "resolve", "critical", "pending"),  # closes the page the receiver has
+        (3, "trigger", "info", "pending"),
+        (4, "trigger", "warning", "pending"),
+        (5, "trigger", "critical", "pending"),
+        (6, "trigger", "warning", "pending"),
+    ]
+    with Session(engine) as session, session.begin():
+        msgs = []
+        for incident, action, severity, state in plan:
+            status_ = "resolved" if action == "resolve" else "firing"
+            ev = dataclasses.replace(event(incident), severity=severity, status=status_)
+            m = outbox.enqueue(session, "a", action, ev, T0)
+            m.status = state
+            msgs.append(m)
+        session.flush()
+        ids = [m.id for m in msgs]
+
+    def keep(limit: int) -> tuple[list[int], dict[tuple[str, str], int]]:
+        with Session(engine) as session, session.begin():
+            dropped = outbox.enforce_limit(session, "a", limit, T0)
+        left = [i for i, (s, _) in sorted(status(engine).items()) if s == "pending"]
+        return [ids.index(i) for i in left], dict(dropped)
+
+    assert keep(7) == ([2, 3, 4, 5, 6, 7, 8], {("superseded", "critical"): 1})
+    assert keep(5) == ([4, 5, 6, 7, 8], {("resolved", "warning"): 2})  # trigger and resolve together
+    assert keep(4) == ([5, 6, 7, 8], {("resolve", "critical"): 1})
+    assert keep(3) == ([6, 7, 8], {("firing", "info"): 1})
+    assert keep(2) == ([7, 8], {("firing", "warning"): 1})  # the oldest warning first
+    assert keep(1) == ([7], {("firing", "warning"): 1})  # critical after every lower one
+    assert keep(1) == ([7], {})  # within the limit: nothing to do
+    assert status(engine)[ids[0]] == ("delivered", 0)  # delivered history is not the queue
+
+
+def test_a_message_being_sent_is_not_dropped(engine: Engine) -> None:
+    ids = fill(engine, [("a", 1), ("a", 2), ("a", 3)])
+    assert [m.id for m in outbox.claim_head(engine, "a", T0, lease_s=30)] == [ids[0]]
+    with Session(engine) as session, session.begin():
+        assert outbox.enforce_limit(session, "a", 1, T0) == {("firing", "warning"): 2}
+    assert [i for i, (s, _) in status(engine).items() if s == "pending"] == [ids[0]]
