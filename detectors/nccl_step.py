@@ -15,15 +15,15 @@ frozen and the slow samples never enter it. Findings roll up per job.
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from detectors.base import EntityIndex
+from detectors.base import SlotIndex
 from detectors.findings import Finding
 from detectors.robust import group_median
 
@@ -41,34 +41,66 @@ class NcclStepTimeConfig:
     min_ref: int = 6  # reference samples needed before judging
     min_recent: int = 10  # the recent window holds at least this many samples
     expire_s: float = 3600.0  # a group that stops reporting for this long is dropped
-
-
-@dataclass
-class _Group:
-    job: str
-    name: str
-    samples: deque[tuple[float, float, bool]] = field(default_factory=deque)  # (t, log step, flagged)
-    level: float | None = None  # frozen reference while open
-    is_open: bool = False
-    bad_run: int = 0
-    good_run: int = 0
-    last: float = 0.0
-    evidence: dict[str, Any] = field(default_factory=dict)
+    #: Per-poll levels kept per group: both windows at a 10 s poll (a faster poll judges
+    #: against the last ``max_samples`` polls instead of all of ``ref_s``).
+    max_samples: int = 256
+    max_groups: int = 16384  # live groups at most; past it new groups are counted, not judged
 
 
 class NcclStepTime:
-    """Two-window median shift of each communicator group's step time, rolled up per job."""
+    """Two-window median shift of each communicator group's step time, rolled up per job.
+
+    State is arrays with a row per live group (a ring of its last ``max_samples`` per-poll
+    levels, and its decision counters), judged for all of a poll's groups at once. A group
+    quiet for ``expire_s`` gives its row back; past ``max_groups`` live groups, new groups'
+    rows are left out and counted in :attr:`over_capacity`, never judged on half a history.
+    """
 
     name = "nccl_step_time"
-    version = "1"
+    version = "2"
     consumes = "nccl_timing"
     kinds = ("nccl_job_slowdown",)
 
     def __init__(self, cfg: NcclStepTimeConfig | None = None) -> None:
         self.cfg = cfg or NcclStepTimeConfig()
-        self.index = EntityIndex()
-        self.groups: dict[int, _Group] = {}
+        self.index = SlotIndex(self.cfg.max_groups)
+        self.over_capacity = 0  # rows left out because every group row was taken
+        k = self.cfg.max_samples
+        self._t = np.zeros((0, k))  # sample times, a ring per group row
+        self._x = np.zeros((0, k))  # log step time
+        self._flag = np.zeros((0, k), dtype=bool)  # taken while open: never part of a reference
+        self._head = np.zeros(0, dtype=np.int64)  # next ring position
+        self._n = np.zeros(0, dtype=np.int64)  # samples held
+        self._level = np.zeros(0)  # frozen reference while open (NaN otherwise)
+        self._open = np.zeros(0, dtype=bool)
+        self._bad = np.zeros(0, dtype=np.int64)
+        self._good = np.zeros(0, dtype=np.int64)
+        self._last = np.zeros(0)
+        self._jobs: list[str] = []
+        self._evidence: dict[int, dict[str, Any]] = {}
         self.job_open: dict[str, set[int]] = {}
+
+    @property
+    def groups(self) -> int:
+        """Live groups (for tests and the bench)."""
+        return self.index.live
+
+    def _grow(self, n: int) -> None:
+        have = self._head.size
+        if n <= have:
+            return
+        new = max(n, 2 * have, 64) - have
+        k = self.cfg.max_samples
+        self._t = np.vstack([self._t, np.zeros((new, k))])
+        self._x = np.vstack([self._x, np.zeros((new, k))])
+        self._flag = np.vstack([self._flag, np.zeros((new, k), dtype=bool)])
+        for name, fill, dtype in (
+            ("_head", 0, np.int64), ("_n", 0, np.int64), ("_level", np.nan, np.float64),
+            ("_open", False, bool), ("_bad", 0, np.int64), ("_good", 0, np.int64),
+            ("_last", 0.0, np.float64),
+        ):  # fmt: skip
+            setattr(self, name, np.concatenate([getattr(self, name), np.full(new, fill, dtype=dtype)]))
+        self._jobs.extend([""] * new)
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         if batch.num_rows == 0:
@@ -80,25 +112,51 @@ class NcclStepTime:
         if not ok.all():
             batch = batch.filter(pa.array(ok))
             dur = dur[ok]
-        gid = self._group_ids(batch)
-        used, inv = np.unique(gid, return_inverse=True)
-        level = self._levels(batch, np.log(dur), inv, used.size)
-        first = np.zeros(used.size, dtype=np.int64)
-        first[inv[::-1]] = np.arange(inv.size)[::-1]
-        jobs = batch.column("job")
         now = batch.column("time")[0].as_py()
         t = now.timestamp()
+        names, inv = self._group_names(batch)
+        # Quiet groups give their rows back first (not those reporting now), so new ones can
+        # take them in this very poll.
+        out = self._expire(t, now, keep=self.index.ids(names, assign=False))
+        slot = self.index.ids(names)[inv]
+        self._grow(len(self.index.keys))
+        if (slot < 0).any():
+            self.over_capacity += int((slot < 0).sum())
+            keep = slot >= 0
+            batch, dur, slot = batch.filter(pa.array(keep)), dur[keep], slot[keep]
+        if slot.size:
+            used, inv = np.unique(slot, return_inverse=True)
+            level = self._levels(batch, np.log(dur), inv, used.size)
+            fresh = np.flatnonzero(self._last[used] == 0.0)  # rows new (or given back) this poll
+            if fresh.size:
+                first = np.zeros(used.size, dtype=np.int64)
+                first[inv[::-1]] = np.arange(inv.size)[::-1]
+                jobs = batch.column("job").take(pa.array(first[fresh])).cast(pa.string()).to_pylist()
+                for j, job in zip(fresh.tolist(), jobs, strict=True):
+                    self._jobs[int(used[j])] = str(job)
+            finite = np.isfinite(level)
+            out += self._step(used[finite], level[finite], t, now)
+        return out
+
+    def _expire(self, t: float, now: datetime, keep: np.ndarray) -> list[Finding]:
+        """Give back the rows of groups quiet for ``expire_s`` (not those in ``keep``, reporting
+        now); an open one clears as stopped."""
+        live = np.array([k is not None for k in self.index.keys], dtype=bool)
+        live[keep[keep >= 0]] = False
+        gone = np.flatnonzero(live & (self._last[: live.size] < t - self.cfg.expire_s))
         out: list[Finding] = []
-        for j, g in enumerate(used.tolist()):
-            grp = self.groups.get(g)
-            if grp is None:
-                grp = self.groups[g] = _Group(str(jobs[int(first[j])].as_py()), self.index.keys[g])
-            out += self._step(g, grp, t, float(level[j]), now)
-        for g, grp in list(self.groups.items()):
-            if t - grp.last > self.cfg.expire_s:
-                del self.groups[g]
-                if grp.is_open:
-                    out += self._roll_up(g, grp, "cleared", now, expired=True)
+        for g in gone[self._open[gone]].tolist():
+            out += self._roll_up(g, "cleared", now, expired=True)
+        self.index.free(gone)
+        self._n[gone] = 0
+        self._head[gone] = 0
+        self._open[gone] = False
+        self._bad[gone] = 0
+        self._good[gone] = 0
+        self._level[gone] = np.nan
+        self._last[gone] = 0.0
+        for g in gone.tolist():
+            self._evidence.pop(g, None)
         return out
 
     @staticmethod
@@ -131,8 +189,10 @@ class NcclStepTime:
             level = np.where(np.bincount(gs, minlength=n) > 0, with_seq, level)
         return level
 
-    def _group_ids(self, batch: pa.RecordBatch) -> np.ndarray:
-        """Group id (communicator|collective|log2 size) per row; strings only for distinct groups."""
+    @staticmethod
+    def _group_names(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray]:
+        """The distinct groups (communicator|collective|log2 size), built in Arrow, and each
+        row's index into them."""
         size = batch.column("message_bytes").fill_null(0).to_numpy(zero_copy_only=False)
         bucket = np.floor(np.log2(np.maximum(size, 1))).astype(np.int64)
         comm, coll = batch.column("communicator"), batch.column("collective")
@@ -140,73 +200,94 @@ class NcclStepTime:
             comm = comm.dictionary_encode()
         if not pa.types.is_dictionary(coll.type):
             coll = coll.dictionary_encode()
+        n_coll = len(coll.dictionary)
         cc = comm.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         kc = coll.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        combo = (cc * len(coll.dictionary) + kc) * 64 + bucket
+        combo = (cc * n_coll + kc) * 64 + bucket
         uniq, inv = np.unique(combo, return_inverse=True)
-        names = [
-            f"{comm.dictionary[int(u // 64 // len(coll.dictionary))]}|"
-            f"{coll.dictionary[int((u // 64) % len(coll.dictionary))]}|{int(u % 64)}"
-            for u in uniq.tolist()
-        ]
-        return self.index.ids(pa.array(names, pa.string()))[inv]
+        names = pc.binary_join_element_wise(
+            comm.dictionary.cast(pa.string()).take(pa.array(uniq // 64 // n_coll)),
+            coll.dictionary.cast(pa.string()).take(pa.array((uniq // 64) % n_coll)),
+            pa.array(uniq % 64).cast(pa.string()),
+            "|",
+        )
+        return names, inv
 
-    def _step(self, g: int, grp: _Group, t: float, x: float, now: datetime) -> list[Finding]:
+    def _step(self, g: np.ndarray, x: np.ndarray, t: float, now: datetime) -> list[Finding]:
+        """Add this poll's level to each group's ring, then judge all of them at once."""
         cfg = self.cfg
-        grp.last = t
-        grp.samples.append((t, x, grp.is_open))
-        horizon = t - cfg.recent_s - cfg.ref_s
-        while len(grp.samples) > cfg.min_recent + cfg.min_ref and grp.samples[0][0] < horizon:
-            grp.samples.popleft()
+        k = cfg.max_samples
+        pos = self._head[g]
+        self._t[g, pos], self._x[g, pos], self._flag[g, pos] = t, x, self._open[g]
+        self._head[g] = (pos + 1) % k
+        self._last[g] = t
+        age = (self._head[g][:, None] - 1 - np.arange(k)[None, :]) % k  # 0: the newest sample
+        ts = self._t[g]
+        # Older than both windows goes, but the newest min_recent + min_ref always stay.
+        held = np.minimum(self._n[g] + 1, k)
+        keep = (age < held[:, None]) & (
+            (ts >= t - cfg.recent_s - cfg.ref_s) | (age < cfg.min_recent + cfg.min_ref)
+        )
+        n = keep.sum(axis=1)
+        self._n[g] = n
         # The recent window: the last recent_s seconds, but never fewer than min_recent samples
         # (at a slow poll a two-sample checkpoint must not be half the window).
-        n_recent = max(sum(1 for s in grp.samples if s[0] > t - cfg.recent_s), cfg.min_recent)
-        if len(grp.samples) <= n_recent:
-            return []
-        cut = grp.samples[-n_recent - 1][0]  # samples after this time are recent
-        recent = [s[1] for s in grp.samples if s[0] > cut]
-        if grp.level is not None and grp.is_open:
-            ref_level = grp.level
-            n_ref = None
-        else:
-            ref = [s[1] for s in grp.samples if s[0] <= cut and not s[2]]
-            if len(ref) < cfg.min_ref:
-                return []
-            ref_level, n_ref = float(np.median(ref)), len(ref)
-        shift = float(np.median(recent)) - ref_level
-        bad = shift >= math.log1p(cfg.close_shift if grp.is_open else cfg.open_shift)
-        grp.bad_run, grp.good_run = (grp.bad_run + 1, 0) if bad else (0, grp.good_run + 1)
-        if not grp.is_open and grp.bad_run >= cfg.open_after:
-            grp.is_open = True
-            grp.level = ref_level
+        n_recent = np.maximum((keep & (ts > t - cfg.recent_s)).sum(axis=1), cfg.min_recent)
+        recent = age < n_recent[:, None]
+        ref = (age >= n_recent[:, None]) & (age < n[:, None]) & ~self._flag[g]
+        xs = self._x[g]
+        recent_med = _row_median(xs, recent)
+        ref_med, n_ref = _row_median(xs, ref), ref.sum(axis=1)
+        is_open = self._open[g]
+        ref_level = np.where(is_open, self._level[g], ref_med)
+        judged = (n > n_recent) & (is_open | (n_ref >= cfg.min_ref))
+        shift = recent_med - ref_level
+        bad = judged & (shift >= np.where(is_open, math.log1p(cfg.close_shift), math.log1p(cfg.open_shift)))
+        self._bad[g] = np.where(judged, np.where(bad, self._bad[g] + 1, 0), self._bad[g])
+        self._good[g] = np.where(judged, np.where(bad, 0, self._good[g] + 1), self._good[g])
+        opening = np.flatnonzero(judged & ~is_open & (self._bad[g] >= cfg.open_after))
+        closing = np.flatnonzero(judged & is_open & (self._good[g] >= cfg.close_after))
+        out: list[Finding] = []
+        for i in opening.tolist():  # rare: a few groups a day, in Python
+            row = int(g[i])
+            self._open[row] = True
+            self._level[row] = ref_level[i]
             # The samples that moved the median are not normal: keep them out of any baseline.
-            grp.samples = deque((s[0], s[1], s[0] > cut or s[2]) for s in grp.samples)
-            grp.evidence = self._evidence(grp, ref_level, n_ref, shift, cut)
-            return self._roll_up(g, grp, "firing", now)
-        if grp.is_open and grp.good_run >= cfg.close_after:
-            grp.is_open = False
-            grp.level = None
-            grp.evidence = {**grp.evidence, "after_median_seconds": math.exp(ref_level + shift)}
-            return self._roll_up(g, grp, "cleared", now)
-        return []
+            self._flag[row, recent[i]] = True
+            at = (self._head[row] - 1 - np.arange(n[i] - 1, -1, -1)) % k  # held samples, oldest first
+            last = at[-2 * int(n_recent[i]) :]
+            self._evidence[row] = self._describe(
+                row,
+                self._t[row, last],
+                self._x[row, last],
+                float(ref_level[i]),
+                int(n_ref[i]),
+                float(shift[i]),
+            )
+            out += self._roll_up(row, "firing", now)
+        for i in closing.tolist():
+            row = int(g[i])
+            self._open[row] = False
+            self._level[row] = np.nan
+            ev = self._evidence.get(row, {})
+            self._evidence[row] = {**ev, "after_median_seconds": math.exp(ref_level[i] + shift[i])}
+            out += self._roll_up(row, "cleared", now)
+        return out
 
-    def _evidence(
-        self, grp: _Group, ref: float, n_ref: int | None, shift: float, cut: float
+    def _describe(
+        self, g: int, times: np.ndarray, xs: np.ndarray, ref: float, n_ref: int, shift: float
     ) -> dict[str, Any]:
         """Before/after medians, the shift, and when it began: the CUSUM estimate, the split of
-        the last two windows after which the samples sit furthest above the halfway level."""
-        n = sum(1 for s in grp.samples if s[0] > cut)
-        pts = [(s[0], s[1]) for s in list(grp.samples)[-2 * n :]]
-        xs = np.array([x for _, x in pts]) - (ref + shift / 2)
-        tail = np.cumsum(xs[::-1])[::-1]  # sum from each sample to the newest
+        the last two windows (``times``, ``xs``) after which the samples sit furthest above the
+        halfway level."""
+        tail = np.cumsum((xs - (ref + shift / 2))[::-1])[::-1]  # sum from each sample to the newest
         k = int(np.argmax(tail))
-        change = pts[k][0]
         # The recent median lags a step (it opens half way through); the samples since the
         # change say where the level went.
-        shift = max(shift, float(np.median([x for _, x in pts[k:]])) - ref)
-        comm, coll, bucket = grp.name.rsplit("|", 2)
+        shift = max(shift, float(np.median(xs[k:])) - ref)
+        comm, coll, bucket = str(self.index.keys[g]).rsplit("|", 2)
         return {
-            "job": grp.job,
+            "job": self._jobs[g],
             "communicator": comm,
             "collective": coll,
             "size_bucket_log2": int(bucket),
@@ -214,17 +295,16 @@ class NcclStepTime:
             "after_median_seconds": math.exp(ref + shift),
             "shift": math.expm1(shift),
             "expected": f"<= {self.cfg.open_shift:.0%} over the reference",
-            "change_time": datetime.fromtimestamp(change, tz=UTC).isoformat(),
+            "change_time": datetime.fromtimestamp(float(times[k]), tz=UTC).isoformat(),
             "reference_samples": n_ref,
             "recent_window_s": self.cfg.recent_s,
             "reference_window_s": self.cfg.ref_s,
         }
 
-    def _roll_up(
-        self, g: int, grp: _Group, status: str, now: datetime, expired: bool = False
-    ) -> list[Finding]:
+    def _roll_up(self, g: int, status: str, now: datetime, expired: bool = False) -> list[Finding]:
         """One incident per job: it opens with its first slow group and clears with its last."""
-        groups = self.job_open.setdefault(grp.job, set())
+        job = self._jobs[g]
+        groups = self.job_open.setdefault(job, set())
         if status == "firing":
             first = not groups
             groups.add(g)
@@ -234,21 +314,21 @@ class NcclStepTime:
             groups.discard(g)
             if groups:
                 return []
-            del self.job_open[grp.job]
-        ev = grp.evidence
+            del self.job_open[job]
+        ev = self._evidence.get(g, {})
         if status == "firing":
             summary = (
-                f"job {grp.job}: {ev['collective']} in {ev['communicator']} {ev['shift']:.0%} slower since "
+                f"job {job}: {ev['collective']} in {ev['communicator']} {ev['shift']:.0%} slower since "
                 f"{ev['change_time']} ({ev['before_median_seconds'] * 1e3:.2f} ms -> "
                 f"{ev['after_median_seconds'] * 1e3:.2f} ms), on every rank: a job-wide slowdown"
             )
         else:
             why = "stopped reporting (job ended?)" if expired else "back at its reference step time"
-            summary = f"job {grp.job}: {why}"
+            summary = f"job {job}: {why}"
         return [
             Finding(
                 kind="nccl_job_slowdown",
-                entity=grp.job,
+                entity=job,
                 status=status,  # type: ignore[arg-type]
                 time=now,
                 severity="warning",
@@ -259,3 +339,13 @@ class NcclStepTime:
                 evidence=dict(ev),
             )
         ]
+
+
+def _row_median(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Median of each row's masked values (NaN for a row with none), with one sort."""
+    n = mask.sum(axis=1)
+    v = np.sort(np.where(mask, x, np.inf), axis=1)
+    rows = np.arange(x.shape[0])
+    lo = v[rows, np.maximum(n - 1, 0) // 2]
+    hi = v[rows, np.minimum(n // 2, x.shape[1] - 1)]
+    return np.where(n > 0, (lo + hi) / 2, np.nan)

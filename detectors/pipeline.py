@@ -68,6 +68,8 @@ class StageStats:
     rows: int = 0
     seconds: float = 0.0
     findings: int = 0
+    #: Rows a detector left out because its state was full (None: it has no such bound).
+    over_capacity: int | None = None
 
 
 @dataclass
@@ -158,6 +160,8 @@ class Pipeline:
                 t0 = time.perf_counter()
                 found = det.observe(inputs)
                 self._timed(det.name, inputs.num_rows, t0, len(found))
+                if (full := getattr(det, "over_capacity", None)) is not None:
+                    self.stats[det.name].over_capacity = int(full)
                 result.findings.extend(found)
         if len(batches) == 1 and result.dropped:
             raise ValueError(result.dropped[0][2])

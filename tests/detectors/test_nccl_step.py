@@ -132,3 +132,28 @@ def test_bad_rows_are_ignored() -> None:
     b = b.set_column(i, "duration_seconds", pa.array([float("nan")] * 16))
     assert det.observe(b) == []
     assert det.observe(poll(0, 0.0)) == []
+
+
+def test_groups_are_bounded_and_quiet_ones_give_their_rows_back() -> None:
+    """A flood of communicators cannot grow the state: past max_groups live groups new ones are
+    counted and left out; a group quiet for expire_s frees its row for the next."""
+    det = NcclStepTime(NcclStepTimeConfig(max_groups=3, expire_s=100.0))
+    for i in range(5):
+        assert det.observe(poll(i, 0.01, job=f"job-{i}")) == []
+    assert det.groups == 3 and det.over_capacity == 2 * 16
+    assert det._t.shape[0] <= 64  # the arrays hold live rows, not every group ever seen
+    # 200 s later the first three have been quiet past expire_s: their rows go to new groups.
+    assert det.observe(poll(30, 0.01, job="job-new")) == []
+    assert det.groups == 1 and det.over_capacity == 2 * 16
+    assert det.index.keys.count(None) == 2 and "job-new:world|AllReduce|26" in det.index.keys
+
+
+def test_an_open_slowdown_of_a_group_that_goes_quiet_clears_as_stopped() -> None:
+    det = NcclStepTime(NcclStepTimeConfig(recent_s=60, ref_s=300, expire_s=600))
+    out: list[Finding] = []
+    for i in range(100):
+        out += det.observe(poll(i, 0.02 * (1.3 if i >= 60 else 1.0)))
+    assert [f.status for f in out] == ["firing"]
+    out += det.observe(poll(200, 0.02, job="job-b"))  # job-a stopped reporting 1,000 s ago
+    assert [(f.status, f.entity) for f in out[1:]] == [("cleared", "job-a")]
+    assert "stopped reporting" in out[1].summary
