@@ -314,7 +314,8 @@ class GraywireCollector(Collector):
         )
         yield _counter(
             "graywire_rejected_rows",
-            "Rows refused before detection, by record and reason (unknown_host, clock_ahead, too_old)",
+            "Rows refused before detection, by record and reason (unknown_host, out_of_scope, clock_ahead, "
+            "too_old, communicator_cap, rate_limited, scheduler_unavailable)",
             (([rec, why], n) for (rec, why), n in sorted(s.rows_rejected.items())),
             ["record", "reason"],
         )
@@ -382,6 +383,13 @@ class GraywireCollector(Collector):
             "graywire_pipeline_stage_batches",
             "Batches processed per pipeline stage",
             (([name], st.batches) for name, st in stages),
+            ["stage"],
+        )
+        yield _counter(
+            "graywire_detector_rows_over_capacity",
+            "Rows a detector left out because its state was at its bound (e.g. nccl_step_time's "
+            "max_groups live groups): counted, never judged on half a history",
+            (([name], st.over_capacity) for name, st in stages if st.over_capacity is not None),
             ["stage"],
         )
         g = GaugeMetricFamily(
