@@ -101,6 +101,8 @@ def test_service_figures(full: str) -> None:
         value(full, "graywire_scrape_staleness_seconds", source="fabricsim", target="fabricsim:8-hosts") < 60
     )
     assert value(full, "graywire_pipeline_lag_seconds") >= 0
+    # A detector with bounded state says so from the start (0), so rate() works before any drop.
+    assert value(full, "graywire_detector_rows_over_capacity_total", stage="nccl_step_time") == 0
 
 
 @pytest.mark.parametrize("which", ["full", "aggregates_only"])
