@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -79,18 +80,17 @@ async def serial(client: httpx.AsyncClient, n: int) -> dict[str, list[float]]:
 
 async def open_loop(
     client: httpx.AsyncClient, rate: float, seconds: float
-) -> tuple[dict[str, list[float]], int]:
+) -> tuple[dict[str, list[float]], Counter[str]]:
     lat: dict[str, list[float]] = {r: [] for r in ROUTES}
-    errors = 0
+    errors: Counter[str] = Counter()
 
     async def one(route: str, due: float) -> None:
-        nonlocal errors
         try:
             resp = await client.get(route)
             if resp.status_code != 200:
-                errors += 1
-        except httpx.HTTPError:
-            errors += 1
+                errors[f"HTTP {resp.status_code}"] += 1
+        except httpx.HTTPError as e:
+            errors[type(e).__name__] += 1
         lat[route].append(time.perf_counter() - due)
 
     start = time.perf_counter()
@@ -155,7 +155,8 @@ sources:
             f"{len(drains)} drain-list entries"
         )
         print(f"load: {args.rate:g} req/s open-loop for {args.seconds:g} s over {args.connections} "
-              f"connections; {sum(map(len, loaded.values()))} requests in {wall:.1f} s, {errors} errors; "
+              f"connections; {sum(map(len, loaded.values()))} requests in {wall:.1f} s, "
+              f"{sum(errors.values())} errors {dict(errors) or ''}; "
               f"{polls:.0f} polls ran meanwhile (last took {poll_s:.2f} s)")  # fmt: skip
         print(f"{'route':<22}{'idle p50':>10}{'idle p99':>10}{'p50':>9}{'p99':>9}{'max':>9}"
               f"{'p99/idle':>10}{'p99/20ms':>10}")  # fmt: skip

@@ -33,6 +33,7 @@ def _serve(settings: Any, banner: str | None = None) -> int:
         host=settings.host,
         port=settings.port,
         log_level="info",
+        access_log=http.access_log,
         # h11, never httptools even where it is installed: h11 bounds the request head while it
         # arrives (h11_max_incomplete_event_size); httptools keeps growing it. Each head must
         # also arrive within http.header_timeout.

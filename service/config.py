@@ -144,6 +144,9 @@ class HttpSettings(BaseModel):
     header_timeout: str = "10s"
     #: Largest request headers; bigger ones are a 431 before any route runs.
     max_header_bytes: int = Field(16 * 1024, ge=1024)
+    #: A line per request (uvicorn's access log). Off by default: at hundreds of requests a
+    #: second it is about half of each request's CPU, and a fronting proxy logs them anyway.
+    access_log: bool = False
     #: How long a rendered drain or incident list may be served again. Any write through this
     #: process drops it at once; the limit is for writes by another process on the database.
     read_cache_ttl: str = "1s"

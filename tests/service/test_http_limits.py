@@ -99,3 +99,25 @@ def test_slow_request_heads_are_cut_off(service: Service) -> None:
     finally:
         for s in [*silent, *slow, kept]:
             s.close()
+
+
+def test_no_line_per_request_unless_asked(service: Service, tmp_path: Path) -> None:
+    """The access log is off by default (about half of a request's CPU at a high rate)."""
+    for _ in range(3):
+        assert service.get("/api/v1/drain").status_code == 200
+    assert '"GET /api/v1/drain HTTP/1.1" 200' not in service.log.read_text()
+
+    port = free_port()
+    config = tmp_path / "access.yaml"
+    config.write_text(yaml.safe_dump({
+        "port": port, "data_dir": str(tmp_path / "data2"), "archive": {"enabled": False},
+        "sources": [{"type": "fabricsim", "hosts": 8}], "http": {"access_log": True},
+    }))  # fmt: skip
+    svc = Service(config, port, tmp_path / "access.log")
+    try:
+        svc.start()
+        assert svc.get("/api/v1/drain").status_code == 200
+        svc.wait_for(lambda: '"GET /api/v1/drain HTTP/1.1" 200' in svc.log.read_text(), "an access line")
+    finally:
+        if svc.proc is not None and svc.proc.poll() is None:
+            svc.kill9()
