@@ -36,7 +36,28 @@ JUNK = st.text(max_size=30) | st.sampled_from(
         "}",
         ":",
         "300X",
+        "]",
+        "\n",
+        "0x10",
+        "inf",
     ]
+)
+
+#: A JSON value where the format has a number or a string: huge and negative integers, floats
+#: past double, absurd strings, nulls, booleans, and small nested containers.
+JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.integers(min_value=10**300, max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    JUNK,
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda v: st.lists(v, max_size=3) | st.dictionaries(st.text(max_size=8), v, max_size=3),
+    max_leaves=6,
 )
 
 

@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from sqlalchemy.engine import make_url
 
-from tests.conftest import _in_ci
+from tests.conftest import _in_ci, postgres_url, reset_postgres
+from tests.service.pg_relay import Relay
 from tests.service.schedsync.slurm_cluster import (
     RESTD_USER,
     SlurmCluster,
@@ -68,3 +70,15 @@ def slurmrestd(slurm_cluster: SlurmCluster) -> SlurmRestd:
         _skip_or_fail("slurmrestd not found (Debian: apt install slurmrestd)")
     url, version = slurm_cluster.start_restd()
     return SlurmRestd(url, version, RESTD_USER, slurm_cluster.token(RESTD_USER))
+
+
+@pytest.fixture
+def relay() -> Iterator[tuple[Relay, str]]:
+    """A cuttable relay to the PostgreSQL test database (wiped before and after), and its URL."""
+    url = make_url(postgres_url())
+    reset_postgres(url.render_as_string(hide_password=False))
+    r = Relay((url.host or "127.0.0.1", url.port or 5432))
+    r.start()
+    yield r, url.set(host="127.0.0.1", port=r.port).render_as_string(hide_password=False)
+    r.cut()
+    reset_postgres(url.render_as_string(hide_password=False))

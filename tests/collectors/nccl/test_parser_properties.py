@@ -9,12 +9,11 @@ arbitrary text spliced into a line. Bounded so the suite stays fast.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from collectors.nccl.common import TimingRows
@@ -25,32 +24,12 @@ from collectors.nccl.profiler import parse_profiler_trace
 from collectors.nccl.proxy import ProxyRows
 from collectors.nccl.tail import parse_push
 from tests.conftest import REAL_FIXTURES
+from tests.strategies import JSON_VALUES, PROPERTY, spliced
 
 NCCL = REAL_FIXTURES / "nccl"
-PROPERTY = settings(
-    max_examples=int(os.environ.get("GRAYWIRE_PROPERTY_EXAMPLES", "150")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-
 pytestmark = pytest.mark.skipif(
     not NCCL.is_dir(),
     reason=f"real fixtures not found at {NCCL} (../shared/fixtures/real beside the repository)",
-)
-
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**80), max_value=2**80),
-    st.integers(min_value=10**300, max_value=10**400),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=40),
-    st.sampled_from(["nan", "inf", "-1", "0x10", "1e400", "\n", "9" * 400]),
-)
-values = st.recursive(
-    scalars,
-    lambda v: st.lists(v, max_size=3) | st.dictionaries(st.text(max_size=8), v, max_size=3),
-    max_leaves=6,
 )
 
 
@@ -92,24 +71,7 @@ def mutated_record(draw: st.DrawFn) -> Any:
     rec = draw(st.sampled_from(RECORDS))
     paths = _paths(rec)
     path = draw(st.sampled_from(paths)) if paths else ()
-    return _replace(rec, path, draw(values))
-
-
-def _spliced(text: str) -> st.SearchStrategy[str]:
-    lines = text.splitlines() or [""]
-
-    @st.composite
-    def build(draw: st.DrawFn) -> str:
-        i = draw(st.integers(0, len(lines) - 1))
-        line = lines[i]
-        at = draw(st.integers(0, len(line)))
-        cut = draw(st.integers(0, 20))
-        junk = draw(st.text(max_size=30) | st.sampled_from(["9" * 400, '"', "{", "]", "\x00", "-1"]))
-        out = list(lines)
-        out[i] = line[:at] + junk + line[at + cut :]
-        return "\n".join(out) + "\n"
-
-    return build()
+    return _replace(rec, path, draw(JSON_VALUES))
 
 
 @PROPERTY
@@ -143,7 +105,7 @@ def test_nccl_tests_output_with_junk_spliced_in(name: str) -> None:
     text = (NCCL / name).read_text()
 
     @PROPERTY
-    @given(_spliced(text))
+    @given(spliced(text))
     def check(mutated: str) -> None:
         parser = parse_nccl_tests(mutated)
         rows = TimingRows()
@@ -158,7 +120,7 @@ def test_debug_log_lines_with_junk_spliced_in() -> None:
     text = (NCCL / "nccl_userguide_logging_examples.txt").read_text()
 
     @PROPERTY
-    @given(_spliced(text))
+    @given(spliced(text))
     def check(mutated: str) -> None:
         topo = NcclTopology()
         topo.feed(mutated.splitlines())
@@ -172,7 +134,7 @@ def test_profiler_trace_with_junk_spliced_in() -> None:
     text = (NCCL / "nccl_profiler_example_readme_trace.txt").read_text()
 
     @PROPERTY
-    @given(_spliced(text))
+    @given(spliced(text))
     def check(mutated: str) -> None:
         parser = parse_profiler_trace(mutated)
         rows = TimingRows()

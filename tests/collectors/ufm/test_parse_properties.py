@@ -25,7 +25,7 @@ from collectors.ufm.ports import PortKeys, SpellingCache
 from collectors.ufm.rest import parse_ports, width_lanes
 from collectors.ufm.telemetry import TelemetryParseError, parse_csv, parse_prometheus, parse_tfs_json
 from tests.conftest import REAL_FIXTURES
-from tests.strategies import PROPERTY, spliced
+from tests.strategies import JSON_VALUES, PROPERTY, spliced
 
 UFM = REAL_FIXTURES / "ufm"
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -71,21 +71,6 @@ PORTS = [
     for r in RECORDS
 ]
 
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**80), max_value=2**80),
-    st.integers(min_value=10**300, max_value=10**400),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=20),
-    st.sampled_from(["nan", "inf", "-1", "0x10", "1e400", "²", "300x", "9" * 400, "18446744073709551616"]),
-)
-values = st.recursive(
-    scalars,
-    lambda v: st.lists(v, max_size=3) | st.dictionaries(st.text(max_size=5), v, max_size=2),
-    max_leaves=4,
-)
-
 
 @st.composite
 def mutated(draw: st.DrawFn, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -93,7 +78,7 @@ def mutated(draw: st.DrawFn, records: list[dict[str, Any]]) -> list[dict[str, An
     i = draw(st.integers(0, len(records) - 1))
     key = draw(st.sampled_from(sorted(records[i])))
     out = [dict(r) for r in records]
-    out[i][key] = draw(values)
+    out[i][key] = draw(JSON_VALUES)
     return out
 
 

@@ -8,22 +8,19 @@ usual) and one that starts and ends while the relay is cut.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.engine import make_url
 
 from service.alerts.dispatcher import Dispatcher
 from service.app import create_app
 from service.config import load_settings
-from tests.conftest import postgres_url, reset_postgres
 from tests.service.alerts.receiver import Recorder
 from tests.service.alerts.test_dispatcher import FAST_RETRY, cycle_until
-from tests.service.test_db_outage import Relay
+from tests.service.pg_relay import Relay
 
 RK = "R0UT1NGKEY0000000000000000000000"
 # gpu-0001 rail 3 is down to 400G from 3 s on (open throughout); gpu-0002 rail 1 from 9 s to
@@ -32,17 +29,6 @@ RK = "R0UT1NGKEY0000000000000000000000"
 FAULTS = "speed_downgrade@3s+1h:gpu-0001/mlx5_3,speed_downgrade@9s+4s:gpu-0002/mlx5_1"
 BEFORE_OUTAGE = 4  # polls at 0-6 s: the first fault fires
 DURING_OUTAGE = 5  # polls at 8-16 s: the second fault fires and clears
-
-
-@pytest.fixture
-def relay() -> Iterator[tuple[Relay, str]]:
-    url = make_url(postgres_url())
-    reset_postgres(url.render_as_string(hide_password=False))
-    r = Relay((url.host or "127.0.0.1", url.port or 5432))
-    r.start()
-    yield r, url.set(host="127.0.0.1", port=r.port).render_as_string(hide_password=False)
-    r.cut()
-    reset_postgres(url.render_as_string(hide_password=False))
 
 
 def _pd(recorder: Recorder, key: str | None = None) -> list[dict[str, Any]]:
