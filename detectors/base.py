@@ -69,6 +69,12 @@ class Hysteresis:
         self.is_open[idx[closes]] = False
         return idx[opens], idx[closes]
 
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the entities where ``mask`` is true, renumbered densely (compaction)."""
+        n = mask.size
+        self.bad_run, self.good_run = self.bad_run[:n][mask], self.good_run[:n][mask]
+        self.is_open = self.is_open[:n][mask]
+
 
 class RollingWindow:
     """The last ``window`` values of each entity (a ring buffer per row), for windowed medians.
@@ -109,10 +115,12 @@ class EntityIndex:
     """Stable integer ids for string entity keys that appear over time (e.g. NCCL ranks).
 
     Known keys are found with one vectorized hash lookup; only keys never seen before go
-    through Python, once each.
+    through Python, once each. With a ``capacity``, keys past it get -1 (their rows are the
+    caller's to count); :meth:`keep` forgets keys and renumbers densely, order kept.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity
         self.keys: list[str] = []
         self._known = pa.array([], type=pa.string())
 
@@ -122,11 +130,82 @@ class EntityIndex:
             keys = keys.cast(pa.string())
         found = pc.index_in(keys, value_set=self._known)
         if found.null_count:
-            new = pc.unique(keys.filter(pc.is_null(found))).to_pylist()
-            self.keys.extend(new)
-            self._known = pa.array(self.keys, type=pa.string())
-            found = pc.index_in(keys, value_set=self._known)
-        return found.to_numpy(zero_copy_only=False).astype(np.int64)
+            new = pc.unique(keys.filter(pc.is_null(found)))
+            if self.capacity is not None:
+                new = new.slice(0, max(0, self.capacity - len(self.keys)))
+            if len(new):
+                self.keys.extend(new.to_pylist())
+                self._known = pa.concat_arrays([self._known, new.cast(pa.string())])
+                found = pc.index_in(keys, value_set=self._known)
+        return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the keys where ``mask`` is true, renumbered densely like :meth:`RollingWindow.keep`."""
+        self._known = self._known.filter(pa.array(mask))
+        self.keys = self._known.to_pylist()
+
+
+class KeyIndex:
+    """Dense row ids for int64 keys (packed tuples), at most ``capacity`` of them.
+
+    A poll's keys are found with one binary search over the sorted keys. New keys are added
+    in first-seen or sorted order; past the capacity they get -1, and with ``group`` given a
+    group's new keys are taken all or none, so no group is judged on part of its members.
+    :meth:`keep` drops rows and renumbers densely, order kept (compaction).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.key_of = np.zeros(0, dtype=np.int64)  # id -> key
+        self._sorted = np.zeros(0, dtype=np.int64)
+        self._id_at = np.zeros(0, dtype=np.int64)
+
+    @property
+    def n(self) -> int:
+        return int(self.key_of.size)
+
+    def find(self, packed: np.ndarray) -> np.ndarray:
+        """Ids of known keys, -1 for the others."""
+        if not self._sorted.size:
+            return np.full(packed.size, -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self._sorted, packed), self._sorted.size - 1)
+        return np.where(self._sorted[pos] == packed, self._id_at[pos], -1)
+
+    def ids(self, packed: np.ndarray, group: np.ndarray | None = None, first_seen: bool = True) -> np.ndarray:
+        """Ids for ``packed``, new keys added (first-seen order, else sorted) while they fit."""
+        found = self.find(packed)
+        miss = np.flatnonzero(found < 0)
+        if not miss.size:
+            return found
+        new, first = np.unique(packed[miss], return_index=True)
+        if first_seen:
+            order = np.argsort(first, kind="stable")
+            new, first = new[order], first[order]
+        room = self.capacity - self.n
+        if new.size > room:
+            new = new[:room] if group is None else new[_whole_groups(group[miss[first]], room)]
+        if new.size:
+            self.rekey(np.concatenate([self.key_of, new]))
+            found = self.find(packed)
+        return found
+
+    def keep(self, mask: np.ndarray) -> None:
+        self.rekey(self.key_of[: mask.size][mask])
+
+    def rekey(self, key_of: np.ndarray) -> None:
+        """Replace every row's key (ids stay): after renumbering what the keys are packed from."""
+        self.key_of = key_of
+        self._id_at = np.argsort(key_of, kind="stable")
+        self._sorted = key_of[self._id_at]
+
+
+def _whole_groups(group: np.ndarray, room: int) -> np.ndarray:
+    """Which new keys fit, taking whole groups in first-seen order while their sizes fit ``room``."""
+    _, first, inv, counts = np.unique(group, return_index=True, return_inverse=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    fits = np.empty(order.size, dtype=bool)
+    fits[order] = np.cumsum(counts[order]) <= room
+    return fits[inv.ravel()]
 
 
 class SlotIndex:

@@ -20,6 +20,11 @@ edges left out of that baseline), and both sides must agree, so
 
 Findings name both NICs (``link`` = ``nic <-> nic``) and the side ``network``: neither host
 is to blame by itself.
+
+State is bounded: an edge unseen for ``expire_polls`` polls and not open is forgotten (its
+rows compacted away, all at once), an open one is first cleared as stopped reporting, and at
+most ``max_communicators`` communicators and ``max_edges`` edges are live; rows past them are
+counted in ``over_capacity``, not judged.
 """
 
 from __future__ import annotations
@@ -34,11 +39,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.model import Fabric
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow
+from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow
 from detectors.findings import Finding
 from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 _SIDES = ("send", "recv")
+# An edge's key packs (communicator, channel, sender, receiver) into 15, 8, 20 and 20 bits: the
+# communicator is a live id below max_communicators, the others are checked per row.
+_COMM_BITS, _RANK_LIMIT, _CHAN_LIMIT = 15, 1 << 20, 1 << 8
+
+
+def _pack(comm: np.ndarray, chan: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    return (comm << 48) | (chan << 40) | (src << 20) | dst
+
+
+def _unpack(key: np.ndarray) -> np.ndarray:
+    return np.stack([key >> 48, (key >> 40) & 0xFF, (key >> 20) & 0xFFFFF, key & 0xFFFFF], axis=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +66,13 @@ class NcclHopConfig:
     close_ratio: float = 1.05
     min_scale: float = 0.01  # floor on the peers' spread (log units)
     min_peers: int = 8  # edges in the comparison group
-    #: An open edge not seen for this many polls (its job ended) clears.
+    #: An open edge not seen for this many polls (its job ended) clears, then is forgotten; the
+    #: state is compacted this often too.
     expire_polls: int = 30
+    #: Live communicators (below 2**15: they are packed into edge keys) and edges at most: job
+    #: after job adds its own. Rows past them are counted, not judged.
+    max_communicators: int = 8192
+    max_edges: int = 262144
     #: This many hosts' disjoint slow edges on one channel behind one leaf are a path, not hops.
     min_path_hosts: int = 3
     #: A batch holding more collectives than this (a whole dump at once) is judged in this many steps.
@@ -59,6 +80,10 @@ class NcclHopConfig:
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=2, close_after=3)
     )
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_communicators <= 1 << _COMM_BITS:
+            raise ValueError(f"max_communicators must be in 1..{1 << _COMM_BITS}")
 
 
 class NcclHopDetector:
@@ -73,11 +98,11 @@ class NcclHopDetector:
         self.fabric = fabric
         self.cfg = cfg or NcclHopConfig()
         w = self.cfg.window
-        self.comms = EntityIndex()
-        self._keys = np.zeros(0, dtype=np.int64)  # sorted packed cell keys
-        self._ids = np.zeros(0, dtype=np.int64)
+        self.comms = EntityIndex(self.cfg.max_communicators)
+        self.cells = KeyIndex(self.cfg.max_edges)  # packed (comm, channel, src, dst) -> cell
         self._label = np.zeros((0, 4), dtype=np.int64)  # cell -> (comm, channel, src, dst)
-        self.n = 0
+        self.over_capacity = 0  # rows left out because the communicator or edge cap was reached
+        self._crowded = False
         self.windows = {s: RollingWindow(w) for s in _SIDES}
         self.last_raw = {s: np.full(0, np.nan) for s in _SIDES}  # log seconds per byte, last observation
         self.last_med = {s: np.full(0, np.nan) for s in _SIDES}  # its group's median then
@@ -92,25 +117,13 @@ class NcclHopDetector:
 
     # -- state ---------------------------------------------------------------------------------------
     def _cells(self, comm: np.ndarray, chan: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        packed = (comm << 48) | ((chan & 0xFF) << 40) | ((src & 0xFFFFF) << 20) | (dst & 0xFFFFF)
-        if self._keys.size:
-            pos = np.searchsorted(self._keys, packed)
-            hit = self._keys[np.minimum(pos, self._keys.size - 1)] == packed
-        else:
-            hit = np.zeros(packed.size, dtype=bool)
-        if not hit.all():
-            new = np.unique(packed[~hit])
-            new_ids = np.arange(self.n, self.n + new.size)
-            self.n += new.size
-            keys = np.concatenate([self._keys, new])
-            vals = np.concatenate([self._ids, new_ids])
-            order = np.argsort(keys, kind="stable")
-            self._keys, self._ids = keys[order], vals[order]
-            lab = np.stack([new >> 48, (new >> 40) & 0xFF, (new >> 20) & 0xFFFFF, new & 0xFFFFF], axis=1)
-            self._label = np.vstack([self._label, lab])
-            self._grow(self.n)
-            pos = np.searchsorted(self._keys, packed)
-        return self._ids[pos]
+        """Cell ids (-1 past ``max_edges``: a communicator's new edges are taken all or none)."""
+        n = self.cells.n
+        cell = self.cells.ids(_pack(comm, chan, src, dst), group=comm, first_seen=False)
+        if self.cells.n > n:
+            self._label = np.vstack([self._label, _unpack(self.cells.key_of[n:])])
+            self._grow(self.cells.n)
+        return cell
 
     def _grow(self, n: int) -> None:
         extra = n - self.last_seen.size
@@ -123,11 +136,50 @@ class NcclHopDetector:
         self.last_seen = np.concatenate([self.last_seen, np.zeros(extra, np.int64)])
         self.hyst.grow(n)
 
+    def _compact(self) -> None:
+        """Forget edges unseen for ``expire_polls`` polls that are not open, and communicators
+        left without edges: ended jobs.
+
+        Rows are dropped and renumbered densely in one pass over the arrays (order kept, so
+        findings do not depend on when it ran); only the maps of open edges and reported ranks
+        are remapped in Python. An edge that comes back starts afresh.
+        """
+        self._crowded = False
+        n = self.cells.n
+        keep = ~((self.polls - self.last_seen[:n] > self.cfg.expire_polls) & ~self.hyst.is_open[:n])
+        lab = self._label[:n][keep]
+        c_live = np.zeros(len(self.comms.keys), dtype=bool)
+        c_live[lab[:, 0]] = True
+        if keep.all() and c_live.all():
+            return
+        new_id = np.cumsum(keep) - 1
+        new_c = np.cumsum(c_live) - 1
+        self.comms.keep(c_live)
+        lab[:, 0] = new_c[lab[:, 0]]
+        self._label = lab
+        self.cells.rekey(_pack(lab[:, 0], lab[:, 1], lab[:, 2], lab[:, 3]))
+        for s in _SIDES:
+            self.windows[s].keep(keep)
+            self.last_raw[s] = self.last_raw[s][:n][keep]
+            self.last_med[s] = self.last_med[s][:n][keep]
+        self.last_seen = self.last_seen[:n][keep]
+        self.hyst.keep(keep)
+        self._in_path = {int(new_id[e]) for e in self._in_path}
+
+        def by_comm(d: dict[Any, Any]) -> dict[Any, Any]:
+            return {(int(new_c[k[0]]), *k[1:]): v for k, v in d.items() if c_live[k[0]]}
+
+        self.pair_open = by_comm(self.pair_open)
+        self._where = by_comm(self._where)
+        self._ranks = by_comm(self._ranks)
+
     # -- scoring -------------------------------------------------------------------------------------
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         if batch.num_rows == 0:
             return []
         self.polls += 1
+        if self.polls % self.cfg.expire_polls == 0 or self._crowded:
+            self._compact()
         now = batch.column("time")[0].as_py()
         cols = self._columns(batch)
         out: list[Finding] = []
@@ -151,6 +203,7 @@ class NcclHopDetector:
         if not pa.types.is_dictionary(coll.type):
             coll = coll.dictionary_encode()
         coll_code = coll.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        n_coll = max(1, len(coll.dictionary))
         direction = batch.column("direction").cast(pa.string())
         is_send = pc.equal(direction, "send").fill_null(False).to_numpy(zero_copy_only=False)
         is_recv = pc.equal(direction, "recv").fill_null(False).to_numpy(zero_copy_only=False)
@@ -163,10 +216,16 @@ class NcclHopDetector:
         norm = np.where(per_byte, nbytes, steps)
         with np.errstate(divide="ignore", invalid="ignore"):
             val = np.log(wait / norm)
-        ok = np.isfinite(val) & (is_send | is_recv) & (rank >= 0) & (peer >= 0)
+        ok = np.isfinite(val) & (is_send | is_recv)
+        ok &= (rank >= 0) & (rank < _RANK_LIMIT) & (peer >= 0) & (peer < _RANK_LIMIT)
+        ok &= (chan >= 0) & (chan < _CHAN_LIMIT)
+        if (full := ok & (comm_ids < 0)).any():
+            self.over_capacity += int(full.sum())
+            self._crowded = True  # compact at the next poll: stale rows may make room
+            ok &= ~full
         bucket = np.floor(np.log2(np.maximum(np.nan_to_num(norm, nan=1.0), 1.0))).astype(np.int64)
         # Compare like with like: one communicator, collective, size bucket, unit and side.
-        group = (((comm_ids * 256 + coll_code) * 64 + bucket) * 2 + per_byte) * 2 + is_send
+        group = (((comm_ids * n_coll + coll_code) * 64 + bucket) * 2 + per_byte) * 2 + is_send
         seq = batch.column("seq")
         if seq.null_count == len(seq):
             obs = np.zeros(batch.num_rows, dtype=np.int64)
@@ -198,6 +257,13 @@ class NcclHopDetector:
         if not c["val"].size:
             return []
         cell = self._cells(c["comm"], c["chan"], c["src"], c["dst"])
+        if (full := cell < 0).any():
+            self.over_capacity += int(full.sum())
+            self._crowded = True
+            c = {k: v[~full] for k, v in c.items()}
+            cell = cell[~full]
+            if not cell.size:
+                return []
         ids = np.unique(cell)
         self.last_seen[ids] = self.polls
         peers: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -321,7 +387,9 @@ class NcclHopDetector:
         leaf = self._leaf.get(port)
         if leaf is None:
             i = int(self.fabric.lookup(pa.array([port]))[0])
-            peer = int(self.fabric.peer[i]) if i >= 0 else -1
+            if i < 0:
+                return "?"  # not cached: the cache stays as small as the fabric model
+            peer = int(self.fabric.peer[i])
             leaf = self._leaf[port] = self.fabric.node_of(peer) if peer >= 0 else "?"
         return leaf
 

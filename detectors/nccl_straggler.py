@@ -26,6 +26,11 @@ Rules, per collective instance (communicator, collective, ``seq``), then per ran
 
 Findings are per (communicator, rank): compute-side, on the rank's host and GPU, never on a
 port or link.
+
+State is bounded: a cell unseen for ``expire_polls`` polls and not open is forgotten (its
+rows compacted away, all at once), an open one is first cleared as stopped reporting, and at
+most ``max_groups`` groups and ``max_cells`` cells are live; rows past them are counted in
+``over_capacity``, not judged.
 """
 
 from __future__ import annotations
@@ -37,9 +42,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow
+from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow
 from detectors.findings import Finding
 from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
@@ -54,8 +58,13 @@ class NcclStragglerConfig:
     min_scale: float = 0.004  # floor on the peers' spread of windowed deficits
     min_ranks: int = 4  # ranks an instance needs before its deficits mean anything
     min_peers: int = 4  # ranks of a group with full windows before any is judged
-    #: A cell not seen for this many polls (its job ended, or stopped reporting) is closed.
+    #: A cell not seen for this many polls (its job ended, or stopped reporting) is closed,
+    #: then forgotten; the state is compacted this often too.
     expire_polls: int = 30
+    #: Live groups (communicator, collective, size bucket) and cells (group, rank) at most:
+    #: pushed data can name new communicators for ever. Rows past them are counted, not judged.
+    max_groups: int = 16384
+    max_cells: int = 524288
     #: Start skew agrees with the deficit when within this share of it (both in seconds).
     skew_agreement: float = 0.5
     hysteresis: HysteresisConfig = field(
@@ -88,8 +97,10 @@ class NcclStraggler:
 
     def __init__(self, cfg: NcclStragglerConfig | None = None) -> None:
         self.cfg = cfg or NcclStragglerConfig()
-        self.groups = EntityIndex()  # communicator|collective|size bucket -> id
-        self.cells = EntityIndex()  # group id|rank -> cell id
+        self.groups = EntityIndex(self.cfg.max_groups)  # communicator|collective|size bucket -> id
+        self.cells = KeyIndex(self.cfg.max_cells)  # group id << 32 | rank -> cell id
+        self.over_capacity = 0  # rows left out because the group or cell cap was reached
+        self._crowded = False
         self.windows = RollingWindow(self.cfg.window)
         self.last_seen = np.zeros(0, dtype=np.int64)
         self.hyst = Hysteresis(self.cfg.hysteresis)
@@ -132,15 +143,27 @@ class NcclStraggler:
         usable = present[per.inst] >= cfg.min_ranks
         if not usable.any():
             return self._expire(now)
+        if self.polls % cfg.expire_polls == 0 or self._crowded:
+            self._compact()
         # Per cell (group, rank): the poll's median over its instances.
-        g_ids = self.groups.ids(per.group_keys)
-        cell_keys = pc.binary_join_element_wise(
-            pa.array(g_ids[per.group_of]).cast(pa.string()), pa.array(per.rank).cast(pa.string()), "|"
-        )
-        cell = self.cells.ids(cell_keys)
+        # Ids only for what is judged: groups and cells with a usable value.
+        g_ids = np.full(len(per.group_keys), -1, dtype=np.int64)
+        g_used = np.unique(per.group_of[usable])
+        g_ids[g_used] = self.groups.ids(per.group_keys.take(pa.array(g_used)))
+        g_val = g_ids[per.group_of]
+        cell = np.full(per.rank.size, -1, dtype=np.int64)
+        take = usable & (g_val >= 0)
+        cell[take] = self.cells.ids((g_val[take] << 32) | (per.rank[take] & 0xFFFFFFFF), group=g_val[take])
+        left_out = usable & (cell < 0)
+        if left_out.any():
+            self.over_capacity += int(per.rows[left_out].sum())
+            self._crowded = True  # compact at the next poll: stale rows may make room
+            usable &= cell >= 0
+            if not usable.any():
+                return self._expire(now)
         cell, deficit, skew, rows = cell[usable], deficit[usable], skew[usable], np.flatnonzero(usable)
         ids, c_inv = np.unique(cell, return_inverse=True)
-        self._grow(len(self.cells.keys))
+        self._grow(self.cells.n)
         x = group_median(deficit, c_inv, ids.size)
         last = np.zeros(ids.size)
         # How often the cell was the very last to arrive (largest deficit of its instance).
@@ -262,6 +285,32 @@ class NcclStraggler:
             },
         )
 
+    def _compact(self) -> None:
+        """Forget cells unseen for ``expire_polls`` polls that are not open, and groups left
+        without cells: ended jobs, or a pusher naming new communicators for ever.
+
+        Rows are dropped and renumbered densely in one pass over the arrays (order kept, so
+        findings do not depend on when it ran); only the few open cells' maps are remapped in
+        Python. A cell that comes back starts afresh.
+        """
+        self._crowded = False
+        n = self.cells.n
+        keep = ~((self.polls - self.last_seen[:n] > self.cfg.expire_polls) & ~self.hyst.is_open[:n])
+        key = self.cells.key_of[keep]
+        g_live = np.zeros(len(self.groups.keys), dtype=bool)
+        g_live[key >> 32] = True
+        if keep.all() and g_live.all():
+            return
+        new_id = np.cumsum(keep) - 1
+        new_g = np.cumsum(g_live) - 1
+        self.groups.keep(g_live)
+        self.cells.rekey((new_g[key >> 32] << 32) | (key & 0xFFFFFFFF))
+        self.windows.keep(keep)
+        self.hyst.keep(keep)
+        self.last_seen = self.last_seen[:n][keep]
+        self.rank_open = {k: {int(new_id[c]) for c in v} for k, v in self.rank_open.items()}
+        self._cell_where = {int(new_id[c]): w for c, w in self._cell_where.items()}
+
     def _expire(self, now: datetime) -> list[Finding]:
         """Close ranks whose late cells stopped reporting: an ended job leaves nothing open."""
         n = self.hyst.is_open.size
@@ -295,6 +344,7 @@ class _PerRank:
     dur: np.ndarray
     start: np.ndarray  # seconds since the epoch, NaN where unknown
     row: np.ndarray  # a batch row of the value
+    rows: np.ndarray  # how many batch rows the value stands for (counted when left out)
 
     @classmethod
     def of(cls, batch: pa.RecordBatch, dur: np.ndarray) -> _PerRank | None:
@@ -349,9 +399,9 @@ class _PerRank:
             f"{comm_dict[int(u // 64 // k)]}|{coll_dict[int((u // 64) % k)]}|{int(u % 64)}"
             for u in ug.tolist()
         ]
-        return cls(
-            batch, inst[v_row], g_inv, pa.array(names, pa.string()), rank[v_row], v_dur, v_start, v_row
-        )
+        n_rows = np.bincount(v_inv, minlength=n_val)
+        keys = pa.array(names, pa.string())
+        return cls(batch, inst[v_row], g_inv, keys, rank[v_row], v_dur, v_start, v_row, n_rows)
 
     def describe(self, j: int) -> dict[str, Any]:
         """Where value ``j`` ran: job, communicator, collective, size, rank, host, GPU."""

@@ -15,7 +15,7 @@ from collectors.schemas import NCCL_TIMING, TS, make_batch
 from detectors.findings import Finding
 from detectors.nccl_channel import NcclChannelOutlier
 from detectors.nccl_step import NcclStepTime
-from detectors.nccl_straggler import NcclStraggler
+from detectors.nccl_straggler import NcclStraggler, NcclStragglerConfig
 from fabricsim.nccl_writer import InspectorWriter
 from fabricsim.sim import EPOCH, FabricSim, SimConfig
 from fabricsim.topology import TopologySpec
@@ -226,3 +226,86 @@ def test_inspector_start_time_is_the_collectives_start(real_fixtures: Path) -> N
     plain = (real_fixtures / "nccl" / "nccl_inspector_readme_coll_perf_example.json").read_text()
     b = parse_inspector_text(plain, "j")[0].to_batch()
     assert b.column("start_time").to_pylist() == [None]
+
+
+# -- bounded state ------------------------------------------------------------------------------------
+def state_rows(det: NcclStraggler) -> set[int]:
+    """Rows of every per-cell array: they must agree with each other."""
+    return {det.cells.n, det.windows.hist.shape[0], det.windows.count.size, det.last_seen.size,
+            det.hyst.is_open.size, det.hyst.bad_run.size}  # fmt: skip
+
+
+def test_a_flood_of_new_communicators_leaves_the_state_bounded() -> None:
+    """A pusher naming a new communicator in every batch, 360 of them: a batch is a poll, a
+    communicator is stale ``expire_polls`` polls after its last and gone at the next compaction
+    (every ``expire_polls`` polls), so at most ``2 * expire_polls`` keep rows."""
+    rng = np.random.default_rng(10)
+    det = NcclStraggler(NcclStragglerConfig(expire_polls=5))
+    sizes = []
+    for k in range(120):
+        for j in range(3):
+            det.observe(poll(k, durations(16, None, rng), comm=f"flood-{k}-{j}"))
+            sizes.append(len(det.groups.keys))
+            assert state_rows(det) == {16 * sizes[-1]}
+    assert det.polls == 360 and max(sizes) == 2 * 5
+    assert det.over_capacity == 0
+
+
+def test_a_quiet_communicator_is_forgotten_and_a_live_straggler_survives_renumbering() -> None:
+    rng = np.random.default_rng(11)
+    det = NcclStraggler(NcclStragglerConfig(expire_polls=4))
+    found: list[Finding] = []
+    for k in range(3):  # "early" takes the first ids, then goes quiet
+        det.observe(poll(k, durations(16, None, rng), comm="early"))
+    for k in range(3, 20):
+        found += det.observe(poll(k, durations(16, 5, rng), comm="live"))
+    assert [g.split("|")[0] for g in det.groups.keys] == ["live"]
+    assert state_rows(det) == {16}
+    assert [(f.status, f.entity) for f in found] == [("firing", "live|rank 5")]
+    for k in range(20, 24):  # the open cell was renumbered by the compaction: it still closes
+        found += det.observe(poll(k, durations(16, None, rng), comm="live"))
+    assert [(f.status, f.entity) for f in found][1:] == [("cleared", "live|rank 5")]
+    assert "stopped reporting" not in found[1].summary
+    # A forgotten communicator that comes back starts afresh: a full window before judging.
+    assert det.observe(poll(24, durations(16, 3, rng), comm="early")) == []
+    assert det.windows.count[det.cells.n - 16 :].tolist() == [1] * 16
+
+
+def test_the_caps_count_rows_left_out_and_take_whole_groups() -> None:
+    rng = np.random.default_rng(12)
+    det = NcclStraggler(NcclStragglerConfig(expire_polls=4, max_cells=40))
+    both = (
+        pa.Table.from_batches([poll(0, durations(16, None, rng), comm=c) for c in ("a", "b", "c")])
+        .combine_chunks()
+        .to_batches()[0]
+    )
+    det.observe(both)
+    # Two groups of 16 fit; the third would fit only in part, so none of it is taken.
+    assert det.cells.n == 32 and det.over_capacity == 16
+    assert [g.split("|")[0] for g in det.groups.keys] == ["a", "b", "c"]  # "c" holds no cells
+    found: list[Finding] = []
+    for k in range(1, 10):  # "a" and "b" end; "c" has a straggler and gets rows once they go
+        found += det.observe(poll(k, durations(16, 9, rng), comm="c"))
+    assert det.over_capacity == 16 * 5  # polls 0 to 4: "a" and "b" are stale after poll 4
+    assert [g.split("|")[0] for g in det.groups.keys] == ["c"] and det.cells.n == 16
+    assert [(f.status, f.entity) for f in found] == [("firing", "c|rank 9")]
+    det = NcclStraggler(NcclStragglerConfig(max_groups=1))
+    det.observe(both)
+    assert len(det.groups.keys) == 1 and det.over_capacity == 32
+
+
+def test_an_open_straggler_that_stops_reporting_clears_once_then_is_forgotten() -> None:
+    """Cleared, not kept open: the detector's rule is that an ended job leaves nothing open,
+    and a poll without a cell's rows is no news only up to ``expire_polls`` (a gap shorter than
+    that neither opens nor closes; see the gap test above). After clearing, the cell's rows go
+    with the next compaction, so a pusher's abandoned communicators cost nothing."""
+    rng = np.random.default_rng(13)
+    det = NcclStraggler(NcclStragglerConfig(expire_polls=4))
+    found: list[Finding] = []
+    for k in range(4):
+        found += det.observe(poll(k, durations(16, 2, rng), comm="ended"))
+    for k in range(4, 20):
+        found += det.observe(poll(k, durations(16, None, rng), comm="next"))
+    assert [(f.status, f.entity) for f in found] == [("firing", "ended|rank 2"), ("cleared", "ended|rank 2")]
+    assert found[1].summary == "rank 2 of ended stopped reporting for 4 polls (job ended?): closed"
+    assert [g.split("|")[0] for g in det.groups.keys] == ["next"] and det.rank_open == {}
