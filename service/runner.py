@@ -306,7 +306,11 @@ class Runner:
             m.last_data_timestamp = newest or m.last_data_timestamp
             for f in findings:
                 m.findings[(f.kind, f.status)] += 1
-            m.stages = dict(self.pipeline.stats)
+            # Pushed timings' own detectors too, as push/<stage>: their bounds guard the least
+            # trusted input, so what they leave out must show.
+            m.stages = dict(self.pipeline.stats) | {
+                f"push/{name}": st for name, st in self.push_pipeline.stats.items()
+            }
         return findings
 
     def _record_ports(self, batch: pa.RecordBatch) -> None:

@@ -91,6 +91,10 @@ def test_pushed_slow_channel_becomes_an_incident_that_only_watches(
     drain = client.get("/api/v1/drain").json()
     assert [(d["node"], d["action"]) for d in drain] == [("gpu-0005", "watch")]
     assert drain[0]["reason"].startswith("pushed timings only")
+    # The push pipeline's stages, and the bounds of its detectors' state, are on /metrics too.
+    text = client.get("/metrics").text
+    assert 'graywire_pipeline_stage_rows_total{stage="push/nccl_channel_outlier"}' in text
+    assert 'graywire_detector_rows_over_capacity_total{stage="push/nccl_step_time"} 0.0' in text
 
 
 def test_a_trusted_push_source_may_drain(tmp_path: Path) -> None:
