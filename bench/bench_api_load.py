@@ -135,7 +135,7 @@ sources:
             base = f"http://127.0.0.1:{port}"
             async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
                 await wait_ready(client, args.warm_polls, timeout=600)
-                idle = await serial(client, args.serial)
+                alone = await serial(client, args.serial)
                 m0 = (await client.get("/metrics")).text
                 t0 = time.perf_counter()
                 loaded, errors = await open_loop(client, args.rate, args.seconds)
@@ -158,10 +158,10 @@ sources:
               f"connections; {sum(map(len, loaded.values()))} requests in {wall:.1f} s, "
               f"{sum(errors.values())} errors {dict(errors) or ''}; "
               f"{polls:.0f} polls ran meanwhile (last took {poll_s:.2f} s)")  # fmt: skip
-        print(f"{'route':<22}{'idle p50':>10}{'idle p99':>10}{'p50':>9}{'p99':>9}{'max':>9}"
-              f"{'p99/idle':>10}{'p99/20ms':>10}")  # fmt: skip
+        print(f"{'route':<22}{'alone p50':>10}{'alone p99':>10}{'p50':>9}{'p99':>9}{'max':>9}"
+              f"{'p99/alone':>10}{'p99/20ms':>10}")  # fmt: skip
         for route in ROUTES:
-            i50, i99 = pct(idle[route], 0.5) * 1e3, pct(idle[route], 0.99) * 1e3
+            i50, i99 = pct(alone[route], 0.5) * 1e3, pct(alone[route], 0.99) * 1e3
             lat = loaded[route]
             p50, p99, mx = pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3, max(lat) * 1e3
             print(
