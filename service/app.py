@@ -165,6 +165,9 @@ def create_app(
             }
         return JSONResponse(body, status_code=200 if db_ok else 503)
 
+    # HEAD too (uptime checks and load balancers probe with it), kept out of the schema.
+    app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
+
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def prometheus_metrics() -> StreamingResponse:
         # Streamed family by family: per-port series on a large fabric are hundreds of MB.

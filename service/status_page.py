@@ -32,7 +32,8 @@ def install_status_page(app: FastAPI) -> None:
     """Serve the page at ``/``, its files under ``/static`` and ``/api/v1/capabilities``."""
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
-    @app.get("/", include_in_schema=False)
+    # HEAD too: uptime checks and load balancers probe with it.
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def status_page() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 

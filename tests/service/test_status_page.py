@@ -53,3 +53,11 @@ def test_capabilities_follow_the_routes_the_service_has(client: TestClient) -> N
     assert TestClient(bare).get("/api/v1/capabilities").json() == {
         "drain": False
     }  # needs its state route too
+
+
+def test_probes_may_use_head(client: TestClient) -> None:
+    """Uptime checks and load balancers often probe with HEAD: not a 405."""
+    for path in ("/", "/healthz"):
+        r = client.head(path)
+        assert r.status_code == 200, path
+        assert r.content == b""
