@@ -25,6 +25,10 @@ from collectors.units import parse_speed
 ROLES = ("host", "leaf", "spine", "core")
 
 
+#: The fabric model's file name beside a simulation or an archive (``graywire replay`` reads it).
+INVENTORY = "inventory.json"
+
+
 @dataclass(frozen=True, slots=True)
 class PortSpec:
     """One port as the inventory declares it."""

@@ -1,4 +1,5 @@
-"""Unit parsing shared by the inventory and the collectors: everything becomes base units."""
+"""Unit parsing shared by the inventory, the collectors and the service: everything becomes
+base units (bit/s, seconds)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,17 @@ def format_speed(bps: int | float) -> str:
             v = bps / scale
             return f"{v:g}{unit}"
     return f"{bps:g}"
+
+
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds from ``10s``, ``5m``, ``1h``, ``2d`` or a plain number of seconds."""
+    if isinstance(text, int | float):
+        return float(text)
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 10s, 5m, 1h)")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from collectors.model import Fabric
+from collectors.units import parse_duration
 
 #: Faults that are real gray failures, and the detector finding kinds that count as catching them.
 FAULT_KINDS: dict[str, tuple[str, ...]] = {
@@ -83,22 +84,10 @@ DEFAULT_MAGNITUDE = {
 #: What `graywire fakes` injects unless told otherwise: one silent downgrade, one slow channel.
 LIVE_DEFAULT_FAULTS = "speed_downgrade@1m+1h:gpu-0003/mlx5_2,slow_channel@90s+1h=0.3"
 
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _ITEM = re.compile(
     r"^(?P<kind>[a-z_]+)(?:@(?P<start>[\d.]+[smhd]?))?(?:\+(?P<dur>[\d.]+[smhd]?))?"
     r"(?:=(?P<mag>[\d.eE+-]+))?(?::(?P<target>\S+))?$"
 )
-
-
-def parse_duration(text: str | float | int) -> float:
-    """Seconds from ``10s``, ``5m``, ``1h``, ``2d`` or a plain number of seconds."""
-    if isinstance(text, int | float):
-        return float(text)
-    m = _DUR.match(text)
-    if not m:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 10s, 5m, 1h)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from collectors.dataset import DatasetWriter, write_links
+from collectors.model import INVENTORY
 from fabricsim.sim import FabricSim, truth_document
 
-INVENTORY = "inventory.json"
 TRUTH = "truth.json"
 
 

@@ -16,9 +16,9 @@ from sqlalchemy import text
 
 from collectors.base import Collector
 from collectors.model import Fabric
+from collectors.units import parse_duration
 from detectors.ber_thresholds import ThresholdTable
 from detectors.pipeline import Pipeline, default_detectors
-from fabricsim.faults import parse_duration
 from service.alerts.dispatcher import Dispatcher
 from service.alerts.metrics import AlertsCollector
 from service.api import COMMON_ERRORS, make_router

@@ -24,7 +24,7 @@ def _serve(settings: Any, banner: str | None = None) -> int:
     app = create_app(settings)
     if banner:
         print(banner, flush=True)
-    from fabricsim.faults import parse_duration
+    from collectors.units import parse_duration
     from service.http_protocol import head_deadline_protocol
 
     http = settings.http
@@ -88,7 +88,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from fabricsim.faults import parse_duration
+    from collectors.units import parse_duration
     from fabricsim.output import write_simulation
     from fabricsim.sim import FabricSim, SimConfig
     from fabricsim.topology import TopologySpec
@@ -122,10 +122,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from collectors.dataset import iter_replay
-    from collectors.model import load_inventory
+    from collectors.model import INVENTORY, load_inventory
     from detectors.ber_thresholds import ThresholdTable
     from detectors.pipeline import Pipeline, default_detectors
-    from fabricsim.output import INVENTORY, TRUTH
+    from fabricsim.output import TRUTH
     from fabricsim.scoring import score
 
     root = Path(args.dir)
@@ -264,7 +264,7 @@ def _print_variant(name: str, r: dict[str, Any]) -> None:
 
 
 def cmd_fakes(args: argparse.Namespace) -> int:
-    from fabricsim.faults import parse_duration
+    from collectors.units import parse_duration
     from fabricsim.live import FakesConfig, run_fakes
 
     cfg = FakesConfig(

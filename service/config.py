@@ -33,7 +33,8 @@ from collectors.host.agent import AgentSourceConfig
 from collectors.nccl import NcclSourceConfig
 from collectors.snmp import SnmpSourceConfig
 from collectors.ufm import UfmSourceConfig
-from fabricsim.faults import parse_duration, parse_spec
+from collectors.units import parse_duration
+from fabricsim.faults import parse_spec
 from service.alerts.config import AlertsSettings
 from service.schedsync.slurm import parse_hostlist
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from fabricsim.faults import parse_duration
+from collectors.units import parse_duration
 from service.api import MAX_ID, ErrorOut, IncidentOut
 from service.auth import Auth, Principal
 from service.drain_engine import DrainEngine

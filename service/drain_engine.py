@@ -28,9 +28,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from collectors.model import Fabric
+from collectors.units import parse_duration
 from detectors.correlate import node_verdicts
 from detectors.findings import Finding
-from fabricsim.faults import parse_duration
 from service.audit import POLICY_ACTOR, record
 from service.config import DrainSettings
 from service.db import (

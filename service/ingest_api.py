@@ -29,7 +29,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel
 
 from collectors.nccl import parse_push
-from fabricsim.faults import parse_duration
+from collectors.units import parse_duration
 from service.api import ErrorOut
 from service.auth import Auth, Principal
 from service.config import TokenScope

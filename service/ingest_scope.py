@@ -37,7 +37,7 @@ class JobPlacement:
     """The hosts each job runs on, per scheduler, cached briefly."""
 
     def __init__(self, settings: SchedulerSettings, clock: Callable[[], float] = time.monotonic) -> None:
-        from fabricsim.faults import parse_duration
+        from collectors.units import parse_duration
 
         self.settings = settings
         self.ttl = parse_duration(settings.cache)

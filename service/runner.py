@@ -23,13 +23,12 @@ import pyarrow.compute as pc
 
 from collectors.base import Collector, ScrapeResult, failed
 from collectors.dataset import DatasetWriter, prune
-from collectors.model import Fabric
+from collectors.model import INVENTORY, Fabric
 from collectors.schemas import record_kind
+from collectors.units import parse_duration
 from detectors.base import PortIndexer
 from detectors.findings import Finding
 from detectors.pipeline import Pipeline, nccl_timing_detectors
-from fabricsim.faults import parse_duration
-from fabricsim.output import INVENTORY
 from service.config import Settings
 from service.drain_engine import DrainEngine
 from service.metrics import MetricsState, TargetStatus

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from fabricsim.faults import parse_duration
+from collectors.units import parse_duration
 
 Severity = Literal["info", "warning", "critical"]
 ReceiverType = Literal["alertmanager", "webhook", "pagerduty", "slack"]

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from sqlalchemy.engine import Engine
 
-from fabricsim.faults import parse_duration
+from collectors.units import parse_duration
 from service.alerts import alertmanager, outbox, pagerduty, slack, webhook
 from service.alerts.config import AlertsSettings, ReceiverConfig
 from service.alerts.events import AlertEvent

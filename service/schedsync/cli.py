@@ -29,7 +29,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _interval(args: argparse.Namespace) -> float:
-    from fabricsim.faults import parse_duration
+    from collectors.units import parse_duration
 
     interval = parse_duration(args.interval)
     if interval <= 0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.units import format_speed, parse_speed
+from collectors.units import format_speed, parse_duration, parse_speed
 
 G = 10**9
 
@@ -75,3 +75,17 @@ def test_format_speed(bps: float, text: str) -> None:
 @pytest.mark.parametrize("text", ["800G", "400G", "1.6T", "100M", "25G"])
 def test_format_parse_round_trip(text: str) -> None:
     assert format_speed(parse_speed(text)) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("10s", 10.0), ("5m", 300.0), ("1h", 3600.0), ("2d", 172800.0), ("90", 90.0), ("1.5m", 90.0), (7, 7.0)],
+)
+def test_parse_duration(text: str | int, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "5x", "m", "1.2.3m", "-5s", "5 min"])
+def test_parse_duration_rejects(bad: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(bad)

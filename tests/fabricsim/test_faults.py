@@ -14,7 +14,6 @@ from fabricsim.faults import (
     Fault,
     FaultRequest,
     default_requests,
-    parse_duration,
     parse_spec,
     resolve_faults,
 )
@@ -28,20 +27,6 @@ def resolve(spec: str, duration: float = 600.0, seed: int = 0, channels: int = 4
     return resolve_faults(
         parse_spec(spec), FABRIC, duration, 10.0, JOBS, 8, channels, np.random.default_rng(seed)
     )
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("10s", 10.0), ("5m", 300.0), ("1h", 3600.0), ("2d", 172800.0), ("90", 90.0), ("1.5m", 90.0), (7, 7.0)],
-)
-def test_parse_duration(text: str | int, seconds: float) -> None:
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("bad", ["", "5x", "m", "1.2.3m", "-5s", "5 min"])
-def test_parse_duration_rejects(bad: str) -> None:
-    with pytest.raises(ValueError, match="not a duration"):
-        parse_duration(bad)
 
 
 def test_parse_spec_items() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from collectors.dataset import iter_polls, iter_replay
-from collectors.model import load_inventory
+from collectors.model import INVENTORY, load_inventory
 from collectors.schemas import LINK, NCCL_TIMING, PORT_SAMPLE, record_kind
-from fabricsim.output import INVENTORY, TRUTH, write_simulation
+from fabricsim.output import TRUTH, write_simulation
 from fabricsim.sim import FabricSim, SimConfig
 from fabricsim.topology import TopologySpec
 
