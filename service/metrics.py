@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from collectors.model import Fabric
 from collectors.schemas import record_kind
 from detectors.base import PortIndexer
+from detectors.findings import PORT_HEALTH
 from detectors.pipeline import StageStats
 from service.exposition import ArrayGauge, render_labels
 from service.metrics_nccl import NcclSnapshot, nccl_snapshot, per_channel_max
@@ -35,7 +36,6 @@ from service.metrics_ports import (
     FIGURES,
     HEALTH_STATES,
     PORT_SERIES,
-    SEVERITY_CODE,
     GroupFigures,
     group_figures,
     leaf_of_ports,
@@ -187,7 +187,7 @@ class MetricsState:
         """
         by_key: dict[str, int] = {}
         for port, link, severity in on_ports:
-            code = SEVERITY_CODE.get(severity, 0)
+            code = PORT_HEALTH.get(severity, 1)
             ends = link.split("<->") if link else []
             for key in {port, *ends} - {None, ""}:
                 assert key is not None

@@ -22,7 +22,6 @@ from detectors.base import column
 #: Aggregate health of a port, in order of precedence (a stale port with a critical incident
 #: is critical). ``graywire_port_health`` uses the incident part: 0 ok, 1 warning, 2 critical.
 HEALTH_STATES: tuple[str, ...] = ("ok", "stale", "warning", "critical")
-SEVERITY_CODE = {"info": 0, "warning": 1, "critical": 2}
 
 
 @dataclass(frozen=True, slots=True)

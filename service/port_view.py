@@ -18,13 +18,12 @@ import numpy as np
 
 from collectors.model import Fabric
 from collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
+from detectors.findings import PORT_HEALTH
 from service.db import ACTIVE_STATUSES
 from service.metrics import MetricsState
 from service.store import IncidentStore
 
 HEALTH = ("ok", "warning", "critical")
-#: An open incident's severity as port health; ``info`` still means something is open on it.
-SEVERITY_HEALTH = {"info": 1, "warning": 1, "critical": 2}
 STATES = ("up", "init", "down", "unknown")
 #: Cell flags in the compact grid (a bit mask, so the page needs no per-cell objects).
 FLAG_STALE, FLAG_DOWN, FLAG_DEGRADED, FLAG_NO_DATA = 1, 2, 4, 8
@@ -275,7 +274,7 @@ def build_view(
         if inc.get("status") not in ACTIVE_STATUSES:
             continue
         by_id[int(inc["id"])] = dict(inc)
-        level = SEVERITY_HEALTH.get(str(inc.get("severity")), 1)
+        level = PORT_HEALTH.get(str(inc.get("severity")), 1)
         for i in incident_ports(inc, layout.key_index):
             health[i] = max(health[i], level)
             ids[i].append(int(inc["id"]))

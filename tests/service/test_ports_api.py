@@ -7,13 +7,16 @@ downgrade on gpu-0002/mlx5_3 from t+15 s to t+55 s; polls every 10 s of simulate
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.base import ScrapeResult, failed
+from detectors.findings import Finding
 from service.app import create_app
 from service.config import FabricSimSource, load_settings
 from service.sources import FabricSimCollector
@@ -245,3 +248,25 @@ def test_ports_of_a_failing_source_are_stale(tmp_path: Path, db_url: str) -> Non
         assert (p["stale"], p["state"], p["health"]) == (True, "up", "ok")  # old reading kept, no alarm
         grid = c.get("/api/v1/fabric/grid").json()
         assert grid["stale"] == 256 and grid["health"]["ok"] == 256
+
+
+def test_metrics_and_the_ports_api_agree_on_every_ports_health(client: TestClient) -> None:
+    """One rule (detectors.findings.PORT_HEALTH): an info incident marks its port as a warning in
+    both, a critical one as critical, and every other port is ok in both."""
+    info_port = "gpu-0005/mlx5_1"
+    client.app.state.store.apply(  # type: ignore[attr-defined]
+        [Finding("ber_high", info_port, "firing", datetime.now(UTC), "info", "BER above the info level",
+                 "ber/1", node="gpu-0005", port=info_port)]
+    )  # fmt: skip
+    tick(client, 1)
+    metric = {
+        s.labels["port"]: int(s.value)
+        for fam in text_string_to_metric_families(client.get("/metrics").text)
+        if fam.name == "graywire_port_health"
+        for s in fam.samples
+    }
+    api = {p["key"]: p["health"] for p in client.get("/api/v1/ports", params={"limit": 1000}).json()["items"]}
+    assert api[info_port] == "warning" and metric[info_port] == 1
+    assert api[PORT] == "critical" and metric[PORT] == 2
+    code = {"ok": 0, "warning": 1, "critical": 2}
+    assert {k: code[h] for k, h in api.items()} == {k: metric[k] for k in api}
