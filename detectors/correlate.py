@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from collectors.model import Fabric
+from detectors.findings import SEVERITY_RANK
 
 LINK_KINDS = frozenset(
     {
@@ -45,7 +46,6 @@ SATURATION_KINDS = frozenset({"counter_saturated"})
 PATH_KINDS = frozenset({"nccl_path_slow"})
 NCCL_TIMING_KINDS = frozenset({"nccl_channel_slow"})
 HOP_KINDS = frozenset({"nccl_hop_slow"})
-SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 Side = Literal["host", "link", "network"]
 

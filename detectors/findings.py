@@ -7,6 +7,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 Severity = Literal["info", "warning", "critical"]
+#: Every severity, least to most: a severity's index is its rank.
+SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
+SEVERITY_RANK: dict[str, int] = {name: rank for rank, name in enumerate(SEVERITIES)}
 Status = Literal["firing", "cleared"]
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

@@ -12,11 +12,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, Field, TypeAdapter
 
+from detectors.findings import Severity
 from service.read_cache import ReadCache
 from service.store import IncidentStore
 
 IncidentStatusParam = Literal["open", "acknowledged", "resolved"]
-SeverityOut = Literal["info", "warning", "critical"]
+SeverityOut = Severity
 MAX_ID = 2**63 - 1  # larger ids cannot exist, and SQLite cannot even bind them
 
 

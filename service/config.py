@@ -34,6 +34,7 @@ from collectors.nccl import NcclSourceConfig
 from collectors.snmp import SnmpSourceConfig
 from collectors.ufm import UfmSourceConfig
 from collectors.units import parse_duration
+from detectors.findings import Severity
 from fabricsim.faults import parse_spec
 from service.alerts.config import AlertsSettings
 from service.schedsync.slurm import parse_hostlist
@@ -112,7 +113,7 @@ class DrainSettings(BaseModel):
     #: A node that returned to service is only watched, not drained, for this long.
     cooldown: str = "30m"
     #: Host and link verdicts at or above this severity drain; below it they are watched.
-    min_severity: Literal["info", "warning", "critical"] = "warning"
+    min_severity: Severity = "warning"
     #: Timings a job pushed (``POST /api/v1/ingest/nccl``) are the least trusted input: alone
     #: they only put a host on watch. True lets them drain like collected data.
     trust_pushed: bool = False

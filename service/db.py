@@ -20,14 +20,14 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Dialect, Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from detectors.findings import SEVERITIES, Severity
+
 IncidentStatus = Literal["open", "acknowledged", "resolved"]
 FindingStatus = Literal["firing", "cleared"]
-Severity = Literal["info", "warning", "critical"]
 
 INCIDENT_STATUSES: tuple[IncidentStatus, ...] = ("open", "acknowledged", "resolved")
 ACTIVE_STATUSES: tuple[IncidentStatus, ...] = ("open", "acknowledged")
 FINDING_STATUSES: tuple[FindingStatus, ...] = ("firing", "cleared")
-SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
 
 # Deterministic constraint names: Alembic batch mode on SQLite and later migrations can only
 # drop or alter a constraint they can name.

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from detectors.correlate import SEVERITY_RANK, NodeVerdict
+from detectors.correlate import NodeVerdict
+from detectors.findings import SEVERITY_RANK
 
 Action = Literal["drain", "watch", "none"]
 #: What changed for a node, as written to the audit log (``None``: nothing changed).

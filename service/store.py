@@ -16,12 +16,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from detectors.findings import Finding
+from detectors.findings import SEVERITY_RANK, Finding
 from service.db import (
     ACTIVE_STATUSES,
     FINDING_STATUSES,
     INCIDENT_STATUSES,
-    SEVERITIES,
     SQLITE_BEGIN_IMMEDIATE,
     FindingRecord,
     Incident,
@@ -29,7 +28,6 @@ from service.db import (
     to_jsonable,
 )
 
-SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 INCIDENT_FINDINGS_LIMIT = 50
 # Pairs per lookup query; keeps bound parameters (two per pair) under SQLite's historic limit of 999.
 _KEY_CHUNK = 400

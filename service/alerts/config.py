@@ -13,8 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from collectors.units import parse_duration
+from detectors.findings import Severity
 
-Severity = Literal["info", "warning", "critical"]
 ReceiverType = Literal["alertmanager", "webhook", "pagerduty", "slack"]
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,127}$")

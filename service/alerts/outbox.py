@@ -21,16 +21,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from detectors.findings import SEVERITY_RANK
 from service.alerts.events import AlertEvent
 from service.alerts.models import AlertAction, OutboxMessage
-from service.db import SEVERITIES, SQLITE_BEGIN_IMMEDIATE
+from service.db import SQLITE_BEGIN_IMMEDIATE
 
 log = logging.getLogger("graywire.alerts")
 
 ERROR_LIMIT = 2000
 #: Why ``enforce_limit`` dropped a message, in the order it drops them.
 DROP_REASONS = ("superseded", "resolved", "resolve", "firing")
-_SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 _CHUNK = 500
 
 
@@ -216,7 +216,7 @@ class _Droppable:
 
     def order(self) -> tuple[int, int, int]:
         """Cheapest first: by reason; firing pages lowest severity first; then oldest first."""
-        rank = _SEVERITY_RANK.get(self.severity, 0) if self.reason == "firing" else 0
+        rank = SEVERITY_RANK.get(self.severity, 0) if self.reason == "firing" else 0
         return DROP_REASONS.index(self.reason), rank, self.ids[0]
 
 
@@ -234,7 +234,7 @@ def _droppables(messages: Sequence[OutboxMessage], told: bool) -> list[_Droppabl
     segment: list[OutboxMessage] = []
 
     def severity(ms: Sequence[OutboxMessage]) -> str:
-        return max((str(m.event.get("severity", "")) for m in ms), key=lambda s: _SEVERITY_RANK.get(s, 0))
+        return max((str(m.event.get("severity", "")) for m in ms), key=lambda s: SEVERITY_RANK.get(s, 0))
 
     for m in messages:
         segment.append(m)

@@ -30,15 +30,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from detectors.findings import SEVERITY_RANK
 from service.alerts import outbox
 from service.alerts.events import AlertEvent, EventStatus
 from service.alerts.inhibit import load_inhibited
 from service.alerts.models import AlertState
-from service.db import ACTIVE_STATUSES, SEVERITIES, SQLITE_BEGIN_IMMEDIATE, Incident, LateEpisode, Silence
+from service.db import ACTIVE_STATUSES, SQLITE_BEGIN_IMMEDIATE, Incident, LateEpisode, Silence
 
 log = logging.getLogger("graywire.alerts")
 
-SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 #: Serializes syncs of replicas sharing one PostgreSQL database (any fixed 64-bit number).
 _PG_LOCK_ID = 0x67727977_616C7274
 
