@@ -90,15 +90,6 @@ def group_consensus(
     ok = (total > 0) & (total >= min_peers) & (mode_n >= min_share * total)
     mode = np.where(ok, uniq[best], 0).astype(np.int64)
     return mode, mode_n, total
-    pairs, counts = np.unique(np.stack([groups, values], axis=1), axis=0, return_counts=True)
-    order = np.lexsort((counts, pairs[:, 0]))  # by group, then count: the last of a group wins
-    g_sorted = pairs[order, 0]
-    last = np.flatnonzero(np.r_[g_sorted[1:] != g_sorted[:-1], True])
-    g = g_sorted[last]
-    mode_n[g] = counts[order][last]
-    ok = (total[g] >= min_peers) & (mode_n[g] >= min_share * total[g])
-    mode[g[ok]] = pairs[order, 1][last][ok]
-    return mode, mode_n, total
 
 
 class LinkDowngradeDetector:

@@ -25,7 +25,7 @@ class IncidentOut(BaseModel):
     """An incident: one gray failure on one entity, deduplicated across polls."""
 
     id: int
-    kind: str = Field(description="What failed, e.g. link_speed_degraded; with entity, the dedup key.")
+    kind: str = Field(description="What failed, e.g. speed_downgrade; with entity, the dedup key.")
     entity: str = Field(description="Which port, link or node; with kind, the dedup key.")
     status: IncidentStatusParam
     severity: SeverityOut

@@ -289,7 +289,7 @@ class ApiToken(BaseModel):
 
 
 class AuthSettings(BaseModel):
-    """Bearer tokens for the API (docs/api.md). Changing state always needs a token."""
+    """Bearer tokens for the API (README, HTTP API; docs/security.md). Changing state always needs a token."""
 
     model_config = ConfigDict(extra="forbid")
     #: Whether read endpoints (GET) answer without a token.
