@@ -14,7 +14,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from service.db import Base, make_engine
+from service.db import make_engine
+from service.tables import metadata
 
 DEFAULT_URL = "sqlite:///graywire-data/graywire.db"
 
@@ -23,7 +24,7 @@ if config.config_file_name is not None:
     # Only when run from the CLI with an ini; never reconfigure logging of a host process.
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def database_url() -> str:

@@ -84,7 +84,7 @@ class Base(DeclarativeBase):
     }
 
 
-def _in_check(column: str, values: tuple[str, ...]) -> str:
+def in_check(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
@@ -98,8 +98,8 @@ class Incident(Base):
     __tablename__ = "incidents"
     __table_args__ = (
         sa.Index("ix_incidents_kind_entity", "kind", "entity"),
-        sa.CheckConstraint(_in_check("status", INCIDENT_STATUSES), name="status"),
-        sa.CheckConstraint(_in_check("severity", SEVERITIES), name="severity"),
+        sa.CheckConstraint(in_check("status", INCIDENT_STATUSES), name="status"),
+        sa.CheckConstraint(in_check("severity", SEVERITIES), name="severity"),
     )
 
     id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
@@ -134,8 +134,8 @@ class FindingRecord(Base):
     __tablename__ = "findings"
     __table_args__ = (
         sa.Index("ix_findings_incident_id_time", "incident_id", "time"),
-        sa.CheckConstraint(_in_check("status", FINDING_STATUSES), name="status"),
-        sa.CheckConstraint(_in_check("severity", SEVERITIES), name="severity"),
+        sa.CheckConstraint(in_check("status", FINDING_STATUSES), name="status"),
+        sa.CheckConstraint(in_check("severity", SEVERITIES), name="severity"),
     )
 
     id: Mapped[int] = mapped_column(FindingId, primary_key=True)
@@ -211,7 +211,7 @@ class NodeVerdictRecord(Base):
     """The latest verdict on one node (host, link or network side), rewritten every poll."""
 
     __tablename__ = "node_verdicts"
-    __table_args__ = (sa.CheckConstraint(_in_check("side", VERDICT_SIDES), name="side"),)
+    __table_args__ = (sa.CheckConstraint(in_check("side", VERDICT_SIDES), name="side"),)
 
     node: Mapped[str] = mapped_column(sa.String, primary_key=True)
     role: Mapped[str] = mapped_column(sa.String(32))
@@ -232,7 +232,7 @@ class DrainRecommendation(Base):
     """
 
     __tablename__ = "drain_recommendations"
-    __table_args__ = (sa.CheckConstraint(_in_check("action", DRAIN_ACTIONS), name="action"),)
+    __table_args__ = (sa.CheckConstraint(in_check("action", DRAIN_ACTIONS), name="action"),)
 
     node: Mapped[str] = mapped_column(sa.String, primary_key=True)
     action: Mapped[DrainAction] = mapped_column(sa.String(16), index=True)
@@ -434,6 +434,3 @@ def upgrade(url: str | URL, revision: str = "head") -> None:
             command.upgrade(cfg, revision)
     finally:
         engine.dispose()
-
-
-import service.alerts.models  # noqa: E402, F401  (the outbox tables join Base.metadata)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from service.db import Base, FindingId, _in_check
+from service.db import Base, FindingId, in_check
 
 AlertAction = Literal["trigger", "refresh", "resolve"]
 OutboxStatus = Literal["pending", "delivered", "dead"]
@@ -32,7 +32,7 @@ class AlertState(Base):
     """
 
     __tablename__ = "alert_state"
-    __table_args__ = (sa.CheckConstraint(_in_check("state", ALERT_STATES), name="state"),)
+    __table_args__ = (sa.CheckConstraint(in_check("state", ALERT_STATES), name="state"),)
 
     incident_id: Mapped[int] = mapped_column(
         sa.ForeignKey("incidents.id", ondelete="CASCADE"), primary_key=True
@@ -56,8 +56,8 @@ class OutboxMessage(Base):
     __tablename__ = "alert_outbox"
     __table_args__ = (
         sa.Index("ix_alert_outbox_receiver_status_id", "receiver", "status", "id"),
-        sa.CheckConstraint(_in_check("action", ALERT_ACTIONS), name="action"),
-        sa.CheckConstraint(_in_check("status", OUTBOX_STATUSES), name="status"),
+        sa.CheckConstraint(in_check("action", ALERT_ACTIONS), name="action"),
+        sa.CheckConstraint(in_check("status", OUTBOX_STATUSES), name="status"),
     )
 
     id: Mapped[int] = mapped_column(FindingId, primary_key=True)

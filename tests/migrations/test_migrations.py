@@ -15,7 +15,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 import migrations
-from service.db import Base, alembic_config, make_engine, upgrade
+from service.db import alembic_config, make_engine, upgrade
+from service.tables import metadata
 
 TABLES = {
     "incidents", "findings", "alembic_version", "inventory_nodes", "node_verdicts",
@@ -82,7 +83,7 @@ def test_models_match_migrations(db_url: str) -> None:
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"compare_type": True})
-            assert compare_metadata(context, Base.metadata) == []
+            assert compare_metadata(context, metadata) == []
     finally:
         engine.dispose()
 
