@@ -63,12 +63,15 @@ class ScrapeResult:
 
 
 class Collector(Protocol):
-    """One target of one source. ``scrape`` is async because it waits on the network."""
+    """One target of one source. ``scrape`` is async because it waits on the network;
+    ``aclose`` lets go of what it holds open (connections, engines) when the service stops."""
 
     source: str
     target: str
 
     async def scrape(self) -> ScrapeResult: ...
+
+    async def aclose(self) -> None: ...
 
 
 #: Everything between ``://`` and the authority's last ``@`` (a password may contain ``@``).

@@ -372,9 +372,6 @@ class Runner:
         for t in self.targets:
             c = t.collector
             try:
-                if hasattr(c, "aclose"):
-                    await c.aclose()
-                elif hasattr(c, "session") and hasattr(c.session, "close"):
-                    c.session.close()
+                await c.aclose()
             except Exception:  # closing is best effort; the process is going away
                 log.debug("closing %s %s failed", c.source, c.target, exc_info=True)

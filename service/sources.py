@@ -46,6 +46,9 @@ class FabricSimCollector:
     def faults(self) -> list[Fault]:
         return self.sim.faults
 
+    async def aclose(self) -> None:
+        """The simulator holds nothing open."""
+
     async def scrape(self) -> ScrapeResult:
         # A step of a large fabric is tens of milliseconds of CPU: off the event loop, so the
         # API goes on answering meanwhile.

@@ -247,6 +247,9 @@ class AgentCollector:
         self.timeout = timeout
         self._ports = pa.array([], type=pa.string())
 
+    async def aclose(self) -> None:
+        """Nothing to close: each scrape opens and closes its own client."""
+
     async def scrape(self) -> ScrapeResult:
         t0 = time.perf_counter()
         try:

@@ -407,6 +407,9 @@ class NcclFileCollector:
         finally:
             self._busy.release()
 
+    async def aclose(self) -> None:
+        """Nothing held open between scrapes: files are opened per read."""
+
     async def scrape(self) -> ScrapeResult:
         t0 = time.perf_counter()
         try:

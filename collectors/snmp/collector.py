@@ -71,6 +71,10 @@ class SnmpCollector:
             max_varbinds=self.cfg.max_varbinds,
         )
 
+    async def aclose(self) -> None:
+        """Close the SNMP engines; the session is shared, and closing it again is a no-op."""
+        self.session.close()
+
     async def scrape(self) -> ScrapeResult:
         t0 = time.perf_counter()
         if self._config_error:

@@ -229,6 +229,9 @@ class FailsAfterFirst:
         self.inner, self.n = inner, 0
         self.source, self.target = inner.source, inner.target
 
+    async def aclose(self) -> None:
+        pass
+
     async def scrape(self) -> ScrapeResult:
         self.n += 1
         res = await self.inner.scrape()

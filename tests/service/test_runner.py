@@ -26,6 +26,9 @@ class Misbehaving:
         self.inner, self.bad, self.n = inner, bad, 0
         self.source, self.target = "fabricsim", "flaky"
 
+    async def aclose(self) -> None:
+        pass
+
     async def scrape(self) -> ScrapeResult:
         self.n += 1
         mode = self.bad.get(self.n)
@@ -101,6 +104,9 @@ class WithCapabilities:
         self.inner, self.capabilities = inner, caps
         self.source, self.target = "ufm", "caps"
 
+    async def aclose(self) -> None:
+        pass
+
     async def scrape(self) -> ScrapeResult:
         return await self.inner.scrape()
 
@@ -144,6 +150,9 @@ class Skipping:
     def __init__(self, inner: Collector) -> None:
         self.inner = inner
         self.source, self.target = "ufm", "skipping"
+
+    async def aclose(self) -> None:
+        pass
 
     async def scrape(self) -> ScrapeResult:
         res = await self.inner.scrape()
