@@ -20,14 +20,14 @@ from collectors.units import parse_duration
 from detectors.ber_thresholds import ThresholdTable
 from detectors.pipeline import Pipeline, default_detectors
 from service.alerts.dispatcher import Dispatcher
-from service.alerts.metrics import AlertsCollector
+from service.alerts.metrics import AlertsExporter
 from service.api import COMMON_ERRORS, make_router
 from service.auth import Auth
 from service.config import Settings
 from service.db import make_engine, upgrade
 from service.drain_api import make_drain_router
 from service.drain_engine import DrainEngine, policy_from_settings
-from service.drain_metrics import DrainCollector
+from service.drain_metrics import DrainExporter
 from service.exposition import CONTENT_TYPE, iter_render
 from service.ingest_api import IngestGuards, make_ingest_router
 from service.ingest_guard import RateLimiter
@@ -75,7 +75,7 @@ def create_app(
     registry = make_registry(metrics)
     drain = DrainEngine(engine, store, fabric, policy_from_settings(settings.drain))
     drain.sync_inventory()
-    registry.register(DrainCollector(drain))
+    registry.register(DrainExporter(drain))
     auth = Auth(settings.auth)
     guards = IngestGuards(RateLimiter(settings.ingest.rate_limit), JobPlacement(settings.scheduler))
     registry.register(guards.refused)
@@ -95,7 +95,7 @@ def create_app(
         Dispatcher(engine, settings.alerts, default_external_url=own_url) if settings.alerts.enabled else None
     )
     if dispatcher is not None:
-        registry.register(AlertsCollector(dispatcher))
+        registry.register(AlertsExporter(dispatcher))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -22,7 +22,9 @@ from service.drain_engine import DrainEngine
 log = logging.getLogger("graywire.drain")
 
 
-class DrainCollector(Collector):
+class DrainExporter(Collector):
+    """``graywire_drain_*`` for ``/metrics`` (a prometheus_client ``Collector``, not a source)."""
+
     def __init__(self, drain: DrainEngine) -> None:
         self.drain = drain
 

@@ -283,7 +283,10 @@ def _gauge(name: str, doc: str, value: float) -> Metric:
     return g
 
 
-class GraywireCollector(Collector):
+class GraywireExporter(Collector):
+    """The service's own series for ``/metrics`` (a prometheus_client ``Collector``; not a source
+    collector: those live in ``collectors/``), read from a :class:`MetricsSnapshot`."""
+
     def __init__(self, state: MetricsState) -> None:
         self.state = state
         self._port_labels: dict[tuple[tuple[str, str], ...], tuple[list[str], list[dict[str, str]]]] = {}
@@ -632,5 +635,5 @@ class GraywireCollector(Collector):
 
 def make_registry(state: MetricsState) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GraywireCollector(state))
+    registry.register(GraywireExporter(state))
     return registry

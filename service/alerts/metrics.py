@@ -11,7 +11,7 @@ from prometheus_client.registry import Collector
 from service.alerts.dispatcher import Dispatcher
 
 
-class AlertsCollector(Collector):
+class AlertsExporter(Collector):
     """``graywire_alert_*``: deliveries by result and the outbox backlog, per receiver.
 
     The backlog age is what to alert on: a receiver whose oldest pending message keeps getting

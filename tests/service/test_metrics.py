@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.model import Fabric, PortSpec
 from service.exposition import render
-from service.metrics import GraywireCollector, MetricsState
+from service.metrics import GraywireExporter, MetricsState
 from tests.scrape import run_promtool, scrape
 
 #: Labels a series may carry: each is bounded by the fabric model, the cluster's GPUs or the code.
@@ -197,7 +197,7 @@ def test_parse_skips_are_a_counter_by_source_and_reason() -> None:
     state = MetricsState(fabric, per_port=False)
     state.parse_skipped[("snmp", "out_of_range")] += 3
     state.parse_skipped[("ufm", "malformed_line")] += 1
-    text = render(GraywireCollector(state)).decode()
+    text = render(GraywireExporter(state)).decode()
     assert value(text, "graywire_parse_skipped_total", source="snmp", reason="out_of_range") == 3
     assert value(text, "graywire_parse_skipped_total", source="ufm", reason="malformed_line") == 1
     r = run_promtool("check", "metrics", stdin=text)

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from service.alerts import outbox
 from service.alerts.config import AlertsSettings
 from service.alerts.dispatcher import Dispatcher
-from service.alerts.metrics import AlertsCollector
+from service.alerts.metrics import AlertsExporter
 from service.alerts.models import OutboxMessage
 from service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from service.store import IncidentStore
@@ -131,7 +131,7 @@ def test_slack_and_unreachable_receiver(store: IncidentStore, engine: Engine, re
     assert gone.status == "pending" and gone.attempts >= 2 and "Connect" in (gone.last_error or "")
 
     registry = CollectorRegistry()
-    registry.register(AlertsCollector(dispatcher))
+    registry.register(AlertsExporter(dispatcher))
     text = generate_latest(registry).decode()
     assert 'graywire_alert_messages_total{receiver="chat",result="delivered"} 1.0' in text
     assert 'graywire_alert_outbox_pending{receiver="gone"} 1.0' in text
@@ -194,7 +194,7 @@ def test_credentials_in_an_alertmanager_url_are_used_but_never_exposed(
     (got,) = recorder.delivered("/am/api/v2/alerts")
     assert {k.lower(): v for k, v in got.headers.items()}["authorization"].startswith("Basic ")
     registry = CollectorRegistry()
-    registry.register(AlertsCollector(dispatcher))
+    registry.register(AlertsExporter(dispatcher))
     exposed = generate_latest(registry).decode() + " ".join(dispatcher.destinations)
     with Session(engine) as session:
         exposed += " ".join(session.scalars(sa.select(OutboxMessage.receiver)))
@@ -211,7 +211,7 @@ def test_held_pages_are_counted_in_the_metrics(
     store.apply([finding(t=0)])
     dispatcher.sync()
     registry = CollectorRegistry()
-    registry.register(AlertsCollector(dispatcher))
+    registry.register(AlertsExporter(dispatcher))
     text = generate_latest(registry).decode()
     assert "graywire_alert_incidents_held 1.0" in text
     assert "graywire_alert_incidents_inhibited 0.0" in text
@@ -241,7 +241,7 @@ def test_a_flood_behind_a_dead_receiver_stays_within_max_outbox_and_keeps_the_pa
     assert dispatcher.failed_attempts["noc"] > 0 and recorder.delivered("/hook") == []  # down throughout
 
     registry = CollectorRegistry()
-    registry.register(AlertsCollector(dispatcher))
+    registry.register(AlertsExporter(dispatcher))
     text = generate_latest(registry).decode()
     drops: dict[tuple[str, str], float] = {}
     for m in re.finditer(r"^graywire_alert_outbox_dropped_total\{(.*)\} (\S+)$", text, re.MULTILINE):
