@@ -139,6 +139,17 @@ class EntityIndex:
                 found = pc.index_in(keys, value_set=self._known)
         return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
+    def find(self, keys: pa.Array) -> np.ndarray:
+        """Ids of known keys, -1 for the others (nothing is assigned)."""
+        if pa.types.is_dictionary(keys.type):
+            keys = keys.cast(pa.string())
+        return (
+            pc.index_in(keys, value_set=self._known)
+            .fill_null(-1)
+            .to_numpy(zero_copy_only=False)
+            .astype(np.int64)
+        )
+
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the keys where ``mask`` is true, renumbered densely like :meth:`RollingWindow.keep`."""
         self._known = self._known.filter(pa.array(mask))
@@ -206,51 +217,6 @@ def _whole_groups(group: np.ndarray, room: int) -> np.ndarray:
     fits = np.empty(order.size, dtype=bool)
     fits[order] = np.cumsum(counts[order]) <= room
     return fits[inv.ravel()]
-
-
-class SlotIndex:
-    """Row slots of a detector's state arrays for string keys, at most ``capacity`` of them.
-
-    Like :class:`EntityIndex`, known keys are found with one vectorized hash lookup, but a
-    slot is given back with :meth:`free` (an entity gone quiet) and reused, so the arrays stay
-    as large as the live entities, not as every entity ever seen. A key that finds no free
-    slot gets -1: its rows are left out and counted by the caller, never judged half-way.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.keys: list[str | None] = []
-        self._free: list[int] = []
-        self._known = pa.array([], type=pa.string())
-
-    @property
-    def live(self) -> int:
-        return len(self.keys) - len(self._free)
-
-    def ids(self, keys: pa.Array, assign: bool = True) -> np.ndarray:
-        """Slots for an array of string keys (-1 past capacity), new keys in first-seen order;
-        with ``assign`` false, -1 for every key not known yet."""
-        if pa.types.is_dictionary(keys.type):
-            keys = keys.cast(pa.string())
-        found = pc.index_in(keys, value_set=self._known)
-        if found.null_count and assign:
-            for key in pc.unique(keys.filter(pc.is_null(found))).to_pylist():
-                if self._free:
-                    self.keys[self._free.pop()] = key
-                elif len(self.keys) < self.capacity:
-                    self.keys.append(key)
-                else:
-                    break
-            self._known = pa.array(self.keys, type=pa.string())
-            found = pc.index_in(keys, value_set=self._known)
-        return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-
-    def free(self, slots: np.ndarray) -> None:
-        for i in slots.tolist():
-            self.keys[i] = None
-            self._free.append(i)
-        if slots.size:
-            self._known = pa.array(self.keys, type=pa.string())
 
 
 def _same_buffers(a: pa.Array, b: pa.Array) -> bool:

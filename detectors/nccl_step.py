@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from detectors.base import SlotIndex
+from detectors.base import EntityIndex
 from detectors.findings import Finding
 from detectors.robust import group_median
 
@@ -63,7 +63,7 @@ class NcclStepTime:
 
     def __init__(self, cfg: NcclStepTimeConfig | None = None) -> None:
         self.cfg = cfg or NcclStepTimeConfig()
-        self.index = SlotIndex(self.cfg.max_groups)
+        self.index = EntityIndex(self.cfg.max_groups)
         self.over_capacity = 0  # rows left out because every group row was taken
         k = self.cfg.max_samples
         self._t = np.zeros((0, k))  # sample times, a ring per group row
@@ -79,11 +79,12 @@ class NcclStepTime:
         self._jobs: list[str] = []
         self._evidence: dict[int, dict[str, Any]] = {}
         self.job_open: dict[str, set[int]] = {}
+        self._next_compaction = 0.0
 
     @property
     def groups(self) -> int:
         """Live groups (for tests and the bench)."""
-        return self.index.live
+        return len(self.index.keys)
 
     def _grow(self, n: int) -> None:
         have = self._head.size
@@ -117,7 +118,7 @@ class NcclStepTime:
         names, inv = self._group_names(batch)
         # Quiet groups give their rows back first (not those reporting now), so new ones can
         # take them in this very poll.
-        out = self._expire(t, now, keep=self.index.ids(names, assign=False))
+        out = self._expire(t, now, keep=self.index.find(names))
         slot = self.index.ids(names)[inv]
         self._grow(len(self.index.keys))
         if (slot < 0).any():
@@ -127,7 +128,7 @@ class NcclStepTime:
         if slot.size:
             used, inv = np.unique(slot, return_inverse=True)
             level = self._levels(batch, np.log(dur), inv, used.size)
-            fresh = np.flatnonzero(self._last[used] == 0.0)  # rows new (or given back) this poll
+            fresh = np.flatnonzero(self._last[used] == 0.0)  # rows new this poll
             if fresh.size:
                 first = np.zeros(used.size, dtype=np.int64)
                 first[inv[::-1]] = np.arange(inv.size)[::-1]
@@ -139,24 +140,29 @@ class NcclStepTime:
         return out
 
     def _expire(self, t: float, now: datetime, keep: np.ndarray) -> list[Finding]:
-        """Give back the rows of groups quiet for ``expire_s`` (not those in ``keep``, reporting
-        now); an open one clears as stopped."""
-        live = np.array([k is not None for k in self.index.keys], dtype=bool)
-        live[keep[keep >= 0]] = False
-        gone = np.flatnonzero(live & (self._last[: live.size] < t - self.cfg.expire_s))
+        """Drop the groups quiet for ``expire_s`` (not those in ``keep``, reporting now) and
+        renumber the rest densely; an open one clears as stopped first."""
+        n = len(self.index.keys)
+        # Compaction copies every row: at most every tenth of expire_s, unless the rows are all
+        # taken (then at once, so new groups find room).
+        if t < self._next_compaction and n < self.cfg.max_groups:
+            return []
+        self._next_compaction = t + self.cfg.expire_s / 10
+        quiet = self._last[:n] < t - self.cfg.expire_s
+        quiet[keep[keep >= 0]] = False
+        if not quiet.any():
+            return []
         out: list[Finding] = []
-        for g in gone[self._open[gone]].tolist():
+        for g in np.flatnonzero(quiet & self._open[:n]).tolist():
             out += self._roll_up(g, "cleared", now, expired=True)
-        self.index.free(gone)
-        self._n[gone] = 0
-        self._head[gone] = 0
-        self._open[gone] = False
-        self._bad[gone] = 0
-        self._good[gone] = 0
-        self._level[gone] = np.nan
-        self._last[gone] = 0.0
-        for g in gone.tolist():
-            self._evidence.pop(g, None)
+        stay = ~quiet
+        new_id = np.cumsum(stay) - 1
+        self.index.keep(stay)
+        for name in ("_t", "_x", "_flag", "_head", "_n", "_level", "_open", "_bad", "_good", "_last"):
+            setattr(self, name, getattr(self, name)[:n][stay])
+        self._jobs = [j for j, s in zip(self._jobs[:n], stay.tolist(), strict=True) if s]
+        self._evidence = {int(new_id[g]): ev for g, ev in self._evidence.items() if stay[g]}
+        self.job_open = {job: {int(new_id[g]) for g in rows} for job, rows in self.job_open.items()}
         return out
 
     @staticmethod

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, SlotIndex
+from detectors.base import EntityIndex, Hysteresis, HysteresisConfig
 
 
 def step(h: Hysteresis, idx: list[int], bad: list[bool]) -> tuple[list[int], list[int]]:
@@ -117,14 +117,3 @@ def test_empty_keys() -> None:
     ix = EntityIndex()
     assert ix.ids(pa.array([], type=pa.string())).tolist() == []
     assert ix.keys == []
-
-
-def test_slot_index_reuses_freed_slots_and_stops_at_capacity() -> None:
-    idx = SlotIndex(capacity=3)
-    assert idx.ids(pa.array(["a", "b", "a"])).tolist() == [0, 1, 0]
-    assert idx.ids(pa.array(["c", "d"])).tolist() == [2, -1]  # full: d is left out
-    assert idx.ids(pa.array(["e", "a"]), assign=False).tolist() == [-1, 0]
-    idx.free(np.array([1]))
-    assert idx.live == 2
-    assert idx.ids(pa.array(["d", "b"])).tolist() == [1, -1]  # d takes b's row; b is new again
-    assert idx.keys == ["a", "d", "c"]
