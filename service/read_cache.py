@@ -85,6 +85,9 @@ class ReadCache:
             del self._inflight[key]
         if task.cancelled() or task.exception() is not None:
             return  # each waiter gets the error; nothing is kept
+        kept = self._entries.get(key)
+        if kept is not None and kept[0] > gen:
+            return  # a render of a later generation finished first: keep it
         self._entries[key] = (gen, started, task.result())
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
