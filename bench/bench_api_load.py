@@ -126,7 +126,7 @@ sources:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         log = open(Path(tmp) / "service.log", "w")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--config", str(config)],
+            [sys.executable, "-m", "graywire.service.cli", "serve", "--config", str(config)],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
         try:

@@ -24,8 +24,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from collectors.model import Fabric
-from collectors.schemas import (
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import (
     LOGICAL_ACTIVE,
     NCCL_TIMING,
     PHYS_LINK_UP,
@@ -34,9 +34,9 @@ from collectors.schemas import (
     TS,
     make_batch,
 )
-from detectors.link_state import LinkDowngradeDetector
-from detectors.pipeline import Pipeline, nccl_timing_detectors
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.detectors.link_state import LinkDowngradeDetector
+from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 POLL_S = 10.0

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from collectors.schemas import PORT_COUNTERS, PORT_SAMPLE, make_batch
-from detectors.rates import CounterRates
+from graywire.collectors.schemas import PORT_COUNTERS, PORT_SAMPLE, make_batch
+from graywire.detectors.rates import CounterRates
 
 
 def poll(

@@ -24,10 +24,10 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from collectors.ufm.ports import PortKeys, SpellingCache
-from collectors.ufm.telemetry import parse_prometheus
-from fabricsim.topology import TopologySpec, build_fabric
-from fabricsim.ufm_server import _Ports, prometheus_text
+from graywire.collectors.ufm.ports import PortKeys, SpellingCache
+from graywire.collectors.ufm.telemetry import parse_prometheus
+from graywire.fabricsim.topology import TopologySpec, build_fabric
+from graywire.fabricsim.ufm_server import _Ports, prometheus_text
 
 #: 30 counters as UFM Telemetry names them: PM extended counters, PHY statistics, FEC, gauges.
 COUNTERS = (

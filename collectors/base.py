@@ -20,8 +20,8 @@ from typing import Protocol, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from collectors.keys import normalize_guid, port_key
-from collectors.model import Fabric
+from graywire.collectors.keys import normalize_guid, port_key
+from graywire.collectors.model import Fabric
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.schemas import SCHEMAS, record_kind
+from graywire.collectors.schemas import SCHEMAS, record_kind
 
 HOUR_FMT = "%Y-%m-%dT%H"
 

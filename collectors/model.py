@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from collectors.keys import normalize_guid, port_key, split_port_key
-from collectors.units import parse_speed
+from graywire.collectors.keys import normalize_guid, port_key, split_port_key
+from graywire.collectors.units import parse_speed
 
 ROLES = ("host", "leaf", "spine", "core")
 
@@ -183,7 +183,7 @@ class Fabric:
         return {normalize_guid(g): i for i, g in enumerate(self.guids) if g}
 
     def links_table(self, source: str = "inventory") -> pa.Table:
-        from collectors.schemas import LINK
+        from graywire.collectors.schemas import LINK
 
         ka = [self.keys[i] for i in self.link_a]
         kb = [self.keys[i] for i in self.link_b]

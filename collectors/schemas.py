@@ -1,7 +1,7 @@
 """Canonical Arrow record schemas (see docs/records.md).
 
 One batch holds many entities at one poll. Counters stay cumulative; rates are computed later
-by ``detectors.rates``. Units are base units, named in the column. A counter a source lacks is
+by ``graywire.detectors.rates``. Units are base units, named in the column. A counter a source lacks is
 null, never 0.
 """
 

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.model import Fabric
-from detectors.findings import Finding
+from graywire.collectors.model import Fabric
+from graywire.detectors.findings import Finding
 
 
 class Detector(Protocol):

@@ -16,10 +16,10 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from collectors.model import Fabric
-from collectors.schemas import PFC_PRIORITIES
-from detectors.base import PortIndexer, column
-from detectors.findings import Finding
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PFC_PRIORITIES
+from graywire.detectors.base import PortIndexer, column
+from graywire.detectors.findings import Finding
 
 
 @dataclass(frozen=True, slots=True)

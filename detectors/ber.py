@@ -18,10 +18,16 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from collectors.model import Fabric
-from detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
-from detectors.ber_thresholds import GENERIC, LANE_CLASSES, BerThresholds, ThresholdTable, lane_class_codes
-from detectors.findings import Finding
+from graywire.collectors.model import Fabric
+from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
+from graywire.detectors.ber_thresholds import (
+    GENERIC,
+    LANE_CLASSES,
+    BerThresholds,
+    ThresholdTable,
+    lane_class_codes,
+)
+from graywire.detectors.findings import Finding
 
 LEVELS = ("ok", "rising", "warning", "error")
 SEVERITY = {1: "info", 2: "warning", 3: "critical"}

@@ -26,11 +26,11 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from collectors.model import Fabric
-from collectors.schemas import PFC_PRIORITIES
-from detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
-from detectors.findings import Finding
-from detectors.robust import MAD_TO_SIGMA
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PFC_PRIORITIES
+from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
+from graywire.detectors.findings import Finding
+from graywire.detectors.robust import MAD_TO_SIGMA
 
 
 @dataclass(frozen=True, slots=True)

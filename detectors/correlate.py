@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from collectors.model import Fabric
-from detectors.findings import SEVERITY_RANK
+from graywire.collectors.model import Fabric
+from graywire.detectors.findings import SEVERITY_RANK
 
 LINK_KINDS = frozenset(
     {

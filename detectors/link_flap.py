@@ -17,10 +17,10 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from collectors.model import Fabric
-from collectors.schemas import PHYS_LINK_UP
-from detectors.base import LinkEntities, PortIndexer, column
-from detectors.findings import Finding
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PHYS_LINK_UP
+from graywire.detectors.base import LinkEntities, PortIndexer, column
+from graywire.detectors.findings import Finding
 
 HISTORY = 16  # outage times kept per link
 MAX_SOURCES = 8  # distinct source names whose port state is tracked apart (more share the last slot)

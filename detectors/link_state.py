@@ -21,11 +21,11 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
-from collectors.model import Fabric
-from collectors.schemas import PHYS_LINK_UP
-from collectors.units import format_speed
-from detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
-from detectors.findings import Finding
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PHYS_LINK_UP
+from graywire.collectors.units import format_speed
+from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
+from graywire.detectors.findings import Finding
 
 
 @dataclass(frozen=True, slots=True)

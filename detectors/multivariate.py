@@ -20,10 +20,10 @@ import numpy as np
 import pyarrow as pa
 from sklearn.ensemble import IsolationForest
 
-from collectors.model import Fabric
-from detectors.base import Hysteresis, HysteresisConfig, PortIndexer, column
-from detectors.findings import Finding
-from detectors.robust import MAD_TO_SIGMA
+from graywire.collectors.model import Fabric
+from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, column
+from graywire.detectors.findings import Finding
+from graywire.detectors.robust import MAD_TO_SIGMA
 
 PAUSE_COLUMNS = tuple(f"pfc{p}_{d}_pause_seconds_per_second" for p in range(8) for d in ("rx", "tx"))
 #: (feature name, rate columns summed, divided by the received bits rate: a ratio, not a rate)

@@ -19,10 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.model import Fabric
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow
-from detectors.findings import Finding
-from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
+from graywire.collectors.model import Fabric
+from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow
+from graywire.detectors.findings import Finding
+from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,10 +38,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.model import Fabric
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow
-from detectors.findings import Finding
-from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
+from graywire.collectors.model import Fabric
+from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow
+from graywire.detectors.findings import Finding
+from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 _SIDES = ("send", "recv")
 # An edge's key packs (communicator, channel, sender, receiver) into 15, 8, 20 and 20 bits: the

@@ -23,9 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from detectors.base import EntityIndex
-from detectors.findings import Finding
-from detectors.robust import group_median
+from graywire.detectors.base import EntityIndex
+from graywire.detectors.findings import Finding
+from graywire.detectors.robust import group_median
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow
-from detectors.findings import Finding
-from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
+from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow
+from graywire.detectors.findings import Finding
+from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from detectors.findings import Finding
+from graywire.detectors.findings import Finding
 
 KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing", "nccl_channels_reduced")
 

@@ -12,23 +12,23 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from collectors.model import Fabric
-from collectors.schemas import record_kind
-from detectors.base import Detector
-from detectors.ber import BerDetector
-from detectors.ber_thresholds import ThresholdTable
-from detectors.congestion import EcnHotspotDetector, PfcStormDetector, XmitWaitDetector
-from detectors.findings import Finding
-from detectors.link_flap import LinkFlapDetector
-from detectors.link_state import LinkDowngradeDetector
-from detectors.multivariate import MultivariateOutlier
-from detectors.nccl_channel import NcclChannelOutlier
-from detectors.nccl_peer import NcclHopDetector
-from detectors.nccl_step import NcclStepTime
-from detectors.nccl_straggler import NcclStraggler
-from detectors.nccl_transport import NcclTransportDetector
-from detectors.rates import CounterRates
-from detectors.saturation import CounterSaturationDetector
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import record_kind
+from graywire.detectors.base import Detector
+from graywire.detectors.ber import BerDetector
+from graywire.detectors.ber_thresholds import ThresholdTable
+from graywire.detectors.congestion import EcnHotspotDetector, PfcStormDetector, XmitWaitDetector
+from graywire.detectors.findings import Finding
+from graywire.detectors.link_flap import LinkFlapDetector
+from graywire.detectors.link_state import LinkDowngradeDetector
+from graywire.detectors.multivariate import MultivariateOutlier
+from graywire.detectors.nccl_channel import NcclChannelOutlier
+from graywire.detectors.nccl_peer import NcclHopDetector
+from graywire.detectors.nccl_step import NcclStepTime
+from graywire.detectors.nccl_straggler import NcclStraggler
+from graywire.detectors.nccl_transport import NcclTransportDetector
+from graywire.detectors.rates import CounterRates
+from graywire.detectors.saturation import CounterSaturationDetector
 
 
 def default_detectors(

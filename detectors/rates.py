@@ -1,6 +1,6 @@
 """Cumulative counters -> per-second rates: the first stage of every port detector.
 
-Collectors keep counters cumulative (see ``collectors.schemas``); every detector wants rates.
+Collectors keep counters cumulative (see ``graywire.collectors.schemas``); every detector wants rates.
 Between two polls a counter can move forward (the normal case), *wrap* (SNMP Counter32 and
 other narrow counters restart at zero after 2**bits - 1), *reset* (UFM or perfquery clears,
 reboots, driver reloads), or *saturate* (legacy IB error counters stick at their maximum). A
@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.counters import ERROR_COLUMNS
-from collectors.schemas import COUNTER_BITS_KEY, PORT_COUNTERS, PORT_SAMPLE, SATURATING_KEY, TS
+from graywire.collectors.counters import ERROR_COLUMNS
+from graywire.collectors.schemas import COUNTER_BITS_KEY, PORT_COUNTERS, PORT_SAMPLE, SATURATING_KEY, TS
 
 #: Gauges copied unchanged from the input, so one batch carries everything a detector needs.
 GAUGES: tuple[str, ...] = (

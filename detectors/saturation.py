@@ -16,11 +16,11 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from collectors.counters import ERROR_COLUMNS, IBA_COUNTERS
-from collectors.model import Fabric
-from detectors.base import Hysteresis, HysteresisConfig, PortIndexer, column
-from detectors.findings import Finding
-from detectors.rates import SATURATION_COLUMNS
+from graywire.collectors.counters import ERROR_COLUMNS, IBA_COUNTERS
+from graywire.collectors.model import Fabric
+from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, column
+from graywire.detectors.findings import Finding
+from graywire.detectors.rates import SATURATION_COLUMNS
 
 #: Column -> legacy width, for the evidence (saturating sources are the legacy IBA fields).
 _WIDTH = {c.column: c.legacy_bits for c in IBA_COUNTERS.values() if c.legacy_bits}

@@ -6,8 +6,8 @@ collector outages, checkpoint bursts), plus a long healthy soak that measures fa
 per 1,000 port-hours. Both the detectors and the baseline see the same batches.
 
 *Representation variants* replay the mixed scenarios (and a shorter soak) as other source
-mixes show them: each variant names a port view and an NCCL view (``fabricsim.port_views``,
-``fabricsim.nccl_views``) that render the simulator's poll in a real source's format and read
+mixes show them: each variant names a port view and an NCCL view (``graywire.fabricsim.port_views``,
+``graywire.fabricsim.nccl_views``) that render the simulator's poll in a real source's format and read
 it back with graywire's collectors. Scores are reported per variant, so a fault family that
 only works with the richest counters shows up as such; a fault a variant's sources cannot
 show at all is reported as not observable, not as a miss.
@@ -20,16 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from detectors.baseline import StaticRules
-from detectors.ber_thresholds import ThresholdTable
-from detectors.pipeline import Pipeline, default_detectors
-from detectors.rates import CounterRates
-from fabricsim.faults import FAULT_KINDS
-from fabricsim.nccl_views import NCCL_VIEWS
-from fabricsim.port_views import PORT_VIEWS
-from fabricsim.scoring import Report, score
-from fabricsim.sim import FabricSim, SimConfig, truth_document
-from fabricsim.topology import TopologySpec
+from graywire.detectors.baseline import StaticRules
+from graywire.detectors.ber_thresholds import ThresholdTable
+from graywire.detectors.pipeline import Pipeline, default_detectors
+from graywire.detectors.rates import CounterRates
+from graywire.fabricsim.faults import FAULT_KINDS
+from graywire.fabricsim.nccl_views import NCCL_VIEWS
+from graywire.fabricsim.port_views import PORT_VIEWS
+from graywire.fabricsim.scoring import Report, score
+from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
+from graywire.fabricsim.topology import TopologySpec
 
 MAGNITUDES: dict[str, tuple[float, ...]] = {
     "speed_downgrade": (0.5, 0.25),

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from collectors.model import Fabric
-from collectors.units import parse_duration
+from graywire.collectors.model import Fabric
+from graywire.collectors.units import parse_duration
 
 #: Faults that are real gray failures, and the detector finding kinds that count as catching them.
 FAULT_KINDS: dict[str, tuple[str, ...]] = {

@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from collectors.host.sysfs import PMA_COUNTERS
-from collectors.keys import split_port_key
-from collectors.model import Fabric
-from collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
+from graywire.collectors.host.sysfs import PMA_COUNTERS
+from graywire.collectors.keys import split_port_key
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
 
 #: Per-lane signalling rate (Gb/s) -> the IB speed name the kernel prints in ``rate``.
 LANE_SPEED_NAMES = {2.5: "SDR", 5: "DDR", 10: "QDR", 14: "FDR", 25: "EDR", 50: "HDR", 100: "NDR", 200: "XDR"}

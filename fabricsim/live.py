@@ -25,14 +25,14 @@ import uvicorn
 import yaml
 from fastapi import FastAPI
 
-from collectors.host.agent import AgentConfig, create_agent_app
-from fabricsim.faults import LIVE_DEFAULT_FAULTS
-from fabricsim.hostfs import HostTreeWriter
-from fabricsim.nccl_writer import InspectorWriter
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.snmprec import write_snmprec
-from fabricsim.topology import TopologySpec
-from fabricsim.ufm_server import FakeUfm
+from graywire.collectors.host.agent import AgentConfig, create_agent_app
+from graywire.fabricsim.faults import LIVE_DEFAULT_FAULTS
+from graywire.fabricsim.hostfs import HostTreeWriter
+from graywire.fabricsim.nccl_writer import InspectorWriter
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.snmprec import write_snmprec
+from graywire.fabricsim.topology import TopologySpec
+from graywire.fabricsim.ufm_server import FakeUfm
 
 UFM_USER, UFM_PASSWORD = "admin", "graywire-fake"
 

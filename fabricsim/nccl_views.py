@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from collectors.nccl.tail import NcclFileCollector
-from fabricsim.nccl_writer import InspectorWriter
+from graywire.collectors.nccl.tail import NcclFileCollector
+from graywire.fabricsim.nccl_writer import InspectorWriter
 
 #: Fault kinds whose only trace is per-channel timing: a view without channel rows cannot show them.
 PER_CHANNEL_FAULTS = frozenset({"slow_channel", "slow_nic", "nccl_slow_path"})

@@ -30,8 +30,8 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from collectors.nccl.common import busbw_factor
-from collectors.schemas import record_kind
+from graywire.collectors.nccl.common import busbw_factor
+from graywire.collectors.schemas import record_kind
 
 Version = Literal["v4.3", "v4.0"]
 

@@ -6,9 +6,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from collectors.dataset import DatasetWriter, write_links
-from collectors.model import INVENTORY
-from fabricsim.sim import FabricSim, truth_document
+from graywire.collectors.dataset import DatasetWriter, write_links
+from graywire.collectors.model import INVENTORY
+from graywire.fabricsim.sim import FabricSim, truth_document
 
 TRUTH = "truth.json"
 

@@ -32,25 +32,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.counters import IBA_COUNTERS
-from collectors.host.ethtool import (
+from graywire.collectors.counters import IBA_COUNTERS
+from graywire.collectors.host.ethtool import (
     EthtoolReading,
     apply_ethtool,
     parse_fec,
     parse_settings,
     parse_statistics,
 )
-from collectors.host.sysfs import HW_COUNTERS, PMA_COUNTERS, PortReading, readings_to_batch
-from collectors.keys import split_port_key
-from collectors.model import Fabric
-from collectors.perfquery import parse_perfquery, perfquery_batch
-from collectors.schemas import PHYS_LINK_UP, PORT_SAMPLE, make_batch
-from collectors.ufm.merge import merge_port_samples
-from collectors.ufm.ports import PortKeys, SpellingCache
-from collectors.ufm.rest import parse_ports
-from collectors.ufm.telemetry import parse_prometheus
-from fabricsim.hostfs import HostTreeWriter
-from fabricsim.ufm_server import FakeUfm, _Ports, prometheus_text
+from graywire.collectors.host.sysfs import HW_COUNTERS, PMA_COUNTERS, PortReading, readings_to_batch
+from graywire.collectors.keys import split_port_key
+from graywire.collectors.model import Fabric
+from graywire.collectors.perfquery import parse_perfquery, perfquery_batch
+from graywire.collectors.schemas import PHYS_LINK_UP, PORT_SAMPLE, make_batch
+from graywire.collectors.ufm.merge import merge_port_samples
+from graywire.collectors.ufm.ports import PortKeys, SpellingCache
+from graywire.collectors.ufm.rest import parse_ports
+from graywire.collectors.ufm.telemetry import parse_prometheus
+from graywire.fabricsim.hostfs import HostTreeWriter
+from graywire.fabricsim.ufm_server import FakeUfm, _Ports, prometheus_text
 
 #: UFM Telemetry's default counters: canonical column -> (metric name, divisor to device units).
 UFM_DEFAULT: dict[str, tuple[str, int]] = {

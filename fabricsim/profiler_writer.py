@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from collectors.schemas import record_kind
-from fabricsim.nccl_writer import comm_hash
+from graywire.collectors.schemas import record_kind
+from graywire.fabricsim.nccl_writer import comm_hash
 
 
 @dataclass

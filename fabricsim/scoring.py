@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from fabricsim.faults import FAULT_KINDS
+from graywire.fabricsim.faults import FAULT_KINDS
 
 
 @dataclass

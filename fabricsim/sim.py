@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from collectors.model import Fabric
-from collectors.schemas import (
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import (
     LOGICAL_ACTIVE,
     LOGICAL_DOWN,
     NCCL_PROXY,
@@ -28,8 +28,15 @@ from collectors.schemas import (
     TS,
     make_batch,
 )
-from fabricsim.faults import PROFILED_JOBS, TRANSPORT_KINDS, Fault, FaultRequest, parse_spec, resolve_faults
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.fabricsim.faults import (
+    PROFILED_JOBS,
+    TRANSPORT_KINDS,
+    Fault,
+    FaultRequest,
+    parse_spec,
+    resolve_faults,
+)
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 ROCE_PRIORITY = 3
 FEC_MODE_PLR = 14  # ETH_Consortium_LL_50G_RS_FEC_PLR (UFM fec_mode_active code)

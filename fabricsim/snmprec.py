@@ -31,10 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.model import Fabric
-from collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
-from collectors.snmp import oids as O
-from fabricsim.sim import EPOCH
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
+from graywire.collectors.snmp import oids as O
+from graywire.fabricsim.sim import EPOCH
 
 PfcMib = Literal["ieee", "arista", "cisco"]
 SWITCH_ROLES = ("leaf", "spine", "core")

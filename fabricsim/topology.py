@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collectors.model import Fabric
+from graywire.collectors.model import Fabric
 
 GBPS = 10**9
 

@@ -34,11 +34,11 @@ import pyarrow.compute as pc
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from collectors.keys import split_port_key
-from collectors.model import Fabric
-from collectors.schemas import PHYS_LINK_UP
-from collectors.ufm.rest import LANE_GBPS, SPEED_ORDER
-from fabricsim.sim import FabricSim, SimStep
+from graywire.collectors.keys import split_port_key
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PHYS_LINK_UP
+from graywire.collectors.ufm.rest import LANE_GBPS, SPEED_ORDER
+from graywire.fabricsim.sim import FabricSim, SimStep
 
 #: Canonical column -> (UFM Telemetry counter name, divisor from base units). Data counters go
 #: out in 4-octet words, as devices count them.

@@ -1,6 +1,6 @@
 """Alembic environment for graywire.
 
-The URL comes from the Alembic config (``service.db.upgrade`` sets it) or else from
+The URL comes from the Alembic config (``graywire.service.db.upgrade`` sets it) or else from
 ``GRAYWIRE_DATABASE_URL``, so the same scripts serve the service, the CLI and tests. A caller may
 also hand over an open connection in ``config.attributes["connection"]`` to migrate inside its
 own transaction.
@@ -14,8 +14,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from service.db import make_engine
-from service.tables import metadata
+from graywire.service.db import make_engine
+from graywire.service.tables import metadata
 
 DEFAULT_URL = "sqlite:///graywire-data/graywire.db"
 

@@ -2,7 +2,7 @@
 
 Handlers are plain ``def``: the store does blocking SQL, and FastAPI runs sync handlers in its
 thread pool instead of stalling the event loop. The list, polled far more often than it
-changes, is served from :class:`service.read_cache.ReadCache` (computed in a worker thread).
+changes, is served from :class:`graywire.service.read_cache.ReadCache` (computed in a worker thread).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, Field, TypeAdapter
 
-from detectors.findings import Severity
-from service.read_cache import ReadCache
-from service.store import IncidentStore
+from graywire.detectors.findings import Severity
+from graywire.service.read_cache import ReadCache
+from graywire.service.store import IncidentStore
 
 IncidentStatusParam = Literal["open", "acknowledged", "resolved"]
 SeverityOut = Severity

@@ -14,35 +14,35 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
-from collectors.base import Collector
-from collectors.model import Fabric
-from collectors.units import parse_duration
-from detectors.ber_thresholds import ThresholdTable
-from detectors.pipeline import Pipeline, default_detectors
-from service.alerts.dispatcher import Dispatcher
-from service.alerts.metrics import AlertsExporter
-from service.api import COMMON_ERRORS, make_router
-from service.auth import Auth
-from service.config import Settings
-from service.db import make_engine, upgrade
-from service.drain_api import make_drain_router
-from service.drain_engine import DrainEngine, policy_from_settings
-from service.drain_metrics import DrainExporter
-from service.exposition import CONTENT_TYPE, iter_render
-from service.ingest_api import IngestGuards, make_ingest_router
-from service.ingest_guard import RateLimiter
-from service.ingest_scope import JobPlacement
-from service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
-from service.metrics import MetricsState, make_registry
-from service.nodes_api import make_nodes_router
-from service.operations import Operations
-from service.ports_api import make_ports_router
-from service.read_cache import ReadCache
-from service.runner import Runner
-from service.sources import build_sources
-from service.status_api import make_status_router
-from service.status_page import install_status_page
-from service.store import IncidentStore
+from graywire.collectors.base import Collector
+from graywire.collectors.model import Fabric
+from graywire.collectors.units import parse_duration
+from graywire.detectors.ber_thresholds import ThresholdTable
+from graywire.detectors.pipeline import Pipeline, default_detectors
+from graywire.service.alerts.dispatcher import Dispatcher
+from graywire.service.alerts.metrics import AlertsExporter
+from graywire.service.api import COMMON_ERRORS, make_router
+from graywire.service.auth import Auth
+from graywire.service.config import Settings
+from graywire.service.db import make_engine, upgrade
+from graywire.service.drain_api import make_drain_router
+from graywire.service.drain_engine import DrainEngine, policy_from_settings
+from graywire.service.drain_metrics import DrainExporter
+from graywire.service.exposition import CONTENT_TYPE, iter_render
+from graywire.service.ingest_api import IngestGuards, make_ingest_router
+from graywire.service.ingest_guard import RateLimiter
+from graywire.service.ingest_scope import JobPlacement
+from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
+from graywire.service.metrics import MetricsState, make_registry
+from graywire.service.nodes_api import make_nodes_router
+from graywire.service.operations import Operations
+from graywire.service.ports_api import make_ports_router
+from graywire.service.read_cache import ReadCache
+from graywire.service.runner import Runner
+from graywire.service.sources import build_sources
+from graywire.service.status_api import make_status_router
+from graywire.service.status_page import install_status_page
+from graywire.service.store import IncidentStore
 
 log = logging.getLogger("graywire.app")
 

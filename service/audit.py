@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from service.db import AuditEntry, to_jsonable
+from graywire.service.db import AuditEntry, to_jsonable
 
 #: Actor name of decisions the drain policy takes by itself.
 POLICY_ACTOR = "policy"

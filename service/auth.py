@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.config import AuthSettings, RateLimit, TokenScope
+from graywire.service.config import AuthSettings, RateLimit, TokenScope
 
 Role = Literal["reader", "ingest", "operator"]
 #: What each role may also do: an operator can read and push, nobody else does more than its own.

@@ -19,13 +19,13 @@ DEMO_FAULTS = "speed_downgrade@10s+1h,slow_channel@15s+1h=0.3"
 def _serve(settings: Any, banner: str | None = None) -> int:
     import uvicorn
 
-    from service.app import create_app
+    from graywire.service.app import create_app
 
     app = create_app(settings)
     if banner:
         print(banner, flush=True)
-    from collectors.units import parse_duration
-    from service.http_protocol import head_deadline_protocol
+    from graywire.collectors.units import parse_duration
+    from graywire.service.http_protocol import head_deadline_protocol
 
     http = settings.http
     uvicorn.run(
@@ -46,14 +46,14 @@ def _serve(settings: Any, banner: str | None = None) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from service.config import load_settings
+    from graywire.service.config import load_settings
 
     settings = load_settings(args.config, host=args.host, port=args.port)
     return _serve(settings)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from service.config import load_settings
+    from graywire.service.config import load_settings
 
     settings = load_settings(
         None,
@@ -62,7 +62,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         poll_interval="2s",
         sources=[{"type": "fabricsim", "hosts": args.hosts, "seed": args.seed, "faults": DEMO_FAULTS}],
     )
-    from service.sources import FabricSimCollector
+    from graywire.service.sources import FabricSimCollector
 
     preview = FabricSimCollector(settings.sources[0], settings.poll_seconds)
     base = f"http://{settings.host}:{settings.port}"
@@ -88,10 +88,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from collectors.units import parse_duration
-    from fabricsim.output import write_simulation
-    from fabricsim.sim import FabricSim, SimConfig
-    from fabricsim.topology import TopologySpec
+    from graywire.collectors.units import parse_duration
+    from graywire.fabricsim.output import write_simulation
+    from graywire.fabricsim.sim import FabricSim, SimConfig
+    from graywire.fabricsim.topology import TopologySpec
 
     cfg = SimConfig(
         topology=TopologySpec(hosts=args.hosts, gpus=args.gpus),
@@ -121,12 +121,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from collectors.dataset import iter_replay
-    from collectors.model import INVENTORY, load_inventory
-    from detectors.ber_thresholds import ThresholdTable
-    from detectors.pipeline import Pipeline, default_detectors
-    from fabricsim.output import TRUTH
-    from fabricsim.scoring import score
+    from graywire.collectors.dataset import iter_replay
+    from graywire.collectors.model import INVENTORY, load_inventory
+    from graywire.detectors.ber_thresholds import ThresholdTable
+    from graywire.detectors.pipeline import Pipeline, default_detectors
+    from graywire.fabricsim.output import TRUTH
+    from graywire.fabricsim.scoring import score
 
     root = Path(args.dir)
     if not root.is_dir():
@@ -207,8 +207,8 @@ def _print_report(report: dict[str, Any]) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from detectors.ber_thresholds import ThresholdTable
-    from fabricsim.evaluation import evaluate, suite
+    from graywire.detectors.ber_thresholds import ThresholdTable
+    from graywire.fabricsim.evaluation import evaluate, suite
 
     table = ThresholdTable.load(args.ber_thresholds) if args.ber_thresholds else None
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else None
@@ -264,8 +264,8 @@ def _print_variant(name: str, r: dict[str, Any]) -> None:
 
 
 def cmd_fakes(args: argparse.Namespace) -> int:
-    from collectors.units import parse_duration
-    from fabricsim.live import FakesConfig, run_fakes
+    from graywire.collectors.units import parse_duration
+    from graywire.fabricsim.live import FakesConfig, run_fakes
 
     cfg = FakesConfig(
         out=Path(args.out), hosts=args.hosts, seed=args.seed, faults=args.faults,
@@ -282,8 +282,8 @@ def cmd_fakes(args: argparse.Namespace) -> int:
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
-    from service.config import load_settings
-    from service.db import upgrade
+    from graywire.service.config import load_settings
+    from graywire.service.db import upgrade
 
     settings = load_settings(args.config, database_url=args.database_url)
     if settings.database_url is None:
@@ -357,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_eval)
 
-    from collectors.host.agent import add_agent_arguments, run_agent_from_args
-    from fabricsim.faults import LIVE_DEFAULT_FAULTS
+    from graywire.collectors.host.agent import add_agent_arguments, run_agent_from_args
+    from graywire.fabricsim.faults import LIVE_DEFAULT_FAULTS
 
     s = sub.add_parser("agent", help="the host agent: serve this host's sysfs/ethtool counters over HTTP")
     add_agent_arguments(s)
@@ -381,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--service-port", type=int, default=8000, help="port written into graywire.yaml")
     s.set_defaults(func=cmd_fakes)
 
-    from service.schedsync.cli import add_sync_commands
+    from graywire.service.schedsync.cli import add_sync_commands
 
     add_sync_commands(sub)
 
@@ -396,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from service import logs
+    from graywire.service import logs
 
     logs.configure(args.verbose)
     try:

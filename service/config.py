@@ -29,15 +29,15 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from collectors.host.agent import AgentSourceConfig
-from collectors.nccl import NcclSourceConfig
-from collectors.snmp import SnmpSourceConfig
-from collectors.ufm import UfmSourceConfig
-from collectors.units import parse_duration
-from detectors.findings import Severity
-from fabricsim.faults import parse_spec
-from service.alerts.config import AlertsSettings
-from service.schedsync.slurm import parse_hostlist
+from graywire.collectors.host.agent import AgentSourceConfig
+from graywire.collectors.nccl import NcclSourceConfig
+from graywire.collectors.snmp import SnmpSourceConfig
+from graywire.collectors.ufm import UfmSourceConfig
+from graywire.collectors.units import parse_duration
+from graywire.detectors.findings import Severity
+from graywire.fabricsim.faults import parse_spec
+from graywire.service.alerts.config import AlertsSettings
+from graywire.service.schedsync.slurm import parse_hostlist
 
 
 class FabricSimSource(BaseModel):

@@ -20,7 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Dialect, Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from detectors.findings import SEVERITIES, Severity
+from graywire.detectors.findings import SEVERITIES, Severity
 
 IncidentStatus = Literal["open", "acknowledged", "resolved"]
 FindingStatus = Literal["firing", "cleared"]
@@ -410,7 +410,7 @@ def make_engine(url: str | URL) -> Engine:
 
 def alembic_config(url: str | URL) -> Config:
     """An Alembic ``Config`` built in code, so migrations run from any directory without an ini."""
-    import migrations  # the installed package, wherever the process was started
+    import graywire.migrations as migrations  # the installed package, wherever the process was started
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))

@@ -14,12 +14,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from collectors.units import parse_duration
-from service.api import MAX_ID, ErrorOut, IncidentOut
-from service.auth import Auth, Principal
-from service.drain_engine import DrainEngine
-from service.operations import Conflict, NotFound, Operations
-from service.read_cache import ReadCache
+from graywire.collectors.units import parse_duration
+from graywire.service.api import MAX_ID, ErrorOut, IncidentOut
+from graywire.service.auth import Auth, Principal
+from graywire.service.drain_engine import DrainEngine
+from graywire.service.operations import Conflict, NotFound, Operations
+from graywire.service.read_cache import ReadCache
 
 MAX_DURATION = timedelta(days=365)
 NodeName = Annotated[str, Path(min_length=1, max_length=200, description="node name as in the fabric model")]

@@ -2,7 +2,7 @@
 
 One run is one transaction: it locks the fleet-wide ``drain_state`` row (so replicas sharing
 PostgreSQL decide one at a time and the circuit breaker counts every drain), reads the open
-incidents, silences, exclusions and current recommendations, applies ``service.drain_policy``
+incidents, silences, exclusions and current recommendations, applies ``graywire.service.drain_policy``
 and writes the recommendations, the node verdicts, the breaker and an audit row per change
 together. Killed at any point, the database holds either all of a run or none of it; the
 next run recomputes from what is stored, so a node already drained is never drained again.
@@ -27,13 +27,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from collectors.model import Fabric
-from collectors.units import parse_duration
-from detectors.correlate import node_verdicts
-from detectors.findings import Finding
-from service.audit import POLICY_ACTOR, record
-from service.config import DrainSettings
-from service.db import (
+from graywire.collectors.model import Fabric
+from graywire.collectors.units import parse_duration
+from graywire.detectors.correlate import node_verdicts
+from graywire.detectors.findings import Finding
+from graywire.service.audit import POLICY_ACTOR, record
+from graywire.service.config import DrainSettings
+from graywire.service.db import (
     ACTIVE_STATUSES,
     SQLITE_BEGIN_IMMEDIATE,
     AuditEntry,
@@ -45,8 +45,8 @@ from service.db import (
     NodeVerdictRecord,
     Silence,
 )
-from service.drain_policy import Breaker, Current, DrainPolicy, PolicyResult, decide
-from service.store import IncidentStore, incident_to_dict
+from graywire.service.drain_policy import Breaker, Current, DrainPolicy, PolicyResult, decide
+from graywire.service.store import IncidentStore, incident_to_dict
 
 log = logging.getLogger("graywire.drain")
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from service.drain_engine import DrainEngine
+from graywire.service.drain_engine import DrainEngine
 
 log = logging.getLogger("graywire.drain")
 

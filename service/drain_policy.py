@@ -1,6 +1,6 @@
 """The drain policy: node verdicts in, one recommendation per host out (drain, watch or none).
 
-Pure: no clock, no database. The engine (``service.drain_engine``) feeds it the open
+Pure: no clock, no database. The engine (``graywire.service.drain_engine``) feeds it the open
 incidents, the current recommendations, the exclude list and the circuit breaker's state, and
 writes back what it returns, with an audit row for every change.
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from detectors.correlate import NodeVerdict
-from detectors.findings import SEVERITY_RANK
+from graywire.detectors.correlate import NodeVerdict
+from graywire.detectors.findings import SEVERITY_RANK
 
 Action = Literal["drain", "watch", "none"]
 #: What changed for a node, as written to the audit log (``None``: nothing changed).

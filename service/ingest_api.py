@@ -28,15 +28,15 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel
 
-from collectors.nccl import parse_push
-from collectors.units import parse_duration
-from service.api import ErrorOut
-from service.auth import Auth, Principal
-from service.config import TokenScope
-from service.ingest_guard import RateLimiter, RefusedPushes, retry_after
-from service.ingest_scope import JobPlacement, SchedulerUnavailable
-from service.runner import Runner
-from service.schedsync.slurm import parse_hostlist
+from graywire.collectors.nccl import parse_push
+from graywire.collectors.units import parse_duration
+from graywire.service.api import ErrorOut
+from graywire.service.auth import Auth, Principal
+from graywire.service.config import TokenScope
+from graywire.service.ingest_guard import RateLimiter, RefusedPushes, retry_after
+from graywire.service.ingest_scope import JobPlacement, SchedulerUnavailable
+from graywire.service.runner import Runner
+from graywire.service.schedsync.slurm import parse_hostlist
 
 #: A scheduler that cannot be asked is usually back within seconds (a controller failing over).
 SCHEDULER_RETRY_AFTER = "5"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from service.config import RateLimit
+from graywire.service.config import RateLimit
 
 
 @dataclass

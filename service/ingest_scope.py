@@ -17,8 +17,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
 
-from service.config import SchedulerSettings
-from service.schedsync.plan import SchedulerError
+from graywire.service.config import SchedulerSettings
+from graywire.service.schedsync.plan import SchedulerError
 
 log = logging.getLogger("graywire.ingest")
 
@@ -37,7 +37,7 @@ class JobPlacement:
     """The hosts each job runs on, per scheduler, cached briefly."""
 
     def __init__(self, settings: SchedulerSettings, clock: Callable[[], float] = time.monotonic) -> None:
-        from collectors.units import parse_duration
+        from graywire.collectors.units import parse_duration
 
         self.settings = settings
         self.ttl = parse_duration(settings.cache)
@@ -90,7 +90,7 @@ class JobPlacement:
         """One call to the scheduler (in a worker thread); every failure as SchedulerUnavailable."""
         try:
             if scheduler == "slurm":
-                from service.schedsync.slurm import job_hosts
+                from graywire.service.schedsync.slurm import job_hosts
 
                 return job_hosts(job, self.settings.slurm.squeue, self.timeout)
             if scheduler == "slurmrest":
@@ -106,7 +106,7 @@ class JobPlacement:
             raise SchedulerUnavailable(f"{scheduler}: {type(e).__name__}: {e}") from e
 
     def _slurmrest(self) -> Any:
-        from service.schedsync.slurm_rest import SlurmRestBackend
+        from graywire.service.schedsync.slurm_rest import SlurmRestBackend
 
         cfg = self.settings.slurmrest
         if cfg is None:
@@ -120,7 +120,7 @@ class JobPlacement:
         return self._rest
 
     def _kubernetes(self) -> Any:
-        from service.schedsync.k8s import KubernetesBackend, load_core_api
+        from graywire.service.schedsync.k8s import KubernetesBackend, load_core_api
 
         if self._kube is None:
             k = self.settings.kubernetes

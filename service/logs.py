@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from collectors.base import redact_url
+from graywire.collectors.base import redact_url
 
 #: Control characters (C0, DEL, and the Unicode line separators) written as escapes.
 _ESCAPES = {i: f"\\x{i:02x}" for i in (*range(0x20), 0x7F)} | {

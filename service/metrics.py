@@ -25,14 +25,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from collectors.model import Fabric
-from collectors.schemas import record_kind
-from detectors.base import PortIndexer
-from detectors.findings import PORT_HEALTH
-from detectors.pipeline import StageStats
-from service.exposition import ArrayGauge, render_labels
-from service.metrics_nccl import NcclSnapshot, nccl_snapshot, per_channel_max
-from service.metrics_ports import (
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import record_kind
+from graywire.detectors.base import PortIndexer
+from graywire.detectors.findings import PORT_HEALTH
+from graywire.detectors.pipeline import StageStats
+from graywire.service.exposition import ArrayGauge, render_labels
+from graywire.service.metrics_nccl import NcclSnapshot, nccl_snapshot, per_channel_max
+from graywire.service.metrics_ports import (
     FIGURES,
     HEALTH_STATES,
     PORT_SERIES,

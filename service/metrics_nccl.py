@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from detectors.robust import group_median
+from graywire.detectors.robust import group_median
 
 
 @dataclass(frozen=True, slots=True)

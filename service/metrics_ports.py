@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from collectors.model import Fabric
-from collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
-from detectors.base import column
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
+from graywire.detectors.base import column
 
 #: Aggregate health of a port, in order of precedence (a stale port with a critical incident
 #: is critical). ``graywire_port_health`` uses the incident part: 0 ok, 1 warning, 2 critical.

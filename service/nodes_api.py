@@ -8,10 +8,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import AwareDatetime, BaseModel, Field
 
-from collectors.model import Fabric
-from detectors.correlate import node_verdicts
-from service.drain_engine import OWN_KINDS
-from service.store import IncidentStore
+from graywire.collectors.model import Fabric
+from graywire.detectors.correlate import node_verdicts
+from graywire.service.drain_engine import OWN_KINDS
+from graywire.service.store import IncidentStore
 
 
 class VerdictOut(BaseModel):

@@ -14,17 +14,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from detectors.findings import Finding
-from service.audit import list_audit, record
-from service.db import (
+from graywire.detectors.findings import Finding
+from graywire.service.audit import list_audit, record
+from graywire.service.db import (
     DrainRecommendation,
     DrainState,
     Exclusion,
     Incident,
     Silence,
 )
-from service.drain_engine import BREAKER_ENTITY, BREAKER_KIND, DETECTOR, STATE_ID, DrainEngine
-from service.store import incident_to_dict
+from graywire.service.drain_engine import BREAKER_ENTITY, BREAKER_KIND, DETECTOR, STATE_ID, DrainEngine
+from graywire.service.store import incident_to_dict
 
 
 class NotFound(LookupError):

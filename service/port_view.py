@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from collectors.model import Fabric
-from collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
-from detectors.findings import PORT_HEALTH
-from service.db import ACTIVE_STATUSES
-from service.metrics import MetricsState
-from service.store import IncidentStore
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
+from graywire.detectors.findings import PORT_HEALTH
+from graywire.service.db import ACTIVE_STATUSES
+from graywire.service.metrics import MetricsState
+from graywire.service.store import IncidentStore
 
 HEALTH = ("ok", "warning", "critical")
 STATES = ("up", "init", "down", "unknown")

@@ -15,11 +15,11 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, Field
 
-from collectors.model import Fabric
-from service.api import ErrorOut, IncidentOut
-from service.metrics import MetricsState
-from service.port_view import HEALTH, STATES, FabricLayout, PortView, active_incidents, build_view
-from service.store import IncidentStore
+from graywire.collectors.model import Fabric
+from graywire.service.api import ErrorOut, IncidentOut
+from graywire.service.metrics import MetricsState
+from graywire.service.port_view import HEALTH, STATES, FabricLayout, PortView, active_incidents, build_view
+from graywire.service.store import IncidentStore
 
 Health = Literal["ok", "warning", "critical"]
 State = Literal["up", "init", "down", "unknown"]

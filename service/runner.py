@@ -21,18 +21,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.base import Collector, ScrapeResult, failed
-from collectors.dataset import DatasetWriter, prune
-from collectors.model import INVENTORY, Fabric
-from collectors.schemas import record_kind
-from collectors.units import parse_duration
-from detectors.base import PortIndexer
-from detectors.findings import Finding
-from detectors.pipeline import Pipeline, nccl_timing_detectors
-from service.config import Settings
-from service.drain_engine import DrainEngine
-from service.metrics import MetricsState, TargetStatus
-from service.store import IncidentStore
+from graywire.collectors.base import Collector, ScrapeResult, failed
+from graywire.collectors.dataset import DatasetWriter, prune
+from graywire.collectors.model import INVENTORY, Fabric
+from graywire.collectors.schemas import record_kind
+from graywire.collectors.units import parse_duration
+from graywire.detectors.base import PortIndexer
+from graywire.detectors.findings import Finding
+from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
+from graywire.service.config import Settings
+from graywire.service.drain_engine import DrainEngine
+from graywire.service.metrics import MetricsState, TargetStatus
+from graywire.service.store import IncidentStore
 
 log = logging.getLogger("graywire.runner")
 

@@ -6,18 +6,18 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collectors import nccl, snmp, ufm
-from collectors.base import Collector, ScrapeResult
-from collectors.host import agent
-from collectors.host.agent import AgentSourceConfig
-from collectors.model import Fabric, load_inventory
-from collectors.nccl import NcclSourceConfig
-from collectors.snmp import SnmpSourceConfig
-from collectors.ufm import UfmSourceConfig
-from fabricsim.faults import Fault
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
-from service.config import FabricSimSource, Settings
+from graywire.collectors import nccl, snmp, ufm
+from graywire.collectors.base import Collector, ScrapeResult
+from graywire.collectors.host import agent
+from graywire.collectors.host.agent import AgentSourceConfig
+from graywire.collectors.model import Fabric, load_inventory
+from graywire.collectors.nccl import NcclSourceConfig
+from graywire.collectors.snmp import SnmpSourceConfig
+from graywire.collectors.ufm import UfmSourceConfig
+from graywire.fabricsim.faults import Fault
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
+from graywire.service.config import FabricSimSource, Settings
 
 
 class FabricSimCollector:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from service.metrics import MetricsState
+from graywire.service.metrics import MetricsState
 
 
 class TargetOut(BaseModel):

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from detectors.findings import SEVERITY_RANK, Finding
-from service.db import (
+from graywire.detectors.findings import SEVERITY_RANK, Finding
+from graywire.service.db import (
     ACTIVE_STATUSES,
     FINDING_STATUSES,
     INCIDENT_STATUSES,
@@ -113,7 +113,7 @@ def _validate(finding: Finding) -> None:
 class IncidentStore:
     """Incidents and findings in one SQL database (SQLite or PostgreSQL).
 
-    The schema must already exist (``service.db.upgrade``); the store never creates tables, so
+    The schema must already exist (``graywire.service.db.upgrade``); the store never creates tables, so
     a service started against an unmigrated database fails at once instead of drifting.
     """
 

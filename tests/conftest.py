@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from service.db import make_engine, upgrade
-from service.store import IncidentStore
+from graywire.service.db import make_engine, upgrade
+from graywire.service.store import IncidentStore
 
 PG_URL_ENV = "GRAYWIRE_TEST_PG_URL"
 

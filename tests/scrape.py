@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import load_settings
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 
 PROMTOOL = "promtool"
 #: A downgraded NIC (a critical incident on both ends of its link) and a slower NCCL channel.

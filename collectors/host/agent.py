@@ -1,8 +1,8 @@
 """The host agent, and the collector that scrapes it.
 
 Each GPU host runs ``graywire agent``: on every ``GET /v1/port_sample`` it reads its RDMA ports
-from sysfs and ethtool (:mod:`collectors.host.sysfs`, :mod:`collectors.host.ethtool`) and answers
-with one canonical ``port_sample`` batch as an Arrow IPC stream
+from sysfs and ethtool (:mod:`~graywire.collectors.host.sysfs`, :mod:`~graywire.collectors.host.ethtool`)
+and answers with one canonical ``port_sample`` batch as an Arrow IPC stream
 (``application/vnd.apache.arrow.stream``). The service scrapes every agent with
 :class:`AgentCollector`.
 
@@ -44,13 +44,19 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from collectors.base import SKIP_REASONS, Collector, ScrapeResult, Skips, failed, redact_url
-from collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
-from collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
-from collectors.keys import port_key
-from collectors.model import Fabric
-from collectors.perfquery import PerfqueryCommand, apply_perfquery
-from collectors.schemas import COUNTER_BITS_KEY, PORT_COUNTERS, PORT_SAMPLE, SATURATING_KEY, record_kind
+from graywire.collectors.base import SKIP_REASONS, Collector, ScrapeResult, Skips, failed, redact_url
+from graywire.collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
+from graywire.collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
+from graywire.collectors.keys import port_key
+from graywire.collectors.model import Fabric
+from graywire.collectors.perfquery import PerfqueryCommand, apply_perfquery
+from graywire.collectors.schemas import (
+    COUNTER_BITS_KEY,
+    PORT_COUNTERS,
+    PORT_SAMPLE,
+    SATURATING_KEY,
+    record_kind,
+)
 
 log = logging.getLogger("graywire.agent")
 

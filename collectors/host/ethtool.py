@@ -55,8 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from collectors.base import OUT_OF_RANGE
-from collectors.host.sysfs import PortReading, read_text
+from graywire.collectors.base import OUT_OF_RANGE
+from graywire.collectors.host.sysfs import PortReading, read_text
 
 log = logging.getLogger("graywire.agent.ethtool")
 

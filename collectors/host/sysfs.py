@@ -38,10 +38,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from collectors.base import OUT_OF_RANGE, Skips
-from collectors.counters import SYSFS_COUNTERS, SYSFS_WIDE, iba_counter
-from collectors.keys import port_key
-from collectors.schemas import (
+from graywire.collectors.base import OUT_OF_RANGE, Skips
+from graywire.collectors.counters import SYSFS_COUNTERS, SYSFS_WIDE, iba_counter
+from graywire.collectors.keys import port_key
+from graywire.collectors.schemas import (
     LOGICAL_ACTIVE,
     LOGICAL_DOWN,
     PHYS_DISABLED,
@@ -76,7 +76,7 @@ def _pma_counters() -> dict[str, PmaCounter]:
     return out
 
 
-#: ``counters/<file>`` -> canonical column (names and widths in :mod:`collectors.counters`).
+#: ``counters/<file>`` -> canonical column (names and widths in :mod:`graywire.collectors.counters`).
 #: Widths below 64 are the PortCounters fields (saturating).
 PMA_COUNTERS: dict[str, PmaCounter] = _pma_counters()
 
@@ -140,7 +140,7 @@ class PortReading:
     saturating PMA field, with its width. ``extra`` keys are ``counters/<file>`` (PortCounters
     without a canonical column), ``hw_counters/<file>`` (driver counters such as
     ``out_of_sequence``, ``local_ack_timeout_err``), ``net/speed_mbps``, ``net/carrier_changes``
-    and ``ethtool/<name>`` (see :mod:`collectors.host.ethtool`).
+    and ``ethtool/<name>`` (see :mod:`graywire.collectors.host.ethtool`).
     """
 
     label: str

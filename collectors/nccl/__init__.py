@@ -1,16 +1,16 @@
 """NCCL timing sources: the Inspector plugin, the example profiler plugin, nccl-tests and NCCL_DEBUG logs.
 
-- :mod:`collectors.nccl.inspector`: Inspector JSON lines -> nccl_timing (whole collective and
+- :mod:`graywire.collectors.nccl.inspector`: Inspector JSON lines -> nccl_timing (whole collective and
   per channel); its Prometheus textfile -> an aggregate table.
-- :mod:`collectors.nccl.profiler`: example-plugin Chrome traces -> per-channel kernel times
+- :mod:`graywire.collectors.nccl.profiler`: example-plugin Chrome traces -> per-channel kernel times
   and per-peer proxy steps.
-- :mod:`collectors.nccl.nccl_tests`: nccl-tests output -> result table, summary, timing rows.
-- :mod:`collectors.nccl.debug_log`: NCCL_DEBUG=INFO lines -> ranks, channels, NICs, and
+- :mod:`graywire.collectors.nccl.nccl_tests`: nccl-tests output -> result table, summary, timing rows.
+- :mod:`graywire.collectors.nccl.debug_log`: NCCL_DEBUG=INFO lines -> ranks, channels, NICs, and
   transport fallbacks.
-- :mod:`collectors.nccl.tail`: the file collector (tailing a job's directory), the HTTP push
+- :mod:`graywire.collectors.nccl.tail`: the file collector (tailing a job's directory), the HTTP push
   parser, the source configuration.
 """
 
-from collectors.nccl.tail import NcclFileCollector, NcclSourceConfig, build_collectors, parse_push
+from graywire.collectors.nccl.tail import NcclFileCollector, NcclSourceConfig, build_collectors, parse_push
 
 __all__ = ["NcclFileCollector", "NcclSourceConfig", "build_collectors", "parse_push"]

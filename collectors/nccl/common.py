@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.schemas import NCCL_TIMING, TS, fitted_array, make_batch
+from graywire.collectors.schemas import NCCL_TIMING, TS, fitted_array, make_batch
 
 #: The last µs an int64 nanosecond clock reaches (year 2262): later "times" are not times.
 _MAX_US = 2**63 // 1000

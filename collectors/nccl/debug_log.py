@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from collectors.nccl.common import fitted_array
+from graywire.collectors.nccl.common import fitted_array
 
 _PREFIX = re.compile(
     r"^\s*(?:\[[^\]]*\]\s+)?(?P<host>[^\s:\[\]]+):(?P<pid>\d{1,9}):(?P<tid>\d{1,9})\s+\[(?P<dev>-?\d{1,9})\]\s+"

@@ -30,7 +30,7 @@ ends together on every rank, runs shortest (see detectors/nccl_straggler.py). A 
 bandwidth is the collective's scaled to that channel's pace (busbw x exec time / channel
 time), so channels compare like with like. A row's time is its collective's last kernel stop
 when the record is verbose, else the dump time. The JSON has no GPU index and no job id: the
-GPU comes from a resolver (the process's NCCL_DEBUG log, see :mod:`collectors.nccl.debug_log`)
+GPU comes from a resolver (the process's NCCL_DEBUG log, see :mod:`graywire.collectors.nccl.debug_log`)
 or from ``gpus_per_host`` (rank % gpus_per_host, only where the communicator spans whole
 hosts), and the job from configuration. P2P and proxy records are counted, not made rows.
 """
@@ -45,7 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, in_range, plausible_us
+from graywire.collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, in_range, plausible_us
 
 _I32 = 2**31
 _I64 = 2**63

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, fitted_array
+from graywire.collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, fitted_array
 
 Placement = Literal["out_of_place", "in_place"]
 

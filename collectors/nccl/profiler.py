@@ -42,8 +42,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from collectors.nccl.common import DTYPE_BYTES, TimingRows, as_float, as_int, fitted_array
-from collectors.nccl.proxy import ProxyRows
+from graywire.collectors.nccl.common import DTYPE_BYTES, TimingRows, as_float, as_int, fitted_array
+from graywire.collectors.nccl.proxy import ProxyRows
 
 _BARE_VALUE = re.compile(r"(:\s*)(0x[0-9a-fA-F]+|\(nil\)|-?nan|-?inf|[A-Za-z_][A-Za-z0-9_.]*)(\s*[,}\]])")
 _KEEP = {"true", "false", "null"}

@@ -1,6 +1,6 @@
 """nccl_proxy rows gathered one per ProxyOp, built into one Arrow batch at the end.
 
-Like :class:`collectors.nccl.common.TimingRows`: parsers append plain tuples and the batch is
+Like :class:`graywire.collectors.nccl.common.TimingRows`: parsers append plain tuples and the batch is
 built from whole columns once. A row's wait columns hold what its direction measured; the
 other direction's columns stay null.
 """
@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.nccl.common import fitted_array, latest_plausible_us
-from collectors.schemas import NCCL_PROXY, NCCL_PROXY_WAITS, TS, make_batch
+from graywire.collectors.nccl.common import fitted_array, latest_plausible_us
+from graywire.collectors.schemas import NCCL_PROXY, NCCL_PROXY_WAITS, TS, make_batch
 
 PROXY_FIELDS = (
     "job", "communicator", "rank", "host", "device", "pid", "collective", "seq", "channel", "peer",

@@ -38,15 +38,15 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors.base import MALFORMED_LINE, Collector, ScrapeResult, failed
-from collectors.model import Fabric
-from collectors.nccl.common import TimingRows
-from collectors.nccl.debug_log import NcclTopology
-from collectors.nccl.inspector import InspectorParser, iter_json_values
-from collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
-from collectors.nccl.profiler import ProfilerParser, dump_name_parts
-from collectors.nccl.proxy import ProxyRows
-from collectors.nccl.transport import transport_batch
+from graywire.collectors.base import MALFORMED_LINE, Collector, ScrapeResult, failed
+from graywire.collectors.model import Fabric
+from graywire.collectors.nccl.common import TimingRows
+from graywire.collectors.nccl.debug_log import NcclTopology
+from graywire.collectors.nccl.inspector import InspectorParser, iter_json_values
+from graywire.collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
+from graywire.collectors.nccl.profiler import ProfilerParser, dump_name_parts
+from graywire.collectors.nccl.proxy import ProxyRows
+from graywire.collectors.nccl.transport import transport_batch
 
 Format = Literal["inspector", "nccl_tests", "profiler"]
 #: The example profiler plugin writes ``<NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json`` (its README's

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from collectors.nccl.debug_log import ChannelLink, NcclTopology
-from collectors.schemas import NCCL_TRANSPORT, TS, make_batch
+from graywire.collectors.nccl.debug_log import ChannelLink, NcclTopology
+from graywire.collectors.schemas import NCCL_TRANSPORT, TS, make_batch
 
 #: Network transports from best to worst: a rank with one Socket connection is a Socket rank.
 _NET_ORDER = ("NET/IB", "NET/Socket")

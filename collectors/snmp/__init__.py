@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from collectors.snmp.config import DEFAULT_EXCLUDE, SnmpSourceConfig, SnmpTarget, SnmpV3User
+from graywire.collectors.snmp.config import DEFAULT_EXCLUDE, SnmpSourceConfig, SnmpTarget, SnmpV3User
 
 if TYPE_CHECKING:
-    from collectors.snmp.collector import SnmpCollector, build_collectors
-    from collectors.snmp.walk import SnmpSession
+    from graywire.collectors.snmp.collector import SnmpCollector, build_collectors
+    from graywire.collectors.snmp.walk import SnmpSession
 
 __all__ = [
     "DEFAULT_EXCLUDE",
@@ -25,9 +25,9 @@ __all__ = [
 ]
 
 _LAZY = {
-    "SnmpCollector": "collectors.snmp.collector",
-    "build_collectors": "collectors.snmp.collector",
-    "SnmpSession": "collectors.snmp.walk",
+    "SnmpCollector": "graywire.collectors.snmp.collector",
+    "build_collectors": "graywire.collectors.snmp.collector",
+    "SnmpSession": "graywire.collectors.snmp.walk",
 }
 
 

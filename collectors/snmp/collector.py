@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from pysnmp.hlapi.v3arch.asyncio import ContextData, UdpTransportTarget
 
-from collectors.base import ScrapeResult, Skips, failed
-from collectors.model import Fabric
-from collectors.snmp.config import SnmpSourceConfig, SnmpTarget
-from collectors.snmp.parse import PortSelector, build_batch, columns_to_walk, sys_name
-from collectors.snmp.walk import SnmpError, SnmpSession, Tables, auth_data, walk_columns
+from graywire.collectors.base import ScrapeResult, Skips, failed
+from graywire.collectors.model import Fabric
+from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
+from graywire.collectors.snmp.parse import PortSelector, build_batch, columns_to_walk, sys_name
+from graywire.collectors.snmp.walk import SnmpError, SnmpSession, Tables, auth_data, walk_columns
 
 SOURCE = "snmp"
 

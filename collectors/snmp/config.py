@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from collectors.snmp.oids import PHYSICAL_IF_TYPES
+from graywire.collectors.snmp.oids import PHYSICAL_IF_TYPES
 
 #: Interfaces that are ifType ethernetCsmacd but not fabric ports: management ports (Arista
 #: Management1, NX-OS mgmt0, Junos re0:mgmt-0/em0/fxp0, SONiC/Cumulus eth0), Linux bonds,

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
-from collectors.base import OUT_OF_RANGE, Skips
-from collectors.keys import port_key
-from collectors.schemas import (
+from graywire.collectors.base import OUT_OF_RANGE, Skips
+from graywire.collectors.keys import port_key
+from graywire.collectors.schemas import (
     LOGICAL_ACTIVE,
     LOGICAL_DOWN,
     PFC_PRIORITIES,
@@ -29,9 +29,9 @@ from collectors.schemas import (
     make_batch,
     with_counter_widths,
 )
-from collectors.snmp import oids as O
-from collectors.snmp.config import SnmpSourceConfig
-from collectors.snmp.walk import Tables, Value
+from graywire.collectors.snmp import oids as O
+from graywire.collectors.snmp.config import SnmpSourceConfig
+from graywire.collectors.snmp.walk import Tables, Value
 
 PHYS_PHY_TEST = 7
 

@@ -46,8 +46,8 @@ from pysnmp.hlapi.v3arch.asyncio import (
 from pysnmp.proto.rfc1902 import ObjectName
 from pysnmp.smi import builder, view
 
-from collectors.snmp.config import SnmpSourceConfig, SnmpTarget
-from collectors.snmp.oids import Oid, oid_text
+from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
+from graywire.collectors.snmp.oids import Oid, oid_text
 
 Value = int | bytes | tuple[int, ...] | None
 #: column OID -> {instance suffix (table index): value}

@@ -1,10 +1,10 @@
 """NVIDIA UFM: REST (port state, speed, width, links) and UFM Telemetry (counters) collectors."""
 
-from collectors.ufm.config import UfmSourceConfig, build_collectors
-from collectors.ufm.http import HttpSettings, UfmHttpError
-from collectors.ufm.merge import merge_port_samples
-from collectors.ufm.ports import PortKeys, SpellingCache
-from collectors.ufm.rest import (
+from graywire.collectors.ufm.config import UfmSourceConfig, build_collectors
+from graywire.collectors.ufm.http import HttpSettings, UfmHttpError
+from graywire.collectors.ufm.merge import merge_port_samples
+from graywire.collectors.ufm.ports import PortKeys, SpellingCache
+from graywire.collectors.ufm.rest import (
     CAPABILITIES,
     LANE_GBPS,
     UfmRestCollector,
@@ -13,7 +13,7 @@ from collectors.ufm.rest import (
     parse_ports,
     port_speed_bps,
 )
-from collectors.ufm.telemetry import (
+from graywire.collectors.ufm.telemetry import (
     TelemetryParseError,
     UfmTelemetryCollector,
     parse_csv,

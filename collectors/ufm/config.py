@@ -18,11 +18,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from collectors.base import Collector
-from collectors.model import Fabric
-from collectors.ufm.http import HttpSettings
-from collectors.ufm.rest import UfmRestCollector
-from collectors.ufm.telemetry import UfmTelemetryCollector
+from graywire.collectors.base import Collector
+from graywire.collectors.model import Fabric
+from graywire.collectors.ufm.http import HttpSettings
+from graywire.collectors.ufm.rest import UfmRestCollector
+from graywire.collectors.ufm.telemetry import UfmTelemetryCollector
 
 
 def _http_url(v: str | None) -> str | None:
@@ -121,7 +121,7 @@ def build_collectors(cfg: UfmSourceConfig, fabric: Fabric | None) -> list[Collec
     """A REST collector for ``url`` and a telemetry collector for ``telemetry_url`` (each if set).
 
     Both resolve GUIDs through ``fabric`` (unknown GUIDs keep ``0x<guid>/<port>`` keys) and share
-    its port dictionary, so :func:`collectors.ufm.merge.merge_port_samples` can join their rows.
+    its port dictionary, so :func:`graywire.collectors.ufm.merge.merge_port_samples` can join their rows.
     """
     out: list[Collector] = []
     if cfg.url is not None:

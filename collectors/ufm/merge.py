@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.schemas import COUNTER_BITS_KEY, PORT_SAMPLE, SATURATING_KEY, make_batch, record_kind
+from graywire.collectors.schemas import COUNTER_BITS_KEY, PORT_SAMPLE, SATURATING_KEY, make_batch, record_kind
 
 
 def merge_port_samples(batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
@@ -76,7 +76,7 @@ def merge_port_samples(batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
         sat += [c for c in json.loads(meta.get(SATURATING_KEY, b"[]")) if supplied.get(c) == k]
     schema = PORT_SAMPLE
     if bits:
-        from collectors.schemas import with_counter_widths
+        from graywire.collectors.schemas import with_counter_widths
 
         schema = with_counter_widths(PORT_SAMPLE, bits, tuple(sat))
     return make_batch(schema, n, cols)

@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.base import KeyResolver
-from collectors.keys import port_key
-from collectors.model import Fabric
+from graywire.collectors.base import KeyResolver
+from graywire.collectors.keys import port_key
+from graywire.collectors.model import Fabric
 
 
 class PortKeys:
@@ -100,7 +100,7 @@ def _normalized(guids: Sequence[str | None] | pa.Array) -> tuple[pa.Array, np.nd
 
 
 def normalize_guids(guids: Sequence[str | None] | pa.Array) -> pa.Array:
-    """:func:`collectors.keys.normalize_guid` over an array: ``0x`` + 16 lower-case hex digits.
+    """:func:`graywire.collectors.keys.normalize_guid` over an array: ``0x`` + 16 lower-case hex digits.
 
     Null or empty entries stay null; anything else that is not a GUID raises ValueError.
     """

@@ -34,11 +34,11 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from collectors.base import BAD_PORT, ScrapeResult, Skips, guarded_scrape, redact_url
-from collectors.model import Fabric
-from collectors.schemas import LINK, LOGICAL_ACTIVE, PHYS_LINK_UP, PORT_SAMPLE, TS, make_batch
-from collectors.ufm.http import REST_PREFIX, HttpSettings, UfmHttp
-from collectors.ufm.ports import BAD, PortKeys
+from graywire.collectors.base import BAD_PORT, ScrapeResult, Skips, guarded_scrape, redact_url
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import LINK, LOGICAL_ACTIVE, PHYS_LINK_UP, PORT_SAMPLE, TS, make_batch
+from graywire.collectors.ufm.http import REST_PREFIX, HttpSettings, UfmHttp
+from graywire.collectors.ufm.ports import BAD, PortKeys
 
 #: Per-lane data rate of each InfiniBand speed name, in Gb/s (sysfs spells 4X FDR "56 Gb/sec").
 LANE_GBPS: dict[str, float] = {

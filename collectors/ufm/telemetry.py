@@ -10,7 +10,7 @@ JSON under ``/json``. A Prometheus line looks like (one line, wrapped here)::
 
 with the GUID spelled differently in each label and a trailing millisecond timestamp. The TFS
 (fluentd) plugin streams ``{"timestamp", "type", "values": [{timestamp, node_guid, port_guid,
-port_num, Infiniband_*_u_<unit>…}]}``; see :mod:`collectors.ufm.counters` for the counter mapping.
+port_num, Infiniband_*_u_<unit>…}]}``; see :mod:`graywire.collectors.ufm.counters` for the counter mapping.
 
 Parsing is the hot path: a 500,000-port fabric with 30 counters is 15 million lines (~2 GB) a
 poll. Nothing here loops over lines in Python. Arrow's multithreaded CSV reader splits the text
@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from collectors.base import (
+from graywire.collectors.base import (
     BAD_PORT,
     MALFORMED_LINE,
     NOT_A_NUMBER,
@@ -52,11 +52,11 @@ from collectors.base import (
     guarded_scrape,
     redact_url,
 )
-from collectors.model import Fabric
-from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
-from collectors.ufm.counters import CounterSpec, counter_spec
-from collectors.ufm.http import HttpSettings, UfmHttp
-from collectors.ufm.ports import BAD, PortKeys, SpellingCache
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
+from graywire.collectors.ufm.counters import CounterSpec, counter_spec
+from graywire.collectors.ufm.http import HttpSettings, UfmHttp
+from graywire.collectors.ufm.ports import BAD, PortKeys, SpellingCache
 
 TelemetryFormat = Literal["auto", "prometheus", "csv", "json"]
 

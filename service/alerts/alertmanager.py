@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from service.alerts.events import AlertEvent, generator_url, rfc3339
+from graywire.service.alerts.events import AlertEvent, generator_url, rfc3339
 
 ALERTS_PATH = "/api/v2/alerts"
 #: Firing alerts stay valid for this many refresh intervals.

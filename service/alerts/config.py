@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from collectors.units import parse_duration
-from detectors.findings import Severity
+from graywire.collectors.units import parse_duration
+from graywire.detectors.findings import Severity
 
 ReceiverType = Literal["alertmanager", "webhook", "pagerduty", "slack"]
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"

@@ -24,12 +24,12 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from sqlalchemy.engine import Engine
 
-from collectors.units import parse_duration
-from service.alerts import alertmanager, outbox, pagerduty, slack, webhook
-from service.alerts.config import AlertsSettings, ReceiverConfig
-from service.alerts.events import AlertEvent
-from service.alerts.models import OutboxMessage
-from service.alerts.sync import SyncResult, SyncTarget, sync_alerts
+from graywire.collectors.units import parse_duration
+from graywire.service.alerts import alertmanager, outbox, pagerduty, slack, webhook
+from graywire.service.alerts.config import AlertsSettings, ReceiverConfig
+from graywire.service.alerts.events import AlertEvent
+from graywire.service.alerts.models import OutboxMessage
+from graywire.service.alerts.sync import SyncResult, SyncTarget, sync_alerts
 
 log = logging.getLogger("graywire.alerts")
 

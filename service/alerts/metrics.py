@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from service.alerts.dispatcher import Dispatcher
+from graywire.service.alerts.dispatcher import Dispatcher
 
 
 class AlertsExporter(Collector):

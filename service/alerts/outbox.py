@@ -21,10 +21,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from detectors.findings import SEVERITY_RANK
-from service.alerts.events import AlertEvent
-from service.alerts.models import AlertAction, OutboxMessage
-from service.db import SQLITE_BEGIN_IMMEDIATE
+from graywire.detectors.findings import SEVERITY_RANK
+from graywire.service.alerts.events import AlertEvent
+from graywire.service.alerts.models import AlertAction, OutboxMessage
+from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
 
 log = logging.getLogger("graywire.alerts")
 

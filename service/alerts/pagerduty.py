@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.alerts.events import AlertEvent, generator_url, rfc3339
+from graywire.service.alerts.events import AlertEvent, generator_url, rfc3339
 
 #: PagerDuty's own severities; graywire's map onto them one to one.
 SEVERITY = {"critical": "critical", "warning": "warning", "info": "info"}

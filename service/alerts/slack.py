@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.alerts.events import AlertEvent, generator_url
+from graywire.service.alerts.events import AlertEvent, generator_url
 
 #: Slack rejects a section text over 3,000 characters.
 SECTION_LIMIT = 3000

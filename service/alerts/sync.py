@@ -30,12 +30,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from detectors.findings import SEVERITY_RANK
-from service.alerts import outbox
-from service.alerts.events import AlertEvent, EventStatus
-from service.alerts.inhibit import load_inhibited
-from service.alerts.models import AlertState
-from service.db import ACTIVE_STATUSES, SQLITE_BEGIN_IMMEDIATE, Incident, LateEpisode, Silence
+from graywire.detectors.findings import SEVERITY_RANK
+from graywire.service.alerts import outbox
+from graywire.service.alerts.events import AlertEvent, EventStatus
+from graywire.service.alerts.inhibit import load_inhibited
+from graywire.service.alerts.models import AlertState
+from graywire.service.db import ACTIVE_STATUSES, SQLITE_BEGIN_IMMEDIATE, Incident, LateEpisode, Silence
 
 log = logging.getLogger("graywire.alerts")
 

@@ -11,8 +11,8 @@ import hashlib
 import hmac
 from typing import Any
 
-from service.alerts.alertmanager import fingerprint
-from service.alerts.events import ZERO_TIME, AlertEvent, generator_url, rfc3339
+from graywire.service.alerts.alertmanager import fingerprint
+from graywire.service.alerts.events import ZERO_TIME, AlertEvent, generator_url, rfc3339
 
 SIGNATURE_HEADER = "X-Graywire-Signature"
 DELIVERY_HEADER = "X-Graywire-Delivery"

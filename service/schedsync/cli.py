@@ -7,8 +7,8 @@ import logging
 import os
 from typing import Any
 
-from service.schedsync.drainlist import DrainListClient
-from service.schedsync.runner import Backend, run
+from graywire.service.schedsync.drainlist import DrainListClient
+from graywire.service.schedsync.runner import Backend, run
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -29,7 +29,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _interval(args: argparse.Namespace) -> float:
-    from collectors.units import parse_duration
+    from graywire.collectors.units import parse_duration
 
     interval = parse_duration(args.interval)
     if interval <= 0:
@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace, backend: Backend, interval: float) -> int:
 def cmd_slurm_sync(args: argparse.Namespace) -> int:
     interval = _interval(args)
     if args.slurmrestd:
-        from service.schedsync.slurm_rest import SlurmRestBackend
+        from graywire.service.schedsync.slurm_rest import SlurmRestBackend
 
         rest = SlurmRestBackend(
             args.slurmrestd, user=args.slurm_user, token=args.slurm_token, api_version=args.slurmrestd_api
@@ -56,13 +56,13 @@ def cmd_slurm_sync(args: argparse.Namespace) -> int:
             return _run(args, rest, interval)
         finally:
             rest.close()
-    from service.schedsync.slurm import ScontrolBackend
+    from graywire.service.schedsync.slurm import ScontrolBackend
 
     return _run(args, ScontrolBackend(args.scontrol), interval)
 
 
 def cmd_k8s_sync(args: argparse.Namespace) -> int:
-    from service.schedsync.k8s import KubernetesBackend, load_core_api
+    from graywire.service.schedsync.k8s import KubernetesBackend, load_core_api
 
     interval = _interval(args)
     api = load_core_api(kubeconfig=args.kubeconfig, context=args.context, in_cluster=args.in_cluster)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from service.schedsync.drainlist import DrainList
-from service.schedsync.plan import Action, Plan, SchedulerError, tagged_reason
+from graywire.service.schedsync.drainlist import DrainList
+from graywire.service.schedsync.plan import Action, Plan, SchedulerError, tagged_reason
 
 TAINT_KEY = "graywire.io/fabric-degraded"
 CONDITION = "FabricLinkDegraded"

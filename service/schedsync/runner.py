@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from service.schedsync.drainlist import DrainList, DrainListClient, DrainListUnavailable
-from service.schedsync.plan import Action, Plan, SchedulerError, hold_new_drains
+from graywire.service.schedsync.drainlist import DrainList, DrainListClient, DrainListUnavailable
+from graywire.service.schedsync.plan import Action, Plan, SchedulerError, hold_new_drains
 
 log = logging.getLogger("graywire.schedsync")
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
-from service.schedsync.drainlist import DrainList
-from service.schedsync.plan import TAG, Action, Plan, SchedulerError, tagged_reason
+from graywire.service.schedsync.drainlist import DrainList
+from graywire.service.schedsync.plan import TAG, Action, Plan, SchedulerError, tagged_reason
 
 _FIELD_START = re.compile(r"(?:^|\s)(?=[A-Z][A-Za-z_]*=)")
 _REASON_STAMP = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")

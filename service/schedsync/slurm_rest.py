@@ -16,9 +16,9 @@ from urllib.parse import quote
 import httpx
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from service.schedsync.drainlist import DrainList
-from service.schedsync.plan import Action, Plan, SchedulerError
-from service.schedsync.slurm import ACTIVE_STATES, JOB_ID, SlurmNode, parse_hostlist, plan_slurm
+from graywire.service.schedsync.drainlist import DrainList
+from graywire.service.schedsync.plan import Action, Plan, SchedulerError
+from graywire.service.schedsync.slurm import ACTIVE_STATES, JOB_ID, SlurmNode, parse_hostlist, plan_slurm
 
 API_VERSION = "v0.0.41"
 #: ESLURM_INVALID_JOB_ID: slurmrestd answers an unknown job with it (22.05: HTTP 500).

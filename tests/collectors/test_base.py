@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from collectors.base import KeyResolver, ScrapeResult, failed
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.collectors.base import KeyResolver, ScrapeResult, failed
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 
 def test_resolver_uses_port_guid_for_hcas_and_guid_plus_number_for_switches() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.counters import ERROR_COLUMNS, IBA_COUNTERS, iba_spec
-from collectors.host.sysfs import PMA_COUNTERS
-from collectors.schemas import PORT_COUNTERS
-from collectors.ufm.counters import counter_spec
+from graywire.collectors.counters import ERROR_COLUMNS, IBA_COUNTERS, iba_spec
+from graywire.collectors.host.sysfs import PMA_COUNTERS
+from graywire.collectors.schemas import PORT_COUNTERS
+from graywire.collectors.ufm.counters import counter_spec
 
 LEGACY_BITS = {
     "SymbolErrorCounter": 16,

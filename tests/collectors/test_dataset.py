@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.dataset import DatasetWriter, hour_of, iter_polls, iter_replay, prune, write_links
-from collectors.schemas import LINK, NCCL_TIMING, PORT_SAMPLE, TS, make_batch, record_kind
+from graywire.collectors.dataset import DatasetWriter, hour_of, iter_polls, iter_replay, prune, write_links
+from graywire.collectors.schemas import LINK, NCCL_TIMING, PORT_SAMPLE, TS, make_batch, record_kind
 
 T0 = datetime(2026, 1, 5, 9, 59, 30, tzinfo=UTC)  # 30 s before an hour boundary
 
@@ -197,7 +197,7 @@ def test_roll_seconds_rolls_files(tmp_path: Path) -> None:
 
 
 def test_read_back_batches_carry_the_canonical_schema(tmp_path: Path) -> None:
-    from collectors.schemas import with_counter_widths
+    from graywire.collectors.schemas import with_counter_widths
 
     b = ports(at(0), ["a/1"], 7)
     narrow = pa.RecordBatch.from_arrays(b.columns, schema=with_counter_widths(PORT_SAMPLE, {"rx_bytes": 32}))
@@ -213,7 +213,7 @@ def test_read_back_batches_carry_the_canonical_schema(tmp_path: Path) -> None:
 
 def test_an_archive_written_before_a_column_existed_replays_with_it_null(tmp_path: Path) -> None:
     """An older nccl_timing file (no start_time) beside a new one: one stream, the old rows null."""
-    from collectors.nccl.common import TimingRows
+    from graywire.collectors.nccl.common import TimingRows
 
     def rows(t_us: int, start: int | None) -> pa.Table:
         r = TimingRows()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.keys import normalize_guid, port_key, split_port_key
+from graywire.collectors.keys import normalize_guid, port_key, split_port_key
 
 CANON = "0x0002c90300a1b2c3"
 

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.model import Fabric, PortSpec, fabric_from_inventory, load_inventory
-from collectors.schemas import LINK
+from graywire.collectors.model import Fabric, PortSpec, fabric_from_inventory, load_inventory
+from graywire.collectors.schemas import LINK
 
 G = 10**9
 

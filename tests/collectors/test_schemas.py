@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import (
+from graywire.collectors.schemas import (
     COUNTER_BITS_KEY,
     LINK,
     NCCL_TIMING,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.units import format_speed, parse_duration, parse_speed
+from graywire.collectors.units import format_speed, parse_duration, parse_speed
 
 G = 10**9
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from collectors.model import load_inventory
-from service.cli import build_parser
-from service.config import Settings, load_settings
+from graywire.collectors.model import load_inventory
+from graywire.service.cli import build_parser
+from graywire.service.config import Settings, load_settings
 
 SERVICE_PORT = 8000
 AGENT_PORT = 9470

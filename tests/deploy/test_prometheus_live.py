@@ -17,9 +17,9 @@ import httpx
 import pytest
 import yaml
 
-from fabricsim.live import serve_app
-from service.app import create_app
-from service.config import load_settings
+from graywire.fabricsim.live import serve_app
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 from tests.scrape import ALERTS, in_ci
 
 PROMETHEUS = "prometheus"

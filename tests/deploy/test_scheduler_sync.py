@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from service.auth import Auth
-from service.cli import build_parser, main
-from service.config import ApiToken
-from service.schedsync.k8s import TAINT_KEY
+from graywire.service.auth import Auth
+from graywire.service.cli import build_parser, main
+from graywire.service.config import ApiToken
+from graywire.service.schedsync.k8s import TAINT_KEY
 from tests.deploy.test_manifests import k8s, parses, settings_from_text, unit
 from tests.service.schedsync.conftest import DrainApi, drain_api, drain_entry  # noqa: F401 (fixture)
 from tests.service.schedsync.fake_kube_api import FakeKubeApi, make_node, serve

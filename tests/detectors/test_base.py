@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from detectors.base import EntityIndex, Hysteresis, HysteresisConfig
+from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig
 
 
 def step(h: Hysteresis, idx: list[int], bad: list[bool]) -> tuple[list[int], list[int]]:

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from collectors.schemas import NCCL_TIMING, TS, make_batch
-from detectors.baseline import StaticRules
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.collectors.schemas import NCCL_TIMING, TS, make_batch
+from graywire.detectors.baseline import StaticRules
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 T0 = datetime(2026, 2, 1, tzinfo=UTC)
 

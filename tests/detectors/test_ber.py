@@ -15,16 +15,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from collectors.model import Fabric
-from collectors.schemas import PHYS_LINK_UP, PORT_SAMPLE, TS, make_batch
-from detectors.base import HysteresisConfig
-from detectors.ber import BerConfig, BerDetector
-from detectors.ber_thresholds import GENERIC, ThresholdTable
-from detectors.findings import Finding
-from detectors.rates import CounterRates
-from fabricsim.faults import Fault
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PHYS_LINK_UP, PORT_SAMPLE, TS, make_batch
+from graywire.detectors.base import HysteresisConfig
+from graywire.detectors.ber import BerConfig, BerDetector
+from graywire.detectors.ber_thresholds import GENERIC, ThresholdTable
+from graywire.detectors.findings import Finding
+from graywire.detectors.rates import CounterRates
+from graywire.fabricsim.faults import Fault
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 G = 10**9
 POLL = 10.0

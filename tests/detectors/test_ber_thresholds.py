@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from detectors.ber_thresholds import (
+from graywire.detectors.ber_thresholds import (
     GENERIC,
     LANE_CLASSES,
     Levels,

@@ -11,14 +11,19 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.model import Fabric
-from collectors.schemas import PFC_PRIORITIES, PORT_SAMPLE, TS, make_batch
-from detectors.congestion import EcnHotspotConfig, EcnHotspotDetector, PfcStormConfig, PfcStormDetector
-from detectors.findings import Finding
-from detectors.rates import CounterRates
-from fabricsim.faults import Fault
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PFC_PRIORITIES, PORT_SAMPLE, TS, make_batch
+from graywire.detectors.congestion import (
+    EcnHotspotConfig,
+    EcnHotspotDetector,
+    PfcStormConfig,
+    PfcStormDetector,
+)
+from graywire.detectors.findings import Finding
+from graywire.detectors.rates import CounterRates
+from graywire.fabricsim.faults import Fault
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 POLL = 10.0
 START = 60.0

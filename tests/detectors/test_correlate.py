@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from detectors.correlate import node_verdicts
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.detectors.correlate import node_verdicts
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 FABRIC = build_fabric(TopologySpec(hosts=8))
 

@@ -11,14 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.model import Fabric
-from collectors.schemas import PHYS_LINK_UP, PHYS_POLLING, PORT_SAMPLE, TS, make_batch
-from detectors.findings import Finding
-from detectors.link_flap import LinkFlapConfig, LinkFlapDetector
-from detectors.rates import CounterRates
-from fabricsim.faults import Fault
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PHYS_LINK_UP, PHYS_POLLING, PORT_SAMPLE, TS, make_batch
+from graywire.detectors.findings import Finding
+from graywire.detectors.link_flap import LinkFlapConfig, LinkFlapDetector
+from graywire.detectors.rates import CounterRates
+from graywire.fabricsim.faults import Fault
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 POLL = 10.0
 HOST = "gpu-0003/mlx5_2"

@@ -11,13 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.model import Fabric
-from collectors.schemas import PHYS_LINK_UP, PHYS_POLLING, PORT_SAMPLE, TS, make_batch
-from detectors.findings import Finding
-from detectors.link_state import LinkDowngradeConfig, LinkDowngradeDetector, group_consensus
-from detectors.pipeline import Pipeline
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import PHYS_LINK_UP, PHYS_POLLING, PORT_SAMPLE, TS, make_batch
+from graywire.detectors.findings import Finding
+from graywire.detectors.link_state import LinkDowngradeConfig, LinkDowngradeDetector, group_consensus
+from graywire.detectors.pipeline import Pipeline
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 G = 10**9
 HOST = "gpu-0003/mlx5_2"

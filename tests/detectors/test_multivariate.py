@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detectors.findings import Finding
-from detectors.multivariate import FEATURE_NAMES, MultivariateConfig, MultivariateOutlier
-from detectors.rates import CounterRates
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.detectors.findings import Finding
+from graywire.detectors.multivariate import FEATURE_NAMES, MultivariateConfig, MultivariateOutlier
+from graywire.detectors.rates import CounterRates
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 
 def run(faults: str, seed: int = 1, duration: float = 1200.0, hosts: int = 32):

@@ -10,12 +10,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import NCCL_TIMING, TS, make_batch
-from detectors.findings import Finding
-from detectors.nccl_channel import NcclChannelConfig, NcclChannelOutlier
-from fabricsim.faults import Fault
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.collectors.schemas import NCCL_TIMING, TS, make_batch
+from graywire.detectors.findings import Finding
+from graywire.detectors.nccl_channel import NcclChannelConfig, NcclChannelOutlier
+from graywire.fabricsim.faults import Fault
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 POLL = 10.0
 START = 60.0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from detectors.findings import Finding
-from detectors.nccl_channel import NcclChannelOutlier
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.detectors.findings import Finding
+from graywire.detectors.nccl_channel import NcclChannelOutlier
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 PATH = "nccl_slow_path@60s+200s={mag}:leaf-r2-000:1"
 

@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import NCCL_PROXY, TS, make_batch
-from detectors.findings import Finding
-from detectors.nccl_peer import NcclHopConfig, NcclHopDetector, _pack, _unpack
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.collectors.schemas import NCCL_PROXY, TS, make_batch
+from graywire.detectors.findings import Finding
+from graywire.detectors.nccl_peer import NcclHopConfig, NcclHopDetector, _pack, _unpack
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 
 def _run(faults: str, duration: float = 400.0, seed: int = 1) -> tuple[FabricSim, list[Finding]]:

@@ -9,11 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import NCCL_TIMING, TS, make_batch
-from detectors.findings import Finding
-from detectors.nccl_step import NcclStepTime, NcclStepTimeConfig
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.collectors.schemas import NCCL_TIMING, TS, make_batch
+from graywire.detectors.findings import Finding
+from graywire.detectors.nccl_step import NcclStepTime, NcclStepTimeConfig
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 
 @cache

@@ -10,15 +10,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.nccl.tail import NcclFileCollector
-from collectors.schemas import NCCL_TIMING, TS, make_batch
-from detectors.findings import Finding
-from detectors.nccl_channel import NcclChannelOutlier
-from detectors.nccl_step import NcclStepTime
-from detectors.nccl_straggler import NcclStraggler, NcclStragglerConfig
-from fabricsim.nccl_writer import InspectorWriter
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.collectors.nccl.tail import NcclFileCollector
+from graywire.collectors.schemas import NCCL_TIMING, TS, make_batch
+from graywire.detectors.findings import Finding
+from graywire.detectors.nccl_channel import NcclChannelOutlier
+from graywire.detectors.nccl_step import NcclStepTime
+from graywire.detectors.nccl_straggler import NcclStraggler, NcclStragglerConfig
+from graywire.fabricsim.nccl_writer import InspectorWriter
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 START = 60.0
 
@@ -214,7 +214,7 @@ def test_channel_rows_are_judged_per_rank_and_whole_rows_win() -> None:
 def test_inspector_start_time_is_the_collectives_start(real_fixtures: Path) -> None:
     """NVIDIA's verbose example: the whole row starts at coll_start_ts, its channel row at the
     kernel's start (gettimeofday µs)."""
-    from collectors.nccl.inspector import parse_inspector_text
+    from graywire.collectors.nccl.inspector import parse_inspector_text
 
     text = (real_fixtures / "nccl" / "nccl_inspector_readme_coll_perf_verbose_example.json").read_text()
     rows, parser = parse_inspector_text(text, "j")

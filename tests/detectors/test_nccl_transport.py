@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from collectors.nccl.debug_log import NcclTopology
-from collectors.nccl.transport import transport_batch
-from detectors.findings import Finding
-from detectors.nccl_transport import NcclTransportConfig, NcclTransportDetector
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.collectors.nccl.debug_log import NcclTopology
+from graywire.collectors.nccl.transport import transport_batch
+from graywire.detectors.findings import Finding
+from graywire.detectors.nccl_transport import NcclTransportConfig, NcclTransportDetector
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 

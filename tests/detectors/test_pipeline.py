@@ -9,26 +9,26 @@ from typing import ClassVar
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import LINK, PORT_SAMPLE, make_batch
-from detectors.base import PortIndexer
-from detectors.ber import BerDetector
-from detectors.ber_thresholds import ThresholdTable
-from detectors.congestion import EcnHotspotDetector, PfcStormDetector, XmitWaitDetector
-from detectors.findings import Finding
-from detectors.link_flap import LinkFlapDetector
-from detectors.link_state import LinkDowngradeDetector
-from detectors.nccl_channel import NcclChannelOutlier
-from detectors.nccl_peer import NcclHopDetector
-from detectors.nccl_step import NcclStepTime
-from detectors.nccl_straggler import NcclStraggler
-from detectors.nccl_transport import NcclTransportDetector
-from detectors.pipeline import Pipeline, default_detectors
-from detectors.rates import CounterRates, rates_schema
-from detectors.saturation import CounterSaturationDetector
-from fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
-from fabricsim.scoring import score
-from fabricsim.sim import FabricSim, SimConfig, truth_document
-from fabricsim.topology import TopologySpec
+from graywire.collectors.schemas import LINK, PORT_SAMPLE, make_batch
+from graywire.detectors.base import PortIndexer
+from graywire.detectors.ber import BerDetector
+from graywire.detectors.ber_thresholds import ThresholdTable
+from graywire.detectors.congestion import EcnHotspotDetector, PfcStormDetector, XmitWaitDetector
+from graywire.detectors.findings import Finding
+from graywire.detectors.link_flap import LinkFlapDetector
+from graywire.detectors.link_state import LinkDowngradeDetector
+from graywire.detectors.nccl_channel import NcclChannelOutlier
+from graywire.detectors.nccl_peer import NcclHopDetector
+from graywire.detectors.nccl_step import NcclStepTime
+from graywire.detectors.nccl_straggler import NcclStraggler
+from graywire.detectors.nccl_transport import NcclTransportDetector
+from graywire.detectors.pipeline import Pipeline, default_detectors
+from graywire.detectors.rates import CounterRates, rates_schema
+from graywire.detectors.saturation import CounterSaturationDetector
+from graywire.fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
+from graywire.fabricsim.scoring import score
+from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
+from graywire.fabricsim.topology import TopologySpec
 
 
 class Recorder:

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
-from detectors.rates import SATURATION_BITS, CounterRates, default_max_rate, rates_schema
+from graywire.collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
+from graywire.detectors.rates import SATURATION_BITS, CounterRates, default_max_rate, rates_schema
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 G400 = 400_000_000_000

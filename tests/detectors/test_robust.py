@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
+from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 
 def per_group(values: np.ndarray, groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:

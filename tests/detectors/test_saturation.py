@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
-from collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
-from detectors.pipeline import Pipeline, default_detectors
-from detectors.rates import CounterRates
-from detectors.saturation import CounterSaturationDetector
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
+from graywire.detectors.pipeline import Pipeline, default_detectors
+from graywire.detectors.rates import CounterRates
+from graywire.detectors.saturation import CounterSaturationDetector
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 HOST = "gpu-0003/mlx5_2"

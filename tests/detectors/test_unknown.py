@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from collectors.schemas import TS
-from detectors.findings import Finding
-from detectors.pipeline import Pipeline, default_detectors
-from detectors.rates import CounterRates
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.collectors.schemas import TS
+from graywire.detectors.findings import Finding
+from graywire.detectors.pipeline import Pipeline, default_detectors
+from graywire.detectors.rates import CounterRates
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 NIC = "gpu-0003/mlx5_2"
 

@@ -10,14 +10,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import TS
-from detectors.baseline import StaticRules
-from detectors.congestion import PfcStormDetector, XmitWaitConfig, XmitWaitDetector
-from detectors.findings import Finding
-from detectors.rates import CounterRates
-from fabricsim.faults import Fault, parse_spec, resolve_faults
-from fabricsim.sim import EPOCH, XMIT_WAIT_TICKS_PER_SECOND, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.collectors.schemas import TS
+from graywire.detectors.baseline import StaticRules
+from graywire.detectors.congestion import PfcStormDetector, XmitWaitConfig, XmitWaitDetector
+from graywire.detectors.findings import Finding
+from graywire.detectors.rates import CounterRates
+from graywire.fabricsim.faults import Fault, parse_spec, resolve_faults
+from graywire.fabricsim.sim import EPOCH, XMIT_WAIT_TICKS_PER_SECOND, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 POLL = 10.0
 START, END = 60.0, 180.0

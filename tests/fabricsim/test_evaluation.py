@@ -6,9 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from detectors.ber_thresholds import ThresholdTable
-from fabricsim.evaluation import BENIGN, MAGNITUDES, VARIANTS, Scenario, evaluate, run_scenario, suite
-from fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
+from graywire.detectors.ber_thresholds import ThresholdTable
+from graywire.fabricsim.evaluation import (
+    BENIGN,
+    MAGNITUDES,
+    VARIANTS,
+    Scenario,
+    evaluate,
+    run_scenario,
+    suite,
+)
+from graywire.fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
 
 
 @pytest.fixture(scope="module")

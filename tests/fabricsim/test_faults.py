@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from fabricsim.faults import (
+from graywire.fabricsim.faults import (
     BENIGN_KINDS,
     DEFAULT_MAGNITUDE,
     FAULT_KINDS,
@@ -17,7 +17,7 @@ from fabricsim.faults import (
     parse_spec,
     resolve_faults,
 )
-from fabricsim.topology import TopologySpec, build_fabric
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 FABRIC = build_fabric(TopologySpec(hosts=8))
 JOBS = {"job-000": list(range(8))}

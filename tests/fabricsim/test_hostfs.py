@@ -9,12 +9,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from collectors.host.agent import AgentConfig, HostReader
-from collectors.host.sysfs import SysfsConfig, read_ports
-from collectors.schemas import PORT_COUNTERS
-from fabricsim.hostfs import HostTreeWriter, rate_text, write_host_trees
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.collectors.host.agent import AgentConfig, HostReader
+from graywire.collectors.host.sysfs import SysfsConfig, read_ports
+from graywire.collectors.schemas import PORT_COUNTERS
+from graywire.fabricsim.hostfs import HostTreeWriter, rate_text, write_host_trees
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 G = 10**9
 BAD = "gpu-0001/mlx5_2"

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from fabricsim.live import FakesConfig, run_fakes, snmpsim_binary
-from service.app import create_app
-from service.config import load_settings
+from graywire.fabricsim.live import FakesConfig, run_fakes, snmpsim_binary
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from collectors.nccl import NcclFileCollector
-from collectors.nccl.common import TimingRows
-from collectors.nccl.debug_log import NcclTopology
-from collectors.nccl.inspector import InspectorParser
-from fabricsim.nccl_writer import InspectorWriter, comm_hash
-from fabricsim.sim import FabricSim, SimConfig, SimStep
-from fabricsim.topology import TopologySpec
+from graywire.collectors.nccl import NcclFileCollector
+from graywire.collectors.nccl.common import TimingRows
+from graywire.collectors.nccl.debug_log import NcclTopology
+from graywire.collectors.nccl.inspector import InspectorParser
+from graywire.fabricsim.nccl_writer import InspectorWriter, comm_hash
+from graywire.fabricsim.sim import FabricSim, SimConfig, SimStep
+from graywire.fabricsim.topology import TopologySpec
 
 
 def steps(n: int = 3, faults: str = "none") -> list[SimStep]:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from collectors.dataset import iter_polls, iter_replay
-from collectors.model import INVENTORY, load_inventory
-from collectors.schemas import LINK, NCCL_TIMING, PORT_SAMPLE, record_kind
-from fabricsim.output import TRUTH, write_simulation
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.collectors.dataset import iter_polls, iter_replay
+from graywire.collectors.model import INVENTORY, load_inventory
+from graywire.collectors.schemas import LINK, NCCL_TIMING, PORT_SAMPLE, record_kind
+from graywire.fabricsim.output import TRUTH, write_simulation
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 
 def test_write_simulation(tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from collectors.schemas import COUNTER_BITS_KEY, record_kind
-from fabricsim.evaluation import Scenario, run_scenario
-from fabricsim.port_views import PORT_VIEWS
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.collectors.schemas import COUNTER_BITS_KEY, record_kind
+from graywire.fabricsim.evaluation import Scenario, run_scenario
+from graywire.fabricsim.port_views import PORT_VIEWS
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 HOST = "gpu-0003/mlx5_2"
 LEAF = "leaf-r2-000/p4"

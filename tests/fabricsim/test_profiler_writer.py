@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from collectors.nccl.tail import NcclFileCollector
-from detectors.nccl_peer import NcclHopDetector
-from fabricsim.profiler_writer import ProfilerWriter
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
+from graywire.collectors.nccl.tail import NcclFileCollector
+from graywire.detectors.nccl_peer import NcclHopDetector
+from graywire.fabricsim.profiler_writer import ProfilerWriter
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
 
 
 def _sim(faults: str, duration: float = 150.0) -> FabricSim:

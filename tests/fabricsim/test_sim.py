@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import (
+from graywire.collectors.schemas import (
     LOGICAL_ACTIVE,
     LOGICAL_DOWN,
     NCCL_TIMING,
@@ -17,8 +17,8 @@ from collectors.schemas import (
     PHYS_POLLING,
     PORT_SAMPLE,
 )
-from fabricsim.sim import EPOCH, SIM_COUNTERS, FabricSim, SimConfig, SimStep, truth_document
-from fabricsim.topology import TopologySpec
+from graywire.fabricsim.sim import EPOCH, SIM_COUNTERS, FabricSim, SimConfig, SimStep, truth_document
+from graywire.fabricsim.topology import TopologySpec
 
 G = 10**9
 NIC = "gpu-0001/mlx5_2"

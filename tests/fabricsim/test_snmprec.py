@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collectors.snmp import oids as O
-from fabricsim.sim import FabricSim, SimConfig, SimStep
-from fabricsim.snmprec import render_snmprec, write_snmprec
-from fabricsim.topology import TopologySpec
+from graywire.collectors.snmp import oids as O
+from graywire.fabricsim.sim import FabricSim, SimConfig, SimStep
+from graywire.fabricsim.snmprec import render_snmprec, write_snmprec
+from graywire.fabricsim.topology import TopologySpec
 
 NIC = "gpu-0003/mlx5_2"
 LEAF, LEAF_PORT = "leaf-r2-000", 4  # NIC's link goes to leaf-r2-000/p4

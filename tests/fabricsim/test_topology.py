@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from collectors.model import Fabric
-from fabricsim.topology import TopologySpec, build_fabric, host_name
+from graywire.collectors.model import Fabric
+from graywire.fabricsim.topology import TopologySpec, build_fabric, host_name
 
 G = 10**9
 

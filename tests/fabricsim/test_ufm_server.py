@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
-from fabricsim.ufm_server import FakeUfm, prometheus_text, speed_name
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
+from graywire.fabricsim.ufm_server import FakeUfm, prometheus_text, speed_name
 
 G = 10**9
 

@@ -14,9 +14,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-import migrations
-from service.db import alembic_config, make_engine, upgrade
-from service.tables import metadata
+import graywire.migrations as migrations
+from graywire.service.db import alembic_config, make_engine, upgrade
+from graywire.service.tables import metadata
 
 TABLES = {
     "incidents", "findings", "alembic_version", "inventory_nodes", "node_verdicts",
@@ -165,7 +165,7 @@ def test_upgrade_from_0001_keeps_incidents_and_findings(db_url: str) -> None:
             # The fleet-wide drain state row every policy run locks is there from the start.
             state = conn.execute(sa.text("SELECT id, breaker_tripped FROM drain_state")).one()
             assert (state[0], bool(state[1])) == (1, False)
-        from service.store import IncidentStore
+        from graywire.service.store import IncidentStore
 
         assert IncidentStore(engine).get_incident(incident_id)["evidence"] == {"since": "x"}
     finally:

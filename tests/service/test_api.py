@@ -9,9 +9,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from detectors.findings import Finding
-from service.api import make_router
-from service.store import IncidentStore
+from graywire.detectors.findings import Finding
+from graywire.service.api import make_router
+from graywire.service.store import IncidentStore
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from collectors.dataset import iter_polls, iter_replay
-from detectors.pipeline import Pipeline
-from service.app import create_app
-from service.config import load_settings
+from graywire.collectors.dataset import iter_polls, iter_replay
+from graywire.detectors.pipeline import Pipeline
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 
 
 @pytest.fixture

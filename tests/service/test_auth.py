@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from fastapi import HTTPException
 
-from service.auth import Auth
-from service.config import AuthSettings, load_settings
+from graywire.service.auth import Auth
+from graywire.service.config import AuthSettings, load_settings
 
 
 def auth(tmp_path: Path) -> Auth:
@@ -91,7 +91,7 @@ def test_one_secret_under_two_names_stops_start_up_without_echoing_it(tmp_path: 
 def test_reads_stay_guarded_when_served_under_a_path_prefix(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from graywire.service.app import create_app
 
     reader = "reader-token-0123456789"
     settings = load_settings(

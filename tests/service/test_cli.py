@@ -13,10 +13,10 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from collectors.dataset import iter_polls
-from service.cli import DEMO_FAULTS, main
-from service.config import FabricSimSource
-from service.sources import FabricSimCollector
+from graywire.collectors.dataset import iter_polls
+from graywire.service.cli import DEMO_FAULTS, main
+from graywire.service.config import FabricSimSource
+from graywire.service.sources import FabricSimCollector
 
 
 def test_sim_then_replay_scores_against_truth(
@@ -78,7 +78,7 @@ def test_db_upgrade_does_not_print_the_database_password(capsys: pytest.CaptureF
 
 
 def test_db_upgrade_of_a_database_holding_data_keeps_it(db_url: str) -> None:
-    from service.db import upgrade
+    from graywire.service.db import upgrade
 
     upgrade(db_url, "0001")  # a database from before the drain tables, with an incident in it
     engine = sa.create_engine(db_url)
@@ -115,7 +115,7 @@ def test_demo_shows_both_injected_faults_within_a_minute(tmp_path: Path) -> None
     downgrade = next(f for f in expected if f.kind == "speed_downgrade")
     slow = next(f for f in expected if f.kind == "slow_channel")
     port = _free_port()
-    cmd = [sys.executable, "-m", "service.cli", "demo", "--port", str(port), "--hosts", str(hosts),
+    cmd = [sys.executable, "-m", "graywire.service.cli", "demo", "--port", str(port), "--hosts", str(hosts),
            "--seed", str(seed), "--data-dir", str(tmp_path / "data")]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

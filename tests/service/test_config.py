@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.config import load_settings
+from graywire.service.config import load_settings
 
 
 def test_defaults_are_sqlite_under_the_data_dir() -> None:

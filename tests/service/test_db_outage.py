@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import load_settings
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 from tests.service.pg_relay import Relay
 
 OPERATOR = "operator-token-0123456789"

@@ -16,8 +16,8 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.app import create_app
-from service.config import load_settings
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 
 OPERATOR = "operator-token-0123456789"
 READER = "reader-token-0123456789"

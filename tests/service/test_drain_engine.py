@@ -8,12 +8,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from detectors.findings import Finding
-from fabricsim.topology import TopologySpec, build_fabric
-from service.drain_engine import BREAKER_KIND, NETWORK_KIND, DrainEngine
-from service.drain_policy import DrainPolicy
-from service.operations import Conflict, NotFound, Operations
-from service.store import IncidentStore
+from graywire.detectors.findings import Finding
+from graywire.fabricsim.topology import TopologySpec, build_fabric
+from graywire.service.drain_engine import BREAKER_KIND, NETWORK_KIND, DrainEngine
+from graywire.service.drain_policy import DrainPolicy
+from graywire.service.operations import Conflict, NotFound, Operations
+from graywire.service.store import IncidentStore
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 FABRIC = build_fabric(TopologySpec(hosts=64, gpus=8))  # 32 hosts per leaf, 2 groups x 8 rails

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from detectors.correlate import NodeVerdict
-from service.drain_policy import Breaker, Current, DrainPolicy, decide
+from graywire.detectors.correlate import NodeVerdict
+from graywire.service.drain_policy import Breaker, Current, DrainPolicy, decide
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 POLICY = DrainPolicy(max_fraction=0.1, window=timedelta(minutes=10), clean_window=timedelta(minutes=10),

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import load_settings
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 
 HOSTS = 64
 # Every host port of leaf-r2-000 (hosts 0..31, rail 2): the leaf fails as a whole.

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from collectors.nccl.inspector import parse_inspector_text
-from fabricsim.nccl_writer import InspectorWriter
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
-from service.app import create_app
-from service.config import load_settings
+from graywire.collectors.nccl.inspector import parse_inspector_text
+from graywire.fabricsim.nccl_writer import InspectorWriter
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 
 INGEST_TOKEN = "ingest-token-0123456789"
 
@@ -137,7 +137,7 @@ def test_pushes_dated_off_graywires_clock_are_refused(
 
 def test_a_push_dated_past_any_real_clock_is_stamped_with_graywires() -> None:
     """Year 9999 is no time a collective ran: the record is kept, timed by graywire's receipt."""
-    from collectors.nccl import parse_push
+    from graywire.collectors.nccl import parse_push
 
     received = datetime.now(UTC).replace(microsecond=0)
     body = inspector_record("gpu-0001", 253_402_300_000).encode()  # 9999-12-31
@@ -186,7 +186,7 @@ def test_push_needs_an_ingest_token(client: TestClient) -> None:
 
 
 def test_nccl_directory_source_is_built_from_config(tmp_path: Path) -> None:
-    from service.sources import build_sources
+    from graywire.service.sources import build_sources
 
     settings = load_settings(
         None,

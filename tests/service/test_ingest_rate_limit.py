@@ -10,9 +10,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import RateLimit, load_settings
-from service.ingest_guard import RateLimiter, TokenBucket, retry_after
+from graywire.service.app import create_app
+from graywire.service.config import RateLimit, load_settings
+from graywire.service.ingest_guard import RateLimiter, TokenBucket, retry_after
 from tests.service.test_ingest import inspector_record
 
 SLOW = "slow-ingest-token-012345"

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import SchedulerSettings, load_settings
-from service.ingest_scope import JobPlacement
+from graywire.service.app import create_app
+from graywire.service.config import SchedulerSettings, load_settings
+from graywire.service.ingest_scope import JobPlacement
 from tests.service.conftest import SlurmRestd
 from tests.service.schedsync.fake_kube_api import FakeKubeApi, make_node, make_pod, serve
 from tests.service.schedsync.slurm_cluster import SlurmCluster

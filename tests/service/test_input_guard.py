@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import load_settings
-from service.input_guard import DEFAULT_MAX_BODY
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
+from graywire.service.input_guard import DEFAULT_MAX_BODY
 
 OPERATOR = "operator-token-0123456789"
 INGEST = "ingest-token-0123456789"

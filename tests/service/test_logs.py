@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from service.logs import OneLineFormatter
+from graywire.service.logs import OneLineFormatter
 
 
 def record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:
@@ -44,7 +44,7 @@ def test_passwords_in_urls_are_redacted_and_tracebacks_stay_under_their_record()
 
 def test_request_urls_are_never_logged_even_verbose() -> None:
     """httpx logs each request's URL at INFO; a Slack webhook URL is its credential."""
-    from service.logs import configure
+    from graywire.service.logs import configure
 
     for verbose in (False, True):
         configure(verbose)

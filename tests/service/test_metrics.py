@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.model import Fabric, PortSpec
-from service.exposition import render
-from service.metrics import GraywireExporter, MetricsState
+from graywire.collectors.model import Fabric, PortSpec
+from graywire.service.exposition import render
+from graywire.service.metrics import GraywireExporter, MetricsState
 from tests.scrape import run_promtool, scrape
 
 #: Labels a series may carry: each is bounded by the fabric model, the cluster's GPUs or the code.
@@ -126,9 +126,9 @@ def test_fast_renderer_matches_prometheus_client(tmp_path: Path) -> None:
     """The array-backed per-port families render exactly what generate_latest would."""
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
-    from service.config import load_settings
-    from service.metrics import make_registry
+    from graywire.service.app import create_app
+    from graywire.service.config import load_settings
+    from graywire.service.metrics import make_registry
 
     settings = load_settings(None, data_dir=tmp_path, sources=[{"type": "fabricsim", "hosts": 4}])
     app = create_app(settings, run_loop=False)
@@ -156,10 +156,10 @@ def test_a_poll_completes_while_a_scrape_is_still_rendering(tmp_path: Path) -> N
     renders the state as it was when it started, not a mix of two polls."""
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
-    from service.config import load_settings
-    from service.exposition import iter_render
-    from service.metrics import make_registry
+    from graywire.service.app import create_app
+    from graywire.service.config import load_settings
+    from graywire.service.exposition import iter_render
+    from graywire.service.metrics import make_registry
 
     settings = load_settings(None, data_dir=tmp_path, sources=[{"type": "fabricsim", "hosts": 4}])
     app = create_app(settings, run_loop=False)

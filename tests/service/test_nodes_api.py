@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import load_settings
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 
 LEAF_FAULTS = ",".join(f"speed_downgrade@15s+1h:gpu-000{h}/mlx5_2" for h in (1, 2, 3))
 

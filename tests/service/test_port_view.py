@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collectors.model import Fabric, PortSpec
-from service.metrics import MetricsState
-from service.port_view import FabricLayout, build_view, incident_ports
+from graywire.collectors.model import Fabric, PortSpec
+from graywire.service.metrics import MetricsState
+from graywire.service.port_view import FabricLayout, build_view, incident_ports
 
 
 def small_fabric() -> Fabric:

@@ -15,11 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.base import ScrapeResult, failed
-from detectors.findings import Finding
-from service.app import create_app
-from service.config import FabricSimSource, load_settings
-from service.sources import FabricSimCollector
+from graywire.collectors.base import ScrapeResult, failed
+from graywire.detectors.findings import Finding
+from graywire.service.app import create_app
+from graywire.service.config import FabricSimSource, load_settings
+from graywire.service.sources import FabricSimCollector
 
 PORT = "gpu-0002/mlx5_3"
 LEAF_PORT = "leaf-r3-000/p3"

@@ -14,10 +14,10 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import load_settings
-from service.db import make_engine
-from service.read_cache import ReadCache
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
+from graywire.service.db import make_engine
+from graywire.service.read_cache import ReadCache
 
 OPERATOR = "operator-token-0123456789"
 FAULTS = "speed_downgrade@15s+1h:gpu-0001/mlx5_3"

@@ -10,13 +10,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.base import Collector, ScrapeResult, failed
-from service.config import FabricSimSource, Settings, load_settings
-from service.db import make_engine, upgrade
-from service.metrics import MetricsState
-from service.runner import Runner
-from service.sources import FabricSimCollector
-from service.store import IncidentStore
+from graywire.collectors.base import Collector, ScrapeResult, failed
+from graywire.service.config import FabricSimSource, Settings, load_settings
+from graywire.service.db import make_engine, upgrade
+from graywire.service.metrics import MetricsState
+from graywire.service.runner import Runner
+from graywire.service.sources import FabricSimCollector
+from graywire.service.store import IncidentStore
 
 
 class Misbehaving:

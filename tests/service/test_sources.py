@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from service.config import FabricSimSource
-from service.sources import FabricSimCollector
+from graywire.service.config import FabricSimSource
+from graywire.service.sources import FabricSimCollector
 
 
 def test_a_fabricsim_step_leaves_the_event_loop_free() -> None:

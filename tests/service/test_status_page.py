@@ -10,9 +10,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import load_settings
-from service.status_page import STATIC_DIR, install_status_page
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
+from graywire.service.status_page import STATIC_DIR, install_status_page
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from detectors.findings import Finding
-from fabricsim.live import serve_app
-from service.app import create_app
-from service.config import load_settings
+from graywire.detectors.findings import Finding
+from graywire.fabricsim.live import serve_app
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from detectors.findings import Finding
-from service.db import FindingRecord, Incident
-from service.store import INCIDENT_FINDINGS_LIMIT, ApplyResult, IncidentStore
+from graywire.detectors.findings import Finding
+from graywire.service.db import FindingRecord, Incident
+from graywire.service.store import INCIDENT_FINDINGS_LIMIT, ApplyResult, IncidentStore
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

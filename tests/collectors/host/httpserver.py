@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from fastapi import FastAPI
 
-from fabricsim.live import serve_app
+from graywire.fabricsim.live import serve_app
 
 
 @contextmanager

@@ -17,9 +17,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-import collectors.host.agent as agent_mod
-from collectors.base import ScrapeResult
-from collectors.host.agent import (
+import graywire.collectors.host.agent as agent_mod
+from graywire.collectors.base import ScrapeResult
+from graywire.collectors.host.agent import (
     ARROW_STREAM,
     DEFAULT_AGENT_PORT,
     AgentCollector,
@@ -32,14 +32,14 @@ from collectors.host.agent import (
     run_agent_from_args,
     to_ipc,
 )
-from collectors.host.sysfs import PortReading, readings_to_batch
-from collectors.schemas import COUNTER_BITS_KEY, NCCL_TIMING, TS, make_batch
-from detectors.pipeline import Pipeline
-from fabricsim.hostfs import HostTreeWriter
-from fabricsim.sim import EPOCH, FabricSim, SimConfig
-from fabricsim.topology import TopologySpec, build_fabric
-from service.db import make_engine, upgrade
-from service.store import IncidentStore
+from graywire.collectors.host.sysfs import PortReading, readings_to_batch
+from graywire.collectors.schemas import COUNTER_BITS_KEY, NCCL_TIMING, TS, make_batch
+from graywire.detectors.pipeline import Pipeline
+from graywire.fabricsim.hostfs import HostTreeWriter
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec, build_fabric
+from graywire.service.db import make_engine, upgrade
+from graywire.service.store import IncidentStore
 from tests.collectors.host.httpserver import serve
 
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.host.ethtool import (
+from graywire.collectors.host.ethtool import (
     EthtoolCommand,
     EthtoolDirectory,
     EthtoolReading,
@@ -20,7 +20,7 @@ from collectors.host.ethtool import (
     parse_settings,
     parse_statistics,
 )
-from collectors.host.sysfs import PortReading
+from graywire.collectors.host.sysfs import PortReading
 
 G = 10**9
 SETTINGS = "host/node_exporter_ethtool_eth0_settings.txt"

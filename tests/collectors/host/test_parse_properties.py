@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.base import OUT_OF_RANGE
-from collectors.host.agent import AgentCollector, AgentConfig, HostReader, to_ipc
-from collectors.host.ethtool import (
+from graywire.collectors.base import OUT_OF_RANGE
+from graywire.collectors.host.agent import AgentCollector, AgentConfig, HostReader, to_ipc
+from graywire.collectors.host.ethtool import (
     EthtoolReading,
     apply_ethtool,
     fec_mode_code,
@@ -25,8 +25,8 @@ from collectors.host.ethtool import (
     parse_settings,
     parse_statistics,
 )
-from collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
-from collectors.schemas import PORT_SAMPLE
+from graywire.collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
+from graywire.collectors.schemas import PORT_SAMPLE
 from tests.collectors.host.conftest import TTAR
 from tests.collectors.host.ttar import extract
 from tests.conftest import REAL_FIXTURES

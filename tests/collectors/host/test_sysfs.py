@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.host.sysfs import (
+from graywire.collectors.host.sysfs import (
     SysfsConfig,
     parse_logical_state,
     parse_phys_state,
@@ -18,7 +18,7 @@ from collectors.host.sysfs import (
     read_ports,
     readings_to_batch,
 )
-from collectors.schemas import COUNTER_BITS_KEY, SATURATING_KEY
+from graywire.collectors.schemas import COUNTER_BITS_KEY, SATURATING_KEY
 from tests.collectors.host.conftest import NETDEV_DOWN
 
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

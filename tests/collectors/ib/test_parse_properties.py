@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given
 
-from collectors.base import OUT_OF_RANGE
-from collectors.perfquery import parse_perfquery, perfquery_batch
+from graywire.collectors.base import OUT_OF_RANGE
+from graywire.collectors.perfquery import parse_perfquery, perfquery_batch
 from tests.conftest import REAL_FIXTURES
 from tests.strategies import PROPERTY, spliced
 

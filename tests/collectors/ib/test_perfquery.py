@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from collectors.counters import iba_spec
-from collectors.host.sysfs import PortReading
-from collectors.perfquery import PerfqueryCommand, apply_perfquery, parse_perfquery, perfquery_batch
-from collectors.schemas import COUNTER_BITS_KEY, SATURATING_KEY
+from graywire.collectors.counters import iba_spec
+from graywire.collectors.host.sysfs import PortReading
+from graywire.collectors.perfquery import PerfqueryCommand, apply_perfquery, parse_perfquery, perfquery_batch
+from graywire.collectors.schemas import COUNTER_BITS_KEY, SATURATING_KEY
 
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 

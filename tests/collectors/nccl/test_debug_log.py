@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.nccl.debug_log import NcclTopology, split_via
+from graywire.collectors.nccl.debug_log import NcclTopology, split_via
 
 LOG = Path("nccl") / "nccl_userguide_logging_examples.txt"
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from collectors.nccl import NcclFileCollector
-from collectors.schemas import record_kind
-from detectors.pipeline import Pipeline
-from fabricsim.nccl_writer import InspectorWriter
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
-from service.db import make_engine, upgrade
-from service.store import IncidentStore
+from graywire.collectors.nccl import NcclFileCollector
+from graywire.collectors.schemas import record_kind
+from graywire.detectors.pipeline import Pipeline
+from graywire.fabricsim.nccl_writer import InspectorWriter
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
+from graywire.service.db import make_engine, upgrade
+from graywire.service.store import IncidentStore
 
 
 def run(

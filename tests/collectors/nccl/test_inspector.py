@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from collectors.nccl.common import TimingRows
-from collectors.nccl.debug_log import NcclTopology
-from collectors.nccl.inspector import (
+from graywire.collectors.nccl.common import TimingRows
+from graywire.collectors.nccl.debug_log import NcclTopology
+from graywire.collectors.nccl.inspector import (
     InspectorParser,
     RecordError,
     parse_inspector_prom,
     parse_inspector_text,
     parse_size_bucket,
 )
-from collectors.schemas import NCCL_TIMING
+from graywire.collectors.schemas import NCCL_TIMING
 
 NCCL = Path("nccl")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.nccl.common import TimingRows
-from collectors.nccl.nccl_tests import NccltestsParser, collective_from_name, parse_nccl_tests
+from graywire.collectors.nccl.common import TimingRows
+from graywire.collectors.nccl.nccl_tests import NccltestsParser, collective_from_name, parse_nccl_tests
 
 ALLREDUCE = Path("nccl") / "superbench_nccl_tests_allreduce.log"
 ALLTOALL = Path("nccl") / "superbench_nccl_tests_alltoall.log"

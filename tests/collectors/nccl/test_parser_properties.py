@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.nccl.common import TimingRows
-from collectors.nccl.debug_log import NcclTopology
-from collectors.nccl.inspector import RecordError, parse_inspector_text
-from collectors.nccl.nccl_tests import parse_nccl_tests
-from collectors.nccl.profiler import parse_profiler_trace
-from collectors.nccl.proxy import ProxyRows
-from collectors.nccl.tail import parse_push
+from graywire.collectors.nccl.common import TimingRows
+from graywire.collectors.nccl.debug_log import NcclTopology
+from graywire.collectors.nccl.inspector import RecordError, parse_inspector_text
+from graywire.collectors.nccl.nccl_tests import parse_nccl_tests
+from graywire.collectors.nccl.profiler import parse_profiler_trace
+from graywire.collectors.nccl.proxy import ProxyRows
+from graywire.collectors.nccl.tail import parse_push
 from tests.conftest import REAL_FIXTURES
 from tests.strategies import JSON_VALUES, PROPERTY, spliced
 

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from collectors.nccl.common import TimingRows
-from collectors.nccl.profiler import (
+from graywire.collectors.nccl.common import TimingRows
+from graywire.collectors.nccl.profiler import (
     ProfilerParser,
     dump_name_parts,
     host_from_dump_name,
     lenient_event,
     parse_profiler_trace,
 )
-from collectors.nccl.proxy import ProxyRows
+from graywire.collectors.nccl.proxy import ProxyRows
 
 TRACE = Path("nccl") / "nccl_profiler_example_readme_trace.txt"
 

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
-from collectors.base import ScrapeResult
-from collectors.nccl import NcclFileCollector, NcclSourceConfig, build_collectors, parse_push
-from collectors.nccl.common import TimingRows
-from collectors.nccl.inspector import InspectorParser
-from collectors.nccl.tail import DirectoryTailer, job_from_path
-from collectors.schemas import NCCL_PROXY, NCCL_TIMING
+from graywire.collectors.base import ScrapeResult
+from graywire.collectors.nccl import NcclFileCollector, NcclSourceConfig, build_collectors, parse_push
+from graywire.collectors.nccl.common import TimingRows
+from graywire.collectors.nccl.inspector import InspectorParser
+from graywire.collectors.nccl.tail import DirectoryTailer, job_from_path
+from graywire.collectors.schemas import NCCL_PROXY, NCCL_TIMING
 
 NCCL = Path("nccl")
 

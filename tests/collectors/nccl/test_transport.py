@@ -6,11 +6,11 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collectors.nccl import NcclFileCollector
-from collectors.nccl.debug_log import NcclTopology
-from collectors.nccl.tail import TRANSPORT_REFRESH_SCRAPES
-from collectors.nccl.transport import transport_batch
-from collectors.schemas import NCCL_TRANSPORT, record_kind
+from graywire.collectors.nccl import NcclFileCollector
+from graywire.collectors.nccl.debug_log import NcclTopology
+from graywire.collectors.nccl.tail import TRANSPORT_REFRESH_SCRAPES
+from graywire.collectors.nccl.transport import transport_batch
+from graywire.collectors.schemas import NCCL_TRANSPORT, record_kind
 from tests.collectors.nccl.test_debug_log import MULTINODE
 from tests.detectors.test_nccl_transport import ring_log
 

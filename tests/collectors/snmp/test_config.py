@@ -7,8 +7,8 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from collectors.snmp import DEFAULT_EXCLUDE, SnmpCollector, SnmpSourceConfig, build_collectors
-from collectors.snmp.walk import auth_data
+from graywire.collectors.snmp import DEFAULT_EXCLUDE, SnmpCollector, SnmpSourceConfig, build_collectors
+from graywire.collectors.snmp.walk import auth_data
 
 TARGETS = [{"host": "10.0.0.1", "name": "leaf1"}, {"host": "10.0.0.2", "port": 1161}]
 

@@ -18,15 +18,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.base import ScrapeResult
-from collectors.schemas import COUNTER_BITS_KEY
-from collectors.snmp import SnmpCollector, SnmpSession, SnmpSourceConfig
-from detectors.pipeline import Pipeline
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.snmprec import render_snmprec, write_snmprec
-from fabricsim.topology import TopologySpec
-from service.db import make_engine, upgrade
-from service.store import IncidentStore
+from graywire.collectors.base import ScrapeResult
+from graywire.collectors.schemas import COUNTER_BITS_KEY
+from graywire.collectors.snmp import SnmpCollector, SnmpSession, SnmpSourceConfig
+from graywire.detectors.pipeline import Pipeline
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.snmprec import render_snmprec, write_snmprec
+from graywire.fabricsim.topology import TopologySpec
+from graywire.service.db import make_engine, upgrade
+from graywire.service.store import IncidentStore
 
 NIC = "gpu-0003/mlx5_2"
 LEAF_PORT = "leaf-r2-000/p4"  # the other end of NIC's link

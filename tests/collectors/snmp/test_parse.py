@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from collectors.schemas import COUNTER_BITS_KEY
-from collectors.snmp import SnmpSourceConfig
-from collectors.snmp import oids as O
-from collectors.snmp.parse import PortSelector, build_batch, columns_to_walk
-from collectors.snmp.walk import Tables
+from graywire.collectors.schemas import COUNTER_BITS_KEY
+from graywire.collectors.snmp import SnmpSourceConfig
+from graywire.collectors.snmp import oids as O
+from graywire.collectors.snmp.parse import PortSelector, build_batch, columns_to_walk
+from graywire.collectors.snmp.walk import Tables
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 CFG = SnmpSourceConfig(targets=[{"host": "sw1"}])

@@ -19,13 +19,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyasn1.type import univ
 
-from collectors.base import OUT_OF_RANGE
-from collectors.schemas import PORT_SAMPLE
-from collectors.snmp import oids as O
-from collectors.snmp import walk as walk_mod
-from collectors.snmp.config import SnmpSourceConfig
-from collectors.snmp.parse import PortSelector, build_batch, columns_to_walk
-from collectors.snmp.walk import SnmpError, Tables, Value, walk_columns
+from graywire.collectors.base import OUT_OF_RANGE
+from graywire.collectors.schemas import PORT_SAMPLE
+from graywire.collectors.snmp import oids as O
+from graywire.collectors.snmp import walk as walk_mod
+from graywire.collectors.snmp.config import SnmpSourceConfig
+from graywire.collectors.snmp.parse import PortSelector, build_batch, columns_to_walk
+from graywire.collectors.snmp.walk import SnmpError, Tables, Value, walk_columns
 from tests.collectors.snmp.conftest import REAL
 from tests.conftest import REAL_FIXTURES
 from tests.strategies import PROPERTY

@@ -14,10 +14,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from collectors.base import ScrapeResult
-from collectors.schemas import COUNTER_BITS_KEY, PORT_SAMPLE
-from collectors.snmp import SnmpCollector, SnmpSession, SnmpSourceConfig, build_collectors
-from collectors.snmp.walk import Tables
+from graywire.collectors.base import ScrapeResult
+from graywire.collectors.schemas import COUNTER_BITS_KEY, PORT_SAMPLE
+from graywire.collectors.snmp import SnmpCollector, SnmpSession, SnmpSourceConfig, build_collectors
+from graywire.collectors.snmp.walk import Tables
 from tests.collectors.snmp.conftest import REAL, V3_AUTH, V3_PRIV, SnmpsimServer, free_udp_port
 
 G = 10**9

@@ -18,8 +18,8 @@ from pysnmp.proto import errind
 from pysnmp.proto.rfc1902 import Counter64, ObjectName, OctetString
 from pysnmp.proto.rfc1905 import EndOfMibView
 
-import collectors.snmp.walk as walk
-from collectors.snmp import oids as O
+import graywire.collectors.snmp.walk as walk
+from graywire.collectors.snmp import oids as O
 
 Agent = dict[tuple[int, ...], Any]
 

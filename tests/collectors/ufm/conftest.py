@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from fabricsim.sim import FabricSim, SimConfig
-from fabricsim.topology import TopologySpec
-from fabricsim.ufm_server import FakeUfm
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
+from graywire.fabricsim.ufm_server import FakeUfm
 from tests.collectors.ufm.httpserver import serve
 
 #: 4 hosts x 8 GPUs: 128 ports; gpu-0003/mlx5_2 drops from 800G to 400G at 30 s.

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi import FastAPI
 
-from fabricsim.live import serve_app
+from graywire.fabricsim.live import serve_app
 
 
 @contextmanager

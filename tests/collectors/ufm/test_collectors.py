@@ -11,16 +11,16 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
-from collectors.base import ScrapeResult
-from collectors.schemas import record_kind
-from collectors.ufm import (
+from graywire.collectors.base import ScrapeResult
+from graywire.collectors.schemas import record_kind
+from graywire.collectors.ufm import (
     HttpSettings,
     UfmRestCollector,
     UfmSourceConfig,
     UfmTelemetryCollector,
     build_collectors,
 )
-from fabricsim.ufm_server import FakeUfm
+from graywire.fabricsim.ufm_server import FakeUfm
 from tests.collectors.ufm.httpserver import self_signed, serve
 
 G = 10**9

@@ -9,14 +9,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import record_kind
-from collectors.ufm import HttpSettings, UfmRestCollector, UfmTelemetryCollector, merge_port_samples
-from detectors.findings import Finding
-from detectors.pipeline import Pipeline
-from detectors.rates import CounterRates
-from fabricsim.ufm_server import FakeUfm
-from service.db import make_engine, upgrade
-from service.store import IncidentStore
+from graywire.collectors.schemas import record_kind
+from graywire.collectors.ufm import HttpSettings, UfmRestCollector, UfmTelemetryCollector, merge_port_samples
+from graywire.detectors.findings import Finding
+from graywire.detectors.pipeline import Pipeline
+from graywire.detectors.rates import CounterRates
+from graywire.fabricsim.ufm_server import FakeUfm
+from graywire.service.db import make_engine, upgrade
+from graywire.service.store import IncidentStore
 
 G = 10**9
 

@@ -9,8 +9,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.schemas import COUNTER_BITS_KEY, LINK, PORT_SAMPLE, TS, make_batch, with_counter_widths
-from collectors.ufm import merge_port_samples
+from graywire.collectors.schemas import (
+    COUNTER_BITS_KEY,
+    LINK,
+    PORT_SAMPLE,
+    TS,
+    make_batch,
+    with_counter_widths,
+)
+from graywire.collectors.ufm import merge_port_samples
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 DICT = pa.array(["h/mlx5_0", "h/mlx5_1", "sw/p1"])

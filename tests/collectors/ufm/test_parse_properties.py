@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.base import SKIP_REASONS
-from collectors.schemas import PORT_SAMPLE
-from collectors.ufm.ports import PortKeys, SpellingCache
-from collectors.ufm.rest import parse_ports, width_lanes
-from collectors.ufm.telemetry import TelemetryParseError, parse_csv, parse_prometheus, parse_tfs_json
+from graywire.collectors.base import SKIP_REASONS
+from graywire.collectors.schemas import PORT_SAMPLE
+from graywire.collectors.ufm.ports import PortKeys, SpellingCache
+from graywire.collectors.ufm.rest import parse_ports, width_lanes
+from graywire.collectors.ufm.telemetry import TelemetryParseError, parse_csv, parse_prometheus, parse_tfs_json
 from tests.conftest import REAL_FIXTURES
 from tests.strategies import JSON_VALUES, PROPERTY, spliced
 

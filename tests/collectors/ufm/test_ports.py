@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.model import Fabric, PortSpec
-from collectors.ufm.ports import PortKeys, SpellingCache
+from graywire.collectors.model import Fabric, PortSpec
+from graywire.collectors.ufm.ports import PortKeys, SpellingCache
 
 
 def fabric() -> Fabric:

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from collectors.model import Fabric, PortSpec
-from collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP, PHYS_POLLING, record_kind
-from collectors.ufm.ports import PortKeys
-from collectors.ufm.rest import expected_from_capabilities, parse_links, parse_ports, port_speed_bps
+from graywire.collectors.model import Fabric, PortSpec
+from graywire.collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP, PHYS_POLLING, record_kind
+from graywire.collectors.ufm.ports import PortKeys
+from graywire.collectors.ufm.rest import expected_from_capabilities, parse_links, parse_ports, port_speed_bps
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 G = 10**9

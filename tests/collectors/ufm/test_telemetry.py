@@ -11,11 +11,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from collectors.model import Fabric, PortSpec
-from collectors.schemas import COUNTER_BITS_KEY, PORT_SAMPLE, SATURATING_KEY, record_kind
-from collectors.ufm.counters import counter_spec
-from collectors.ufm.ports import PortKeys, SpellingCache
-from collectors.ufm.telemetry import (
+from graywire.collectors.model import Fabric, PortSpec
+from graywire.collectors.schemas import COUNTER_BITS_KEY, PORT_SAMPLE, SATURATING_KEY, record_kind
+from graywire.collectors.ufm.counters import counter_spec
+from graywire.collectors.ufm.ports import PortKeys, SpellingCache
+from graywire.collectors.ufm.telemetry import (
     TelemetryParseError,
     parse_csv,
     parse_prometheus,

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from detectors.findings import Finding
+from graywire.detectors.findings import Finding
 from tests.conftest import _in_ci
 from tests.service.alerts.receiver import Recorder, serve_recorder
 

@@ -16,14 +16,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from service.alerts.alertmanager import fingerprint
-from service.alerts.config import AlertsSettings
-from service.alerts.dispatcher import Dispatcher
-from service.alerts.events import AlertEvent
-from service.alerts.models import AlertState
-from service.alerts.webhook import payload
-from service.db import make_engine, upgrade
-from service.store import IncidentStore
+from graywire.service.alerts.alertmanager import fingerprint
+from graywire.service.alerts.config import AlertsSettings
+from graywire.service.alerts.dispatcher import Dispatcher
+from graywire.service.alerts.events import AlertEvent
+from graywire.service.alerts.models import AlertState
+from graywire.service.alerts.webhook import payload
+from graywire.service.db import make_engine, upgrade
+from graywire.service.store import IncidentStore
 from tests.service.alerts.conftest import finding
 from tests.service.alerts.receiver import Recorder
 from tests.service.alerts.test_dispatcher import cycle_until

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.alerts.config import PAGERDUTY_EVENTS_URL
-from service.alerts.dispatcher import destinations
-from service.config import load_settings
+from graywire.service.alerts.config import PAGERDUTY_EVENTS_URL
+from graywire.service.alerts.dispatcher import destinations
+from graywire.service.config import load_settings
 
 EXAMPLE = {
     "alerts": {

@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from service.alerts import outbox
-from service.alerts.config import AlertsSettings
-from service.alerts.dispatcher import Dispatcher
-from service.alerts.metrics import AlertsExporter
-from service.alerts.models import OutboxMessage
-from service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
-from service.store import IncidentStore
+from graywire.service.alerts import outbox
+from graywire.service.alerts.config import AlertsSettings
+from graywire.service.alerts.dispatcher import Dispatcher
+from graywire.service.alerts.metrics import AlertsExporter
+from graywire.service.alerts.models import OutboxMessage
+from graywire.service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
+from graywire.service.store import IncidentStore
 from tests.service.alerts.conftest import T0, finding
 from tests.service.alerts.receiver import Recorder
 

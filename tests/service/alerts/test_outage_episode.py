@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.alerts.dispatcher import Dispatcher
-from service.app import create_app
-from service.config import load_settings
+from graywire.service.alerts.dispatcher import Dispatcher
+from graywire.service.app import create_app
+from graywire.service.config import load_settings
 from tests.service.alerts.receiver import Recorder
 from tests.service.alerts.test_dispatcher import FAST_RETRY, cycle_until
 from tests.service.pg_relay import Relay

@@ -11,9 +11,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from service.alerts import outbox
-from service.alerts.events import AlertEvent
-from service.alerts.models import OutboxMessage
+from graywire.service.alerts import outbox
+from graywire.service.alerts.events import AlertEvent
+from graywire.service.alerts.models import OutboxMessage
 from tests.service.alerts.conftest import T0
 
 

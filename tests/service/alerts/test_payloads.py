@@ -7,8 +7,8 @@ import json
 import re
 from datetime import UTC, datetime
 
-from service.alerts import alertmanager, pagerduty, slack, webhook
-from service.alerts.events import ZERO_TIME, AlertEvent, rfc3339
+from graywire.service.alerts import alertmanager, pagerduty, slack, webhook
+from graywire.service.alerts.events import ZERO_TIME, AlertEvent, rfc3339
 
 NOW = datetime(2025, 3, 1, 12, 10, 0, 123456, tzinfo=UTC)
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
+from graywire.service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from tests.service.alerts.receiver import Received, Recorder
 
 SECRET = "restart-test-secret"
@@ -64,7 +64,7 @@ def _config(tmp_path: Path, recorder: Recorder, port: int) -> Path:
 def _start(config: Path, tmp_path: Path, name: str) -> subprocess.Popen[bytes]:
     log = (tmp_path / f"{name}.log").open("wb")
     return subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--config", str(config)],
+        [sys.executable, "-m", "graywire.service.cli", "serve", "--config", str(config)],
         cwd=tmp_path,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -10,15 +10,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from detectors.findings import Finding
-from fabricsim.topology import TopologySpec, build_fabric
-from service.alerts.inhibit import IncidentPlace, inhibited_ids
-from service.alerts.models import AlertState, OutboxMessage
-from service.alerts.sync import SyncTarget, sync_alerts
-from service.db import LateEpisode, Silence
-from service.drain_engine import NETWORK_KIND, DrainEngine
-from service.drain_policy import DrainPolicy
-from service.store import IncidentStore
+from graywire.detectors.findings import Finding
+from graywire.fabricsim.topology import TopologySpec, build_fabric
+from graywire.service.alerts.inhibit import IncidentPlace, inhibited_ids
+from graywire.service.alerts.models import AlertState, OutboxMessage
+from graywire.service.alerts.sync import SyncTarget, sync_alerts
+from graywire.service.db import LateEpisode, Silence
+from graywire.service.drain_engine import NETWORK_KIND, DrainEngine
+from graywire.service.drain_policy import DrainPolicy
+from graywire.service.store import IncidentStore
 from tests.service.alerts.conftest import T0, finding
 
 PD = SyncTarget("pd", "warning")

@@ -81,7 +81,7 @@ class SlurmCluster:
         return done.stdout
 
     def node_fields(self) -> dict[str, str]:
-        from service.schedsync.slurm import parse_fields
+        from graywire.service.schedsync.slurm import parse_fields
 
         return parse_fields(self.scontrol("--oneliner", "show", "node", self.node).strip())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.cli import main
+from graywire.service.cli import main
 from tests.service.schedsync.conftest import DrainApi
 
 

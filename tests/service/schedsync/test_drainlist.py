@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from service.schedsync.drainlist import DrainListClient, DrainListUnavailable, parse_drain_list
+from graywire.service.schedsync.drainlist import DrainListClient, DrainListUnavailable, parse_drain_list
 from tests.service.schedsync.conftest import DrainApi, drain_entry
 
 STATE = {"shadow": False, "circuit_breaker": {"tripped": False}}

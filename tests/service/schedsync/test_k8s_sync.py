@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from service.cli import main
-from service.schedsync.k8s import CONDITION, TAINT_KEY, KubeNode, drain_patches, undo_patches
+from graywire.service.cli import main
+from graywire.service.schedsync.k8s import CONDITION, TAINT_KEY, KubeNode, drain_patches, undo_patches
 from tests.service.schedsync.conftest import DrainApi, drain_entry
 from tests.service.schedsync.fake_kube_api import SMP, FakeKubeApi, make_node, serve
 

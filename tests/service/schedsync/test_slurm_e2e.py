@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from fabricsim.live import serve_app
-from service.app import create_app
-from service.cli import main
-from service.config import load_settings
+from graywire.fabricsim.live import serve_app
+from graywire.service.app import create_app
+from graywire.service.cli import main
+from graywire.service.config import load_settings
 from tests.service.schedsync.slurm_cluster import SlurmCluster
 
 

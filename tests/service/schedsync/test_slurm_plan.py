@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from service.schedsync.drainlist import DrainEntry, DrainList, DrainState
-from service.schedsync.plan import Action, hold_new_drains, tagged_reason
-from service.schedsync.slurm import SlurmNode, parse_show_node, plan_slurm
+from graywire.service.schedsync.drainlist import DrainEntry, DrainList, DrainState
+from graywire.service.schedsync.plan import Action, hold_new_drains, tagged_reason
+from graywire.service.schedsync.slurm import SlurmNode, parse_show_node, plan_slurm
 
 # Two nodes as scontrol 22.05 prints them (-o): values with spaces, '=' inside values, a reason stamp.
 SHOW_NODE = (

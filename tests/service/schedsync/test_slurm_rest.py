@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from service.cli import main
-from service.schedsync.slurm_rest import SlurmRestBackend, node_from_json
+from graywire.service.cli import main
+from graywire.service.schedsync.slurm_rest import SlurmRestBackend, node_from_json
 from tests.service.schedsync.conftest import DrainApi, drain_entry
 
 PREFIX = "/slurm/v0.0.41"

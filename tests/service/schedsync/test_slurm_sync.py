@@ -6,11 +6,11 @@ import logging
 
 import pytest
 
-from service.cli import main
-from service.schedsync.drainlist import DrainListClient
-from service.schedsync.plan import Action
-from service.schedsync.runner import run
-from service.schedsync.slurm import ScontrolBackend
+from graywire.service.cli import main
+from graywire.service.schedsync.drainlist import DrainListClient
+from graywire.service.schedsync.plan import Action
+from graywire.service.schedsync.runner import run
+from graywire.service.schedsync.slurm import ScontrolBackend
 from tests.service.schedsync.conftest import DrainApi, drain_entry
 from tests.service.schedsync.slurm_cluster import SlurmCluster
 
