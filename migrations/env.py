@@ -15,7 +15,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from graywire.service.db import make_engine
-from graywire.service.tables import metadata
+from graywire.service.models import metadata
 
 DEFAULT_URL = "sqlite:///graywire-data/graywire.db"
 

@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from graywire.service.db import AuditEntry, to_jsonable
+from graywire.service.models import AuditEntry, row_to_dict, to_jsonable
 
 #: Actor name of decisions the drain policy takes by itself.
 POLICY_ACTOR = "policy"
@@ -44,19 +44,6 @@ def record(
     )
 
 
-def audit_to_dict(entry: AuditEntry) -> dict[str, Any]:
-    return {
-        "id": entry.id,
-        "time": entry.time.isoformat(),
-        "actor": entry.actor,
-        "action": entry.action,
-        "node": entry.node,
-        "incident_id": entry.incident_id,
-        "message": entry.message,
-        "evidence": entry.evidence,
-    }
-
-
 def list_audit(
     session: Session,
     *,
@@ -84,4 +71,4 @@ def list_audit(
     if until is not None:
         query = query.where(AuditEntry.time < until)
     query = query.order_by(AuditEntry.time.desc(), AuditEntry.id.desc()).limit(limit).offset(offset)
-    return [audit_to_dict(e) for e in session.scalars(query)]
+    return [row_to_dict(e) for e in session.scalars(query)]

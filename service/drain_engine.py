@@ -33,9 +33,10 @@ from graywire.detectors.correlate import node_verdicts
 from graywire.detectors.findings import Finding
 from graywire.service.audit import POLICY_ACTOR, record
 from graywire.service.config import DrainSettings
-from graywire.service.db import (
+from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
+from graywire.service.drain_policy import Breaker, Current, DrainPolicy, PolicyResult, decide
+from graywire.service.models import (
     ACTIVE_STATUSES,
-    SQLITE_BEGIN_IMMEDIATE,
     AuditEntry,
     DrainRecommendation,
     DrainState,
@@ -44,9 +45,9 @@ from graywire.service.db import (
     InventoryNode,
     NodeVerdictRecord,
     Silence,
+    row_to_dict,
 )
-from graywire.service.drain_policy import Breaker, Current, DrainPolicy, PolicyResult, decide
-from graywire.service.store import IncidentStore, incident_to_dict
+from graywire.service.store import IncidentStore
 
 log = logging.getLogger("graywire.drain")
 
@@ -143,7 +144,7 @@ class DrainEngine:
                 sa.select(DrainState).where(DrainState.id == STATE_ID).with_for_update()
             ).one()
             active = [
-                incident_to_dict(i)
+                row_to_dict(i)
                 for i in session.scalars(sa.select(Incident).where(Incident.status.in_(ACTIVE_STATUSES)))
             ]
             own = {(i["kind"], i["entity"]): i for i in active if i["kind"] in OWN_KINDS}

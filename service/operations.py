@@ -16,15 +16,8 @@ from sqlalchemy.orm import Session
 
 from graywire.detectors.findings import Finding
 from graywire.service.audit import list_audit, record
-from graywire.service.db import (
-    DrainRecommendation,
-    DrainState,
-    Exclusion,
-    Incident,
-    Silence,
-)
 from graywire.service.drain_engine import BREAKER_ENTITY, BREAKER_KIND, DETECTOR, STATE_ID, DrainEngine
-from graywire.service.store import incident_to_dict
+from graywire.service.models import DrainRecommendation, DrainState, Exclusion, Incident, Silence, row_to_dict
 
 
 class NotFound(LookupError):
@@ -33,28 +26,6 @@ class NotFound(LookupError):
 
 class Conflict(ValueError):
     """The action does not apply to the current state (e.g. resolving a resolved incident)."""
-
-
-def silence_to_dict(s: Silence) -> dict[str, Any]:
-    return {
-        "id": s.id,
-        "kind": s.kind,
-        "entity": s.entity,
-        "reason": s.reason,
-        "created_by": s.created_by,
-        "created_at": s.created_at.isoformat(),
-        "expires_at": s.expires_at.isoformat(),
-    }
-
-
-def exclusion_to_dict(e: Exclusion) -> dict[str, Any]:
-    return {
-        "node": e.node,
-        "reason": e.reason,
-        "created_by": e.created_by,
-        "created_at": e.created_at.isoformat(),
-        "expires_at": e.expires_at.isoformat() if e.expires_at else None,
-    }
 
 
 class Operations:
@@ -91,7 +62,7 @@ class Operations:
                     message=f"acknowledged {inc.kind} on {inc.entity}: {comment}".rstrip(": "),
                     evidence={"summary": inc.summary},
                 )
-            return incident_to_dict(inc)
+            return row_to_dict(inc)
 
     def resolve(self, incident_id: int, actor: str, comment: str = "") -> dict[str, Any]:
         now = self.drain.clock()
@@ -111,7 +82,7 @@ class Operations:
                 message=f"resolved {inc.kind} on {inc.entity} by hand: {comment}".rstrip(": "),
                 evidence={"summary": inc.summary},
             )
-            return incident_to_dict(inc)
+            return row_to_dict(inc)
 
     def silence(self, incident_id: int, duration: timedelta, actor: str, reason: str) -> dict[str, Any]:
         now = self.drain.clock()
@@ -137,14 +108,14 @@ class Operations:
                 message=f"silenced {inc.kind} on {inc.entity} until {s.expires_at.isoformat()}: {reason}",
                 evidence={"silence_id": s.id},
             )
-            return silence_to_dict(s)
+            return row_to_dict(s)
 
     def list_silences(self, active_only: bool = True) -> list[dict[str, Any]]:
         query = sa.select(Silence).order_by(Silence.expires_at.desc(), Silence.id.desc())
         if active_only:
             query = query.where(Silence.expires_at > self.drain.clock())
         with self._sessions() as session:
-            return [silence_to_dict(s) for s in session.scalars(query)]
+            return [row_to_dict(s) for s in session.scalars(query)]
 
     # -- nodes ------------------------------------------------------------------------------
     def exclude(self, node: str, duration: timedelta | None, actor: str, reason: str) -> dict[str, Any]:
@@ -165,7 +136,7 @@ class Operations:
                 node=node,
                 message=f"excluded {node} from drains until {until}: {reason}",
             )
-            return exclusion_to_dict(row)
+            return row_to_dict(row)
 
     def unexclude(self, node: str, actor: str, reason: str = "") -> None:
         now = self.drain.clock()
@@ -191,7 +162,7 @@ class Operations:
             .order_by(Exclusion.node)
         )
         with self._sessions() as session:
-            return [exclusion_to_dict(e) for e in session.scalars(query)]
+            return [row_to_dict(e) for e in session.scalars(query)]
 
     def undrain(self, node: str, actor: str, reason: str) -> dict[str, Any]:
         """Return a node to service by hand; the cooldown keeps it from being drained at once again."""

@@ -19,8 +19,8 @@ import numpy as np
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
 from graywire.detectors.findings import PORT_HEALTH
-from graywire.service.db import ACTIVE_STATUSES
 from graywire.service.metrics import MetricsState
+from graywire.service.models import ACTIVE_STATUSES
 from graywire.service.store import IncidentStore
 
 HEALTH = ("ok", "warning", "critical")

@@ -17,14 +17,15 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from graywire.detectors.findings import SEVERITY_RANK, Finding
-from graywire.service.db import (
+from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
+from graywire.service.models import (
     ACTIVE_STATUSES,
     FINDING_STATUSES,
     INCIDENT_STATUSES,
-    SQLITE_BEGIN_IMMEDIATE,
     FindingRecord,
     Incident,
     LateEpisode,
+    row_to_dict,
     to_jsonable,
 )
 
@@ -49,55 +50,6 @@ class ApplyResult:
     reopened: int = 0
     #: Episodes that opened and resolved within a batch stored late (``late_episodes`` rows).
     late_episodes: int = 0
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def incident_to_dict(incident: Incident) -> dict[str, Any]:
-    """An incident as JSON-ready values (ISO 8601 times with their UTC offset)."""
-    return {
-        "id": incident.id,
-        "kind": incident.kind,
-        "entity": incident.entity,
-        "status": incident.status,
-        "severity": incident.severity,
-        "node": incident.node,
-        "port": incident.port,
-        "link": incident.link,
-        "summary": incident.summary,
-        "detector": incident.detector,
-        "score": incident.score,
-        "confidence": incident.confidence,
-        "opened_at": _iso(incident.opened_at),
-        "last_seen_at": _iso(incident.last_seen_at),
-        "resolved_at": _iso(incident.resolved_at),
-        "finding_count": incident.finding_count,
-        "reopen_count": incident.reopen_count,
-        "evidence": incident.evidence,
-    }
-
-
-def finding_record_to_dict(record: FindingRecord) -> dict[str, Any]:
-    """A stored finding as JSON-ready values."""
-    return {
-        "id": record.id,
-        "incident_id": record.incident_id,
-        "kind": record.kind,
-        "entity": record.entity,
-        "status": record.status,
-        "time": _iso(record.time),
-        "severity": record.severity,
-        "summary": record.summary,
-        "detector": record.detector,
-        "node": record.node,
-        "port": record.port,
-        "link": record.link,
-        "score": record.score,
-        "confidence": record.confidence,
-        "evidence": record.evidence,
-    }
 
 
 def _validate(finding: Finding) -> None:
@@ -226,7 +178,7 @@ class IncidentStore:
             "cleared_at": incident.resolved_at,
             "unstored_since": datetime.fromisoformat(late["unstored_since"]),
             "stored_at": datetime.fromisoformat(late["stored_at"]),
-            "incident": incident_to_dict(incident),
+            "incident": row_to_dict(incident),
         }
 
     @staticmethod
@@ -353,7 +305,7 @@ class IncidentStore:
             query = query.where(Incident.node == node)
         query = query.order_by(Incident.opened_at.desc(), Incident.id.desc()).limit(limit).offset(offset)
         with self._sessions() as session:
-            return [incident_to_dict(inc) for inc in session.scalars(query)]
+            return [row_to_dict(inc) for inc in session.scalars(query)]
 
     def get_incident(self, incident_id: int) -> dict[str, Any] | None:
         """One incident with its latest findings (newest first), or None if there is no such id."""
@@ -367,8 +319,8 @@ class IncidentStore:
                 .order_by(FindingRecord.time.desc(), FindingRecord.id.desc())
                 .limit(INCIDENT_FINDINGS_LIMIT)
             )
-            out = incident_to_dict(incident)
-            out["findings"] = [finding_record_to_dict(r) for r in records]
+            out = row_to_dict(incident)
+            out["findings"] = [row_to_dict(r) for r in records]
             return out
 
     def open_counts(self) -> list[tuple[str, str, int]]:

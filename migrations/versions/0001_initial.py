@@ -17,7 +17,7 @@ down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Spelled out rather than imported from service.db: a migration must keep describing the schema
+# Spelled out rather than imported from service.models: a migration must keep describing the schema
 # as it was at this revision, whatever the models become later.
 SEVERITY_CHECK = "severity IN ('info', 'warning', 'critical')"
 

@@ -19,7 +19,7 @@ down_revision: str | Sequence[str] | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Spelled out, not imported from service.db: this file describes the schema as of this revision.
+# Spelled out, not imported from service.models: this file describes the schema as of this revision.
 SEVERITY_CHECK = "severity IN ('info', 'warning', 'critical')"
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 TS = sa.DateTime(timezone=True)

@@ -28,8 +28,8 @@ from graywire.collectors.units import parse_duration
 from graywire.service.alerts import alertmanager, outbox, pagerduty, slack, webhook
 from graywire.service.alerts.config import AlertsSettings, ReceiverConfig
 from graywire.service.alerts.events import AlertEvent
-from graywire.service.alerts.models import OutboxMessage
 from graywire.service.alerts.sync import SyncResult, SyncTarget, sync_alerts
+from graywire.service.models import OutboxMessage
 
 log = logging.getLogger("graywire.alerts")
 

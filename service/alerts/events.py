@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from graywire.service.db import Incident
+from graywire.service.models import Incident
 
 EventStatus = Literal["firing", "resolved"]
 #: Alertmanager's "no end time" (Go's zero time), as its own webhooks carry it.

@@ -16,8 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from graywire.service.db import ACTIVE_STATUSES, Incident
 from graywire.service.drain_engine import NETWORK_KIND as SWITCH_KIND
+from graywire.service.models import ACTIVE_STATUSES, Incident
 
 
 @dataclass(frozen=True, slots=True)

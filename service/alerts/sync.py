@@ -34,8 +34,8 @@ from graywire.detectors.findings import SEVERITY_RANK
 from graywire.service.alerts import outbox
 from graywire.service.alerts.events import AlertEvent, EventStatus
 from graywire.service.alerts.inhibit import load_inhibited
-from graywire.service.alerts.models import AlertState
-from graywire.service.db import ACTIVE_STATUSES, SQLITE_BEGIN_IMMEDIATE, Incident, LateEpisode, Silence
+from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
+from graywire.service.models import ACTIVE_STATUSES, AlertState, Incident, LateEpisode, Silence
 
 log = logging.getLogger("graywire.alerts")
 

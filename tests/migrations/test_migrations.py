@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 
 import graywire.migrations as migrations
 from graywire.service.db import alembic_config, make_engine, upgrade
-from graywire.service.tables import metadata
+from graywire.service.models import metadata
 
 TABLES = {
     "incidents", "findings", "alembic_version", "inventory_nodes", "node_verdicts",

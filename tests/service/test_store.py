@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from graywire.detectors.findings import Finding
-from graywire.service.db import FindingRecord, Incident
+from graywire.service.models import FindingRecord, Incident
 from graywire.service.store import INCIDENT_FINDINGS_LIMIT, ApplyResult, IncidentStore
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -20,9 +20,9 @@ from graywire.service.alerts.alertmanager import fingerprint
 from graywire.service.alerts.config import AlertsSettings
 from graywire.service.alerts.dispatcher import Dispatcher
 from graywire.service.alerts.events import AlertEvent
-from graywire.service.alerts.models import AlertState
 from graywire.service.alerts.webhook import payload
 from graywire.service.db import make_engine, upgrade
+from graywire.service.models import AlertState
 from graywire.service.store import IncidentStore
 from tests.service.alerts.conftest import finding
 from tests.service.alerts.receiver import Recorder

@@ -19,8 +19,8 @@ from graywire.service.alerts import outbox
 from graywire.service.alerts.config import AlertsSettings
 from graywire.service.alerts.dispatcher import Dispatcher
 from graywire.service.alerts.metrics import AlertsExporter
-from graywire.service.alerts.models import OutboxMessage
 from graywire.service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
+from graywire.service.models import OutboxMessage
 from graywire.service.store import IncidentStore
 from tests.service.alerts.conftest import T0, finding
 from tests.service.alerts.receiver import Recorder

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from graywire.service.alerts import outbox
 from graywire.service.alerts.events import AlertEvent
-from graywire.service.alerts.models import OutboxMessage
+from graywire.service.models import OutboxMessage
 from tests.service.alerts.conftest import T0
 
 

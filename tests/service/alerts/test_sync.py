@@ -13,11 +13,10 @@ from sqlalchemy.orm import Session
 from graywire.detectors.findings import Finding
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 from graywire.service.alerts.inhibit import IncidentPlace, inhibited_ids
-from graywire.service.alerts.models import AlertState, OutboxMessage
 from graywire.service.alerts.sync import SyncTarget, sync_alerts
-from graywire.service.db import LateEpisode, Silence
 from graywire.service.drain_engine import NETWORK_KIND, DrainEngine
 from graywire.service.drain_policy import DrainPolicy
+from graywire.service.models import AlertState, LateEpisode, OutboxMessage, Silence
 from graywire.service.store import IncidentStore
 from tests.service.alerts.conftest import T0, finding
 

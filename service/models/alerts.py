@@ -13,7 +13,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from graywire.service.db import Base, FindingId, in_check
+from graywire.service.models.base import Base, FindingId, in_check
 
 AlertAction = Literal["trigger", "refresh", "resolve"]
 OutboxStatus = Literal["pending", "delivered", "dead"]
