@@ -21,26 +21,23 @@ from graywire.detectors.ber_thresholds import ThresholdTable
 from graywire.detectors.pipeline import Pipeline, default_detectors
 from graywire.service.alerts.dispatcher import Dispatcher
 from graywire.service.alerts.metrics import AlertsExporter
-from graywire.service.api import COMMON_ERRORS, make_router
+from graywire.service.api.deps import Services
+from graywire.service.api.main import install_api
+from graywire.service.api.schemas import COMMON_ERRORS
 from graywire.service.auth import Auth
 from graywire.service.config import Settings
 from graywire.service.db import make_engine, upgrade
-from graywire.service.drain_api import make_drain_router
 from graywire.service.drain_engine import DrainEngine, policy_from_settings
 from graywire.service.drain_metrics import DrainExporter
 from graywire.service.exposition import CONTENT_TYPE, iter_render
-from graywire.service.ingest_api import IngestGuards, make_ingest_router
-from graywire.service.ingest_guard import RateLimiter
+from graywire.service.ingest_guard import IngestGuards, RateLimiter
 from graywire.service.ingest_scope import JobPlacement
 from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
 from graywire.service.metrics import MetricsState, make_registry
-from graywire.service.nodes_api import make_nodes_router
 from graywire.service.operations import Operations
-from graywire.service.ports_api import make_ports_router
 from graywire.service.read_cache import ReadCache
 from graywire.service.runner import Runner
 from graywire.service.sources import build_sources
-from graywire.service.status_api import make_status_router
 from graywire.service.status_page import install_status_page
 from graywire.service.store import IncidentStore
 
@@ -173,11 +170,7 @@ def create_app(
         # Streamed family by family: per-port series on a large fabric are hundreds of MB.
         return StreamingResponse(iter_render(registry), media_type=CONTENT_TYPE)
 
-    app.include_router(make_router(store, cache))
-    app.include_router(make_status_router(metrics))
-    app.include_router(make_nodes_router(store, fabric, drain.recommendation))
-    app.include_router(make_ingest_router(runner, settings.max_push_bytes, auth, guards))
-    app.include_router(make_drain_router(drain, Operations(drain), auth, set(fabric.node_names), cache))
-    app.include_router(make_ports_router(store, fabric, metrics))
+    services = Services(store, cache, fabric, auth, metrics, drain, Operations(drain), runner, guards)
+    install_api(app, services)
     install_status_page(app)
     return app

@@ -2,8 +2,9 @@
 
 Roles: ``reader`` reads (needed only when ``auth.read_open`` is false), ``ingest`` pushes
 NCCL records, ``operator`` may do everything (changing state, and what the other two do).
-Every route that changes state declares its role with :meth:`Auth.require`, which also puts
-the bearer scheme in the OpenAPI document. Reads are guarded for the whole ``/api`` tree by
+Every route that changes state declares its role with a dependency of
+:mod:`graywire.service.api.deps` (``Operator``, ``Ingester``), which also puts the bearer scheme
+in the OpenAPI document. Reads are guarded for the whole ``/api`` tree by
 :meth:`Auth.read_guard`, an app-wide dependency, so a read route added later is covered
 without remembering to. Missing or unknown token: 401; known token, wrong role: 403. The
 dependencies are ``async``: a few comparisons, run on the event loop rather than a trip to the
@@ -16,10 +17,10 @@ import hmac
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from fastapi import Depends, HTTPException, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import HTTPException, Request
+from fastapi.security import HTTPBearer
 
 from graywire.service.config import AuthSettings, RateLimit, TokenScope
 
@@ -32,7 +33,7 @@ GRANTS: dict[Role, frozenset[Role]] = {
 }
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-_bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>` (see `auth.tokens`)")
+bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>` (see `auth.tokens`)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,16 +85,6 @@ class Auth:
         if role not in GRANTS[principal.role]:
             raise HTTPException(403, f"token {principal.name!r} has role {principal.role}; this needs {role}")
         return principal
-
-    def require(self, role: Role) -> Callable[..., Principal]:
-        """A dependency: the caller must hold ``role``; returns who it is (for the audit log)."""
-
-        async def dependency(
-            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-        ) -> Principal:
-            return self.check(credentials.credentials if credentials else None, role)
-
-        return dependency
 
     def read_guard(self) -> Callable[..., None]:
         """App-wide dependency: reads under ``/api`` need a reader token unless reads are open."""

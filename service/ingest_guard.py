@@ -14,12 +14,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from graywire.service.config import RateLimit
+from graywire.service.ingest_scope import JobPlacement
 
 
 @dataclass
@@ -115,3 +116,12 @@ class RefusedPushes(Collector):
         for (token, reason), n in items:
             c.add_metric([token, reason], n)
         yield c
+
+
+@dataclass
+class IngestGuards:
+    """What a push is held to beyond its content: rate limits, scheduler placement, counts."""
+
+    limiter: RateLimiter
+    placement: JobPlacement
+    refused: RefusedPushes = field(default_factory=RefusedPushes)

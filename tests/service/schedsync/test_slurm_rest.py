@@ -150,7 +150,7 @@ def test_node_json_of_older_plugins() -> None:
 
 def test_where_a_job_runs_from_v0_0_41_json(restd: FakeSlurmRestd) -> None:
     """``job_state`` is an array since v0.0.40; an array job's tasks each name their nodes. The
-    v0.0.38 form (a string) is read against the real slurmrestd in tests/service/test_ingest_scope.py."""
+    v0.0.38 form (a string) is read against the real slurmrestd in tests/service/api/test_ingest_scope.py."""
     restd.jobs["17"] = [
         {"job_id": 17, "job_state": ["RUNNING"], "nodes": "gpu-[0001-0002]"},
         {"job_id": 18, "job_state": ["COMPLETING"], "nodes": "gpu-0009"},

@@ -10,31 +10,30 @@ limited. Accepted rows are queued and go through their own detectors with the ne
 alone they put a host on watch, never drain it.
 """
 
-# No `from __future__ import annotations`: the route's principal is annotated with a dependency
-# on the local `auth`, which FastAPI must see as an object, not a string to resolve.
+from __future__ import annotations
+
 import asyncio
 import functools
 import math
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
-from typing import Annotated, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from ClusterShell.NodeSet import NodeSet, NodeSetException
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from pydantic import BaseModel
+from fastapi import APIRouter, HTTPException, Query, Request
 
 from graywire.collectors.nccl import parse_push
 from graywire.collectors.units import parse_duration
-from graywire.service.api import ErrorOut
-from graywire.service.auth import Auth, Principal
+from graywire.service.api.deps import GuardsDep, Ingester, RunnerDep
+from graywire.service.api.schemas import ErrorOut, IngestOut
+from graywire.service.auth import Principal
 from graywire.service.config import TokenScope
-from graywire.service.ingest_guard import RateLimiter, RefusedPushes, retry_after
-from graywire.service.ingest_scope import JobPlacement, SchedulerUnavailable
+from graywire.service.ingest_guard import IngestGuards, retry_after
+from graywire.service.ingest_scope import SchedulerUnavailable
 from graywire.service.runner import Runner
 from graywire.service.schedsync.slurm import parse_hostlist
 
@@ -58,78 +57,63 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
         "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
     },
 }
+router = APIRouter(prefix="/api/v1", tags=["ingest"])
 
 
-class IngestOut(BaseModel):
-    accepted_rows: int
-    job: str
-
-
-@dataclass
-class IngestGuards:
-    """What a push is held to beyond its content: rate limits, scheduler placement, counts."""
-
-    limiter: RateLimiter
-    placement: JobPlacement
-    refused: RefusedPushes = field(default_factory=RefusedPushes)
-
-
-def make_ingest_router(runner: Runner, max_bytes: int, auth: Auth, guards: IngestGuards) -> APIRouter:
-    router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
-
-    @router.post("/nccl", response_model=IngestOut, status_code=202, responses=RESPONSES)
-    async def ingest_nccl(
-        request: Request,
-        principal: Annotated[Principal, Depends(auth.require("ingest"))],
-        job: str = Query(..., min_length=1, max_length=200, description="job id the records belong to"),
-        gpus_per_host: int | None = Query(None, ge=1, le=64),
-    ) -> IngestOut:
-        """Queue Inspector records (application/x-ndjson, application/jsonl or application/json)."""
-        if wait := guards.limiter.request(principal.name, principal.rate_limit):
-            guards.refused.add(principal.name, "rate_limited")
-            after = retry_after(wait)
-            raise HTTPException(
-                429,
-                f"token {principal.name!r} is over its push rate limit; retry in {after} s",
-                headers={"Retry-After": after},
-            )
-        scope = principal.scope
-        if scope is not None and not any(fnmatchcase(job, p) for p in scope.jobs):
-            guards.refused.add(principal.name, "job_out_of_scope")
-            raise HTTPException(
-                403, f"token {principal.name!r} may push only for jobs matching {', '.join(scope.jobs)}, "
-                f"not {job!r}",
-            )  # fmt: skip
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-            raise HTTPException(413, f"body of {declared} bytes is over the {max_bytes}-byte limit")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_bytes:
-                raise HTTPException(413, f"body is over the {max_bytes}-byte limit")
-        content_type = request.headers.get("content-type", "application/x-ndjson")
-        try:
-            # Up to max_push_bytes of JSON: parse off the event loop so scrapes and the API go on.
-            batch = await asyncio.to_thread(
-                parse_push, bytes(body), content_type, job=job, gpus_per_host=gpus_per_host
-            )
-        except ValueError as e:
-            raise HTTPException(422, str(e)) from None
-        except RecursionError:  # e.g. 100,000 "[": a few bytes, deeper than the JSON parser goes
-            raise HTTPException(422, "body is nested too deeply to be NCCL Inspector records") from None
-        if batch.num_rows:
-            _check_row_rate(runner, guards, principal, batch)
-            _check_time(runner, batch)
-            batch = _check_hosts(runner, batch)
-        if batch.num_rows and scope is not None:
-            batch = await _check_scope(runner, guards, principal, scope, job, batch)
-        if batch.num_rows:
-            _check_communicators(runner, batch, job)
-            runner.push(_received_now(batch))
-        return IngestOut(accepted_rows=batch.num_rows, job=job)
-
-    return router
+@router.post("/ingest/nccl", response_model=IngestOut, status_code=202, responses=RESPONSES)
+async def ingest_nccl(
+    request: Request,
+    runner: RunnerDep,
+    guards: GuardsDep,
+    principal: Ingester,
+    job: str = Query(..., min_length=1, max_length=200, description="job id the records belong to"),
+    gpus_per_host: int | None = Query(None, ge=1, le=64),
+) -> IngestOut:
+    """Queue Inspector records (application/x-ndjson, application/jsonl or application/json)."""
+    if wait := guards.limiter.request(principal.name, principal.rate_limit):
+        guards.refused.add(principal.name, "rate_limited")
+        after = retry_after(wait)
+        raise HTTPException(
+            429,
+            f"token {principal.name!r} is over its push rate limit; retry in {after} s",
+            headers={"Retry-After": after},
+        )
+    scope = principal.scope
+    if scope is not None and not any(fnmatchcase(job, p) for p in scope.jobs):
+        guards.refused.add(principal.name, "job_out_of_scope")
+        raise HTTPException(
+            403, f"token {principal.name!r} may push only for jobs matching {', '.join(scope.jobs)}, "
+            f"not {job!r}",
+        )  # fmt: skip
+    max_bytes = runner.settings.max_push_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise HTTPException(413, f"body of {declared} bytes is over the {max_bytes}-byte limit")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise HTTPException(413, f"body is over the {max_bytes}-byte limit")
+    content_type = request.headers.get("content-type", "application/x-ndjson")
+    try:
+        # Up to max_push_bytes of JSON: parse off the event loop so scrapes and the API go on.
+        batch = await asyncio.to_thread(
+            parse_push, bytes(body), content_type, job=job, gpus_per_host=gpus_per_host
+        )
+    except ValueError as e:
+        raise HTTPException(422, str(e)) from None
+    except RecursionError:  # e.g. 100,000 "[": a few bytes, deeper than the JSON parser goes
+        raise HTTPException(422, "body is nested too deeply to be NCCL Inspector records") from None
+    if batch.num_rows:
+        _check_row_rate(runner, guards, principal, batch)
+        _check_time(runner, batch)
+        batch = _check_hosts(runner, batch)
+    if batch.num_rows and scope is not None:
+        batch = await _check_scope(runner, guards, principal, scope, job, batch)
+    if batch.num_rows:
+        _check_communicators(runner, batch, job)
+        runner.push(_received_now(batch))
+    return IngestOut(accepted_rows=batch.num_rows, job=job)
 
 
 def _received_now(batch: pa.RecordBatch) -> pa.RecordBatch:

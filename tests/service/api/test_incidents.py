@@ -1,4 +1,4 @@
-"""The incidents HTTP API, mounted on a bare FastAPI app as the service would mount it."""
+"""The incidents HTTP API, mounted on a bare FastAPI app with only the store behind it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from graywire.detectors.findings import Finding
-from graywire.service.api import make_router
+from graywire.service.api.deps import Services
+from graywire.service.api.main import install_api
+from graywire.service.read_cache import ReadCache
 from graywire.service.store import IncidentStore
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -36,7 +38,7 @@ def firing(entity: str, t: int, kind: str = "ber_high", node: str | None = "gpu0
 @pytest.fixture
 def client(store: IncidentStore) -> Iterator[TestClient]:
     app = FastAPI()
-    app.include_router(make_router(store))
+    install_api(app, Services(store, ReadCache(store.engine)))
     with TestClient(app) as client:
         yield client
 

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from graywire.service.app import create_app
 from graywire.service.config import RateLimit, load_settings
 from graywire.service.ingest_guard import RateLimiter, TokenBucket, retry_after
-from tests.service.test_ingest import inspector_record
+from tests.service.api.test_ingest import inspector_record
 
 SLOW = "slow-ingest-token-012345"
 OTHER = "other-ingest-token-01234"

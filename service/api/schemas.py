@@ -1,0 +1,379 @@
+"""The API's records: what every route takes and returns, in one place.
+
+Routes name these as their ``response_model``; an ``*Out`` is served, an ``*In`` is a request
+body. Incident and finding fields are the columns of their tables (``service/models/``), and a
+test keeps the two in step. Enum-like values come from their one home (severity from
+:mod:`graywire.detectors.findings`, port health from the port-health rule).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from graywire.collectors.units import parse_duration
+from graywire.detectors.findings import Severity
+
+IncidentStatusParam = Literal["open", "acknowledged", "resolved"]
+MAX_ID = 2**63 - 1  # larger ids cannot exist, and SQLite cannot even bind them
+MAX_DURATION = timedelta(days=365)
+Health = Literal["ok", "warning", "critical"]
+State = Literal["up", "init", "down", "unknown"]
+Role = Literal["host", "leaf", "spine", "core"]
+NO_NUL = r"^[^\x00]*$"  # PostgreSQL text cannot hold NUL: refuse it here with a 422, not a 500
+
+
+# -- errors -------------------------------------------------------------------------------------
+class ErrorOut(BaseModel):
+    detail: str
+
+
+class ValidationErrorOut(BaseModel):
+    """A 422: FastAPI's list of field errors, or one sentence naming what is wrong (a push's bad
+    line, an unknown host, a date off graywire's clock)."""
+
+    detail: str | list[dict[str, Any]]
+
+
+#: Answers any route may give, documented once for the whole API.
+COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "malformed request: an unparseable body or Content-Length"},
+    401: {"model": ErrorOut, "description": "no or unknown bearer token, where one is needed"},
+    413: {"model": ErrorOut, "description": "request body over its limit"},
+    422: {"model": ValidationErrorOut, "description": "invalid input"},
+    431: {"model": ErrorOut, "description": "request headers over http.max_header_bytes"},
+    503: {"model": ErrorOut, "description": "database unavailable; retry after Retry-After seconds"},
+}
+
+#: Answers of the routes that change state, besides the common ones.
+ACTION_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "no or unknown bearer token"},
+    403: {"model": ErrorOut, "description": "the token's role may not do this"},
+    404: {"model": ErrorOut, "description": "no such incident or node"},
+    409: {"model": ErrorOut, "description": "the action does not apply to the current state"},
+}
+
+
+# -- incidents ----------------------------------------------------------------------------------
+class IncidentOut(BaseModel):
+    """An incident: one gray failure on one entity, deduplicated across polls."""
+
+    id: int
+    kind: str = Field(description="What failed, e.g. speed_downgrade; with entity, the dedup key.")
+    entity: str = Field(description="Which port, link or node; with kind, the dedup key.")
+    status: IncidentStatusParam
+    severity: Severity
+    node: str | None = Field(description="Host to look at or drain, when known.")
+    port: str | None
+    link: str | None
+    summary: str
+    detector: str = Field(description="Detector (and version) that produced the latest finding.")
+    score: float
+    confidence: float
+    opened_at: AwareDatetime = Field(description="First time it opened; kept when it reopens.")
+    last_seen_at: AwareDatetime
+    resolved_at: AwareDatetime | None
+    finding_count: int = Field(description="Firing findings rolled into this incident.")
+    reopen_count: int
+    evidence: dict[str, Any] = Field(description="Numbers behind the latest finding.")
+
+
+class FindingOut(BaseModel):
+    """One stored detector finding."""
+
+    id: int
+    incident_id: int | None
+    kind: str
+    entity: str
+    status: Literal["firing", "cleared"]
+    time: AwareDatetime
+    severity: Severity
+    summary: str
+    detector: str
+    node: str | None
+    port: str | None
+    link: str | None
+    score: float
+    confidence: float
+    evidence: dict[str, Any]
+
+
+class IncidentDetailOut(IncidentOut):
+    """An incident with its latest findings, newest first."""
+
+    findings: list[FindingOut] = Field(description="Up to the 50 most recent findings.")
+
+
+class IncidentPage(BaseModel):
+    """One page of incidents, newest first."""
+
+    items: list[IncidentOut]
+    count: int = Field(description="Number of items in this page.")
+    limit: int
+    offset: int
+
+
+def parse_api_duration(v: str) -> timedelta:
+    """A silence's or exclusion's length: the Prometheus grammar, positive, at most a year."""
+    try:
+        seconds = parse_duration(v)
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    if not 0 < seconds <= MAX_DURATION.total_seconds():
+        raise ValueError(f"duration must be positive and at most {MAX_DURATION.days} days, not {v!r}")
+    return timedelta(seconds=seconds)
+
+
+class CommentIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    comment: str = Field("", max_length=2000, pattern=NO_NUL)
+
+
+class ReasonIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=2000, pattern=NO_NUL, description="Why; for the audit log.")
+
+
+class SilenceIn(ReasonIn):
+    duration: str = Field(description="How long, e.g. 30m, 4h, 2d (at most 365 days).")
+
+    @field_validator("duration")
+    @classmethod
+    def _check(cls, v: str) -> str:
+        parse_api_duration(v)
+        return v
+
+
+class SilenceOut(BaseModel):
+    id: int
+    kind: str
+    entity: str
+    reason: str
+    created_by: str
+    created_at: AwareDatetime
+    expires_at: AwareDatetime
+
+
+# -- drain --------------------------------------------------------------------------------------
+class DrainItem(BaseModel):
+    """One node the scheduler should drain (``drain``) or keep an eye on (``watch``)."""
+
+    node: str
+    action: Literal["drain", "watch"]
+    reason: str = Field(description="Why, in words: what failed, since when, what agrees.")
+    since: AwareDatetime = Field(description="When the failure behind it began (UTC).")
+    incident_ids: list[int]
+    evidence_url: str = Field(description="Where the verdict, ports and incidents are: /api/v1/nodes/<node>.")
+    shadow: bool = Field(description="Shadow mode: recommended only; tools must not act on it.")
+
+
+class BreakerOut(BaseModel):
+    tripped: bool
+    max_fraction: float
+    window_seconds: int
+    recent_drains: int = Field(description="Drains made inside the trailing window.")
+    cap: int = Field(description="Most drains allowed inside the window.")
+    since: AwareDatetime | None
+    message: str
+
+
+class DrainStateOut(BaseModel):
+    shadow: bool
+    circuit_breaker: BreakerOut
+
+
+# -- nodes --------------------------------------------------------------------------------------
+class VerdictOut(BaseModel):
+    node: str
+    role: str
+    side: Literal["host", "link", "network"]
+    severity: Severity
+    reasons: list[str]
+    incident_ids: list[int]
+    blamed_switch: str | None
+    ports: list[str]
+
+
+class NodesOut(BaseModel):
+    items: list[VerdictOut]
+    count: int = Field(description="Items in this page.")
+    total: int = Field(description="Nodes with a verdict, before paging.")
+    limit: int
+    offset: int
+
+
+class DrainOut(BaseModel):
+    """The drain policy's current word on this node."""
+
+    action: Literal["drain", "watch", "none"]
+    reason: str
+    since: AwareDatetime = Field(description="UTC, spelled as in /api/v1/drain.")
+    incident_ids: list[int]
+    shadow: bool
+
+
+class NodeOut(BaseModel):
+    node: str
+    role: str
+    verdict: VerdictOut | None
+    drain: DrainOut | None = None
+    ports: list[str]
+    incidents: list[dict[str, Any]]
+
+
+class ExcludeIn(ReasonIn):
+    duration: str | None = Field(None, description="How long (e.g. 24h); null keeps it until removed.")
+
+    @field_validator("duration")
+    @classmethod
+    def _check(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_api_duration(v)
+        return v
+
+
+class ExcludeOut(BaseModel):
+    node: str
+    reason: str
+    created_by: str
+    created_at: AwareDatetime
+    expires_at: AwareDatetime | None
+
+
+class UndrainOut(BaseModel):
+    node: str
+    action: Literal["none"]
+    previous_action: Literal["drain", "watch"]
+    released_at: AwareDatetime
+
+
+# -- audit --------------------------------------------------------------------------------------
+class AuditOut(BaseModel):
+    id: int
+    time: AwareDatetime
+    actor: str = Field(description="'policy' or the name of the operator's token.")
+    action: str
+    node: str | None
+    incident_id: int | None
+    message: str
+    evidence: dict[str, Any]
+
+
+class AuditPage(BaseModel):
+    items: list[AuditOut]
+    count: int
+    limit: int
+    offset: int
+
+
+# -- ports, links and the grid ------------------------------------------------------------------
+class PortOut(BaseModel):
+    """One port: where it is, what it reads against what it should, and what is open on it."""
+
+    key: str
+    node: str
+    role: Role
+    switch: str | None = Field(description="The switch the port sits on or is cabled to.")
+    peer: str | None = Field(description="Port at the other end of its cable.")
+    link: str | None
+    rail: int | None
+    speed_bps: int | None = Field(description="Latest negotiated speed; null before the first reading.")
+    expected_speed_bps: int | None
+    width: int | None
+    expected_width: int | None
+    degraded: bool = Field(description="Speed or width below what the inventory expects.")
+    state: State
+    phys_state: int | None
+    logical_state: int | None
+    stale: bool = Field(description="Its source is failing: the reading is old.")
+    health: Health = Field(description="Worst open incident on the port or its cable.")
+    last_update: AwareDatetime | None = Field(description="Time of the latest sample.")
+    incident_ids: list[int]
+
+
+class PortDetailOut(PortOut):
+    incidents: list[IncidentOut] = Field(description="Open and acknowledged incidents on it.")
+
+
+class PortPage(BaseModel):
+    items: list[PortOut]
+    count: int = Field(description="Items in this page.")
+    total: int = Field(description="Ports matching the filters.")
+    limit: int
+    offset: int
+
+
+class LinkOut(BaseModel):
+    """One cable: both ends and the worst open incident on either."""
+
+    link: str
+    a: PortOut
+    b: PortOut
+    health: Health
+    incident_ids: list[int]
+    kinds: list[str]
+
+
+class LinkDetailOut(LinkOut):
+    incidents: list[IncidentOut]
+
+
+class LinkPage(BaseModel):
+    items: list[LinkOut]
+    count: int
+    total: int
+    limit: int
+    offset: int
+
+
+class GridRowOut(BaseModel):
+    node: str
+    role: Role
+    cells: list[tuple[str, str | None, int, int]] = Field(
+        description="Per cell: port key, the port cabled to it, health and flags of the two."
+    )
+
+
+class GridOut(BaseModel):
+    """The whole fabric in one compact answer, for the status page."""
+
+    generated_at: AwareDatetime
+    last_poll: AwareDatetime | None
+    polls: int
+    ports: int
+    links: int
+    health: dict[str, int] = Field(description="Ports per health.")
+    stale: int
+    down: int
+    degraded: int
+    flags: dict[str, int] = Field(description="Bit of each flag in a cell's flags.")
+    rows: list[GridRowOut]
+
+
+# -- sources and ingest -------------------------------------------------------------------------
+class TargetOut(BaseModel):
+    source: str
+    target: str
+    ok: bool | None
+    scrapes: int
+    failures: int
+    consecutive_failures: int
+    last_attempt: datetime | None
+    last_success: datetime | None
+    duration_seconds: float
+    samples: int
+    error: str | None
+    stale_port_count: int
+    stale_ports: list[str]
+
+
+class SourcesOut(BaseModel):
+    items: list[TargetOut]
+    stale_ports: int
+
+
+class IngestOut(BaseModel):
+    accepted_rows: int
+    job: str
