@@ -62,7 +62,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         poll_interval="2s",
         sources=[{"type": "fabricsim", "hosts": args.hosts, "seed": args.seed, "faults": DEMO_FAULTS}],
     )
-    from graywire.service.sources import FabricSimCollector
+    from graywire.service.simulated import FabricSimCollector
 
     preview = FabricSimCollector(settings.sources[0], settings.poll_seconds)
     base = f"http://{settings.host}:{settings.port}"
