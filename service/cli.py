@@ -62,7 +62,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         poll_interval="2s",
         sources=[{"type": "fabricsim", "hosts": args.hosts, "seed": args.seed, "faults": DEMO_FAULTS}],
     )
-    from graywire.service.sources import FabricSimCollector
+    from graywire.service.simulated import FabricSimCollector
 
     preview = FabricSimCollector(settings.sources[0], settings.poll_seconds)
     base = f"http://{settings.host}:{settings.port}"
@@ -125,8 +125,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from graywire.collectors.model import INVENTORY, load_inventory
     from graywire.detectors.ber_thresholds import ThresholdTable
     from graywire.detectors.pipeline import Pipeline, default_detectors
+    from graywire.evaluation.scoring import score
     from graywire.fabricsim.output import TRUTH
-    from graywire.fabricsim.scoring import score
 
     root = Path(args.dir)
     if not root.is_dir():
@@ -208,7 +208,7 @@ def _print_report(report: dict[str, Any]) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from graywire.detectors.ber_thresholds import ThresholdTable
-    from graywire.fabricsim.evaluation import evaluate, suite
+    from graywire.evaluation.suite import evaluate, suite
 
     table = ThresholdTable.load(args.ber_thresholds) if args.ber_thresholds else None
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else None

@@ -35,7 +35,6 @@ from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
 from graywire.collectors.units import parse_duration
 from graywire.detectors.findings import Severity
-from graywire.fabricsim.faults import parse_spec
 from graywire.service.alerts.config import AlertsSettings
 from graywire.service.schedsync.slurm import parse_hostlist
 
@@ -56,7 +55,9 @@ class FabricSimSource(BaseModel):
     @field_validator("faults")
     @classmethod
     def _faults_parse(cls, v: str) -> str:
-        parse_spec(v)  # raises ValueError with a readable message
+        from graywire.service.simulated import check_fault_spec  # here: simulated imports config
+
+        check_fault_spec(v)  # raises ValueError with a readable message
         return v
 
 

@@ -1,60 +1,19 @@
-"""Building the service's collectors from configuration, and fabricsim as a live source."""
+"""Building the service's collectors from configuration."""
 
 from __future__ import annotations
 
-import asyncio
-from datetime import UTC, datetime
 from pathlib import Path
 
 from graywire.collectors import nccl, snmp, ufm
-from graywire.collectors.base import Collector, ScrapeResult
+from graywire.collectors.base import Collector
 from graywire.collectors.host import agent
 from graywire.collectors.host.agent import AgentSourceConfig
 from graywire.collectors.model import Fabric, load_inventory
 from graywire.collectors.nccl import NcclSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
-from graywire.fabricsim.faults import Fault
-from graywire.fabricsim.sim import FabricSim, SimConfig
-from graywire.fabricsim.topology import TopologySpec
 from graywire.service.config import FabricSimSource, Settings
-
-
-class FabricSimCollector:
-    """fabricsim stepped once per scrape, simulated time starting now (wall-clock pace)."""
-
-    source = "fabricsim"
-
-    def __init__(self, cfg: FabricSimSource, interval_s: float, start: datetime | None = None) -> None:
-        start = (start or datetime.now(UTC)).replace(microsecond=0)
-        self.sim = FabricSim(
-            SimConfig(
-                topology=TopologySpec(hosts=cfg.hosts, gpus=cfg.gpus),
-                interval_s=interval_s,
-                duration_s=10 * 365 * 86400.0,
-                seed=cfg.seed,
-                start=start,
-                job_hosts=cfg.job_hosts,
-                channels=cfg.channels,
-                faults=cfg.faults,
-            )
-        )
-        self.fabric = self.sim.fabric
-        self.target = f"fabricsim:{cfg.hosts}-hosts"
-
-    @property
-    def faults(self) -> list[Fault]:
-        return self.sim.faults
-
-    async def aclose(self) -> None:
-        """The simulator holds nothing open."""
-
-    async def scrape(self) -> ScrapeResult:
-        # A step of a large fabric is tens of milliseconds of CPU: off the event loop, so the
-        # API goes on answering meanwhile.
-        step = await asyncio.to_thread(self.sim.step)
-        batches = tuple(b for b in (step.port_sample, step.nccl_timing, step.nccl_transport) if b is not None)
-        return ScrapeResult(self.source, self.target, ok=True, batches=batches)
+from graywire.service.simulated import FabricSimCollector
 
 
 def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:

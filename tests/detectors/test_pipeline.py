@@ -25,8 +25,8 @@ from graywire.detectors.nccl_transport import NcclTransportDetector
 from graywire.detectors.pipeline import Pipeline, default_detectors
 from graywire.detectors.rates import CounterRates, rates_schema
 from graywire.detectors.saturation import CounterSaturationDetector
+from graywire.evaluation.scoring import score
 from graywire.fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
-from graywire.fabricsim.scoring import score
 from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
 

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from graywire.collectors.schemas import TS
-from graywire.detectors.baseline import StaticRules
 from graywire.detectors.congestion import PfcStormDetector, XmitWaitConfig, XmitWaitDetector
 from graywire.detectors.findings import Finding
 from graywire.detectors.rates import CounterRates
+from graywire.evaluation.baseline import StaticRules
 from graywire.fabricsim.faults import Fault, parse_spec, resolve_faults
 from graywire.fabricsim.sim import EPOCH, XMIT_WAIT_TICKS_PER_SECOND, FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec, build_fabric

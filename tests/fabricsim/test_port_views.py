@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graywire.collectors.schemas import COUNTER_BITS_KEY, record_kind
-from graywire.fabricsim.evaluation import Scenario, run_scenario
+from graywire.evaluation.suite import Scenario, run_scenario
 from graywire.fabricsim.port_views import PORT_VIEWS
 from graywire.fabricsim.sim import FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from graywire.collectors.dataset import iter_polls
 from graywire.service.cli import DEMO_FAULTS, main
 from graywire.service.config import FabricSimSource
-from graywire.service.sources import FabricSimCollector
+from graywire.service.simulated import FabricSimCollector
 
 
 def test_sim_then_replay_scores_against_truth(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from graywire.detectors.ber_thresholds import ThresholdTable
-from graywire.fabricsim.evaluation import (
+from graywire.evaluation.suite import (
     BENIGN,
     MAGNITUDES,
     VARIANTS,

@@ -20,14 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from graywire.detectors.baseline import StaticRules
 from graywire.detectors.ber_thresholds import ThresholdTable
 from graywire.detectors.pipeline import Pipeline, default_detectors
 from graywire.detectors.rates import CounterRates
+from graywire.evaluation.baseline import StaticRules
+from graywire.evaluation.scoring import Report, score
 from graywire.fabricsim.faults import FAULT_KINDS
 from graywire.fabricsim.nccl_views import NCCL_VIEWS
 from graywire.fabricsim.port_views import PORT_VIEWS
-from graywire.fabricsim.scoring import Report, score
 from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
 

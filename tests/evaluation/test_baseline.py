@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.schemas import NCCL_TIMING, TS, make_batch
-from graywire.detectors.baseline import StaticRules
+from graywire.evaluation.baseline import StaticRules
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 T0 = datetime(2026, 2, 1, tzinfo=UTC)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from graywire.evaluation.scoring import score
 from graywire.fabricsim.faults import FAULT_KINDS
-from graywire.fabricsim.scoring import score
 
 START = datetime.fromisoformat("2026-01-05T00:00:00+00:00")
 

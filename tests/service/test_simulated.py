@@ -1,4 +1,4 @@
-"""Built-in sources as the service runs them."""
+"""The built-in synthetic source as the service runs it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from graywire.service.config import FabricSimSource
-from graywire.service.sources import FabricSimCollector
+from graywire.service.simulated import FabricSimCollector
 
 
 def test_a_fabricsim_step_leaves_the_event_loop_free() -> None:

@@ -1,0 +1,58 @@
+"""The built-in synthetic source: fabricsim as a live collector, and the check of its fault spec.
+
+The only service module besides the CLI that imports fabricsim, so the simulator reaches the
+running service through this one seam (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from graywire.collectors.base import ScrapeResult
+from graywire.fabricsim.faults import Fault, parse_spec
+from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec
+from graywire.service.config import FabricSimSource
+
+
+def check_fault_spec(spec: str) -> None:
+    """Raise ``ValueError`` with a readable message when ``spec`` is not a fault spec."""
+    parse_spec(spec)
+
+
+class FabricSimCollector:
+    """fabricsim stepped once per scrape, simulated time starting now (wall-clock pace)."""
+
+    source = "fabricsim"
+
+    def __init__(self, cfg: FabricSimSource, interval_s: float, start: datetime | None = None) -> None:
+        start = (start or datetime.now(UTC)).replace(microsecond=0)
+        self.sim = FabricSim(
+            SimConfig(
+                topology=TopologySpec(hosts=cfg.hosts, gpus=cfg.gpus),
+                interval_s=interval_s,
+                duration_s=10 * 365 * 86400.0,
+                seed=cfg.seed,
+                start=start,
+                job_hosts=cfg.job_hosts,
+                channels=cfg.channels,
+                faults=cfg.faults,
+            )
+        )
+        self.fabric = self.sim.fabric
+        self.target = f"fabricsim:{cfg.hosts}-hosts"
+
+    @property
+    def faults(self) -> list[Fault]:
+        return self.sim.faults
+
+    async def aclose(self) -> None:
+        """The simulator holds nothing open."""
+
+    async def scrape(self) -> ScrapeResult:
+        # A step of a large fabric is tens of milliseconds of CPU: off the event loop, so the
+        # API goes on answering meanwhile.
+        step = await asyncio.to_thread(self.sim.step)
+        batches = tuple(b for b in (step.port_sample, step.nccl_timing, step.nccl_transport) if b is not None)
+        return ScrapeResult(self.source, self.target, ok=True, batches=batches)
