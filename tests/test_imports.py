@@ -34,7 +34,7 @@ SIM_SEAMS = frozenset({f"{NAMESPACE}.service.cli", f"{NAMESPACE}.service.simulat
 SIM_PACKAGES = frozenset({"fabricsim", "evaluation"})
 #: The migrations need the service's tables and its engine, nothing else of it; the service's
 #: engine module in turn runs them, and needs their package only to find the scripts.
-MIGRATIONS_MAY_USE = frozenset({f"{NAMESPACE}.service.tables", f"{NAMESPACE}.service.db"})
+MIGRATIONS_MAY_USE = frozenset({f"{NAMESPACE}.service.models", f"{NAMESPACE}.service.db"})
 MIGRATION_RUNNER = (f"{NAMESPACE}.service.db", f"{NAMESPACE}.migrations")
 
 

@@ -15,7 +15,7 @@ from graywire.service.config import FabricSimSource, Settings, load_settings
 from graywire.service.db import make_engine, upgrade
 from graywire.service.metrics import MetricsState
 from graywire.service.runner import Runner
-from graywire.service.sources import FabricSimCollector
+from graywire.service.simulated import FabricSimCollector
 from graywire.service.store import IncidentStore
 
 

@@ -19,7 +19,7 @@ from graywire.collectors.base import ScrapeResult, failed
 from graywire.detectors.findings import Finding
 from graywire.service.app import create_app
 from graywire.service.config import FabricSimSource, load_settings
-from graywire.service.sources import FabricSimCollector
+from graywire.service.simulated import FabricSimCollector
 
 PORT = "gpu-0002/mlx5_3"
 LEAF_PORT = "leaf-r3-000/p3"
