@@ -23,8 +23,8 @@ from fastapi.testclient import TestClient
 
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
-from graywire.service.exposition import render
-from graywire.service.metrics import make_registry
+from graywire.service.metrics.exporter import make_registry
+from graywire.service.metrics.exposition import render
 
 FAULTS = "speed_downgrade@15s+300s:gpu-0002/mlx5_5,slow_channel@5s+300s=0.3"
 

@@ -20,7 +20,6 @@ from graywire.collectors.units import parse_duration
 from graywire.detectors.ber_thresholds import ThresholdTable
 from graywire.detectors.pipeline import Pipeline, default_detectors
 from graywire.service.alerts.dispatcher import Dispatcher
-from graywire.service.alerts.metrics import AlertsExporter
 from graywire.service.api.deps import Services
 from graywire.service.api.main import install_api
 from graywire.service.api.schemas import COMMON_ERRORS
@@ -28,12 +27,13 @@ from graywire.service.auth import Auth
 from graywire.service.config import Settings
 from graywire.service.db import make_engine, upgrade
 from graywire.service.drain_engine import DrainEngine, policy_from_settings
-from graywire.service.drain_metrics import DrainExporter
-from graywire.service.exposition import CONTENT_TYPE, iter_render
 from graywire.service.ingest_guard import IngestGuards, RateLimiter
 from graywire.service.ingest_scope import JobPlacement
 from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
-from graywire.service.metrics import MetricsState, make_registry
+from graywire.service.metrics.alerts import AlertsExporter
+from graywire.service.metrics.drain import DrainExporter
+from graywire.service.metrics.exporter import MetricsState, make_registry
+from graywire.service.metrics.exposition import CONTENT_TYPE, iter_render
 from graywire.service.operations import Operations
 from graywire.service.read_cache import ReadCache
 from graywire.service.runner import Runner

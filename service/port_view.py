@@ -19,7 +19,7 @@ import numpy as np
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
 from graywire.detectors.findings import PORT_HEALTH
-from graywire.service.metrics import MetricsState
+from graywire.service.metrics.exporter import MetricsState
 from graywire.service.models import ACTIVE_STATUSES
 from graywire.service.store import IncidentStore
 

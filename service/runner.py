@@ -31,7 +31,7 @@ from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
 from graywire.service.config import Settings
 from graywire.service.drain_engine import DrainEngine
-from graywire.service.metrics import MetricsState, TargetStatus
+from graywire.service.metrics.exporter import MetricsState, TargetStatus
 from graywire.service.store import IncidentStore
 
 log = logging.getLogger("graywire.runner")

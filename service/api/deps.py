@@ -18,7 +18,7 @@ from graywire.collectors.model import Fabric
 from graywire.service.auth import Auth, Principal, Role, bearer
 from graywire.service.drain_engine import DrainEngine
 from graywire.service.ingest_guard import IngestGuards
-from graywire.service.metrics import MetricsState
+from graywire.service.metrics.exporter import MetricsState
 from graywire.service.operations import Operations
 from graywire.service.port_view import FabricLayout, PortView, active_incidents, build_view
 from graywire.service.read_cache import ReadCache

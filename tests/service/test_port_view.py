@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from graywire.collectors.model import Fabric, PortSpec
-from graywire.service.metrics import MetricsState
+from graywire.service.metrics.exporter import MetricsState
 from graywire.service.port_view import FabricLayout, build_view, incident_ports
 
 

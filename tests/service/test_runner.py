@@ -13,7 +13,7 @@ import pytest
 from graywire.collectors.base import Collector, ScrapeResult, failed
 from graywire.service.config import FabricSimSource, Settings, load_settings
 from graywire.service.db import make_engine, upgrade
-from graywire.service.metrics import MetricsState
+from graywire.service.metrics.exporter import MetricsState
 from graywire.service.runner import Runner
 from graywire.service.simulated import FabricSimCollector
 from graywire.service.store import IncidentStore

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 from graywire.service.alerts import outbox
 from graywire.service.alerts.config import AlertsSettings
 from graywire.service.alerts.dispatcher import Dispatcher
-from graywire.service.alerts.metrics import AlertsExporter
 from graywire.service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
+from graywire.service.metrics.alerts import AlertsExporter
 from graywire.service.models import OutboxMessage
 from graywire.service.store import IncidentStore
 from tests.service.alerts.conftest import T0, finding

@@ -30,9 +30,9 @@ from graywire.collectors.schemas import record_kind
 from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import PORT_HEALTH
 from graywire.detectors.pipeline import StageStats
-from graywire.service.exposition import ArrayGauge, render_labels
-from graywire.service.metrics_nccl import NcclSnapshot, nccl_snapshot, per_channel_max
-from graywire.service.metrics_ports import (
+from graywire.service.metrics.exposition import ArrayGauge, render_labels
+from graywire.service.metrics.nccl import NcclSnapshot, nccl_snapshot, per_channel_max
+from graywire.service.metrics.ports import (
     FIGURES,
     HEALTH_STATES,
     PORT_SERIES,

@@ -12,8 +12,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from graywire.collectors.model import Fabric, PortSpec
-from graywire.service.exposition import render
-from graywire.service.metrics import GraywireExporter, MetricsState
+from graywire.service.metrics.exporter import GraywireExporter, MetricsState
+from graywire.service.metrics.exposition import render
 from tests.scrape import run_promtool, scrape
 
 #: Labels a series may carry: each is bounded by the fabric model, the cluster's GPUs or the code.
@@ -128,7 +128,7 @@ def test_fast_renderer_matches_prometheus_client(tmp_path: Path) -> None:
 
     from graywire.service.app import create_app
     from graywire.service.config import load_settings
-    from graywire.service.metrics import make_registry
+    from graywire.service.metrics.exporter import make_registry
 
     settings = load_settings(None, data_dir=tmp_path, sources=[{"type": "fabricsim", "hosts": 4}])
     app = create_app(settings, run_loop=False)
@@ -158,8 +158,8 @@ def test_a_poll_completes_while_a_scrape_is_still_rendering(tmp_path: Path) -> N
 
     from graywire.service.app import create_app
     from graywire.service.config import load_settings
-    from graywire.service.exposition import iter_render
-    from graywire.service.metrics import make_registry
+    from graywire.service.metrics.exporter import make_registry
+    from graywire.service.metrics.exposition import iter_render
 
     settings = load_settings(None, data_dir=tmp_path, sources=[{"type": "fabricsim", "hosts": 4}])
     app = create_app(settings, run_loop=False)
