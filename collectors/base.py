@@ -51,6 +51,8 @@ class ScrapeResult:
     source: str  # collector kind: "ufm", "snmp", "agent", "nccl", "fabricsim"
     target: str  # what was scraped: a URL, host:port, or a path
     ok: bool
+    #: Canonical records (collectors/schemas.py): everything the scrape learned, views included
+    #: (``port_capability``), so the caller routes by record and asks the collector nothing else.
     batches: tuple[pa.RecordBatch, ...] = ()
     error: str | None = None
     duration_s: float = 0.0

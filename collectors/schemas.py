@@ -175,9 +175,26 @@ NCCL_PROXY = pa.schema(
     metadata={"graywire.record": "nccl_proxy", "graywire.version": "1"},
 )
 
+#: What each port is enabled and able to run at (UFM REST's ``enabled_*``/``supported_*`` speed
+#: and width lists, as maxima): the second source of a port's expected speed and width, after the
+#: inventory. A batch is a *view*, sent by a collector when it changed since its last good scrape.
+PORT_CAPABILITY = pa.schema(
+    [
+        pa.field("time", TS, nullable=False),
+        pa.field("port", pa.string(), nullable=False),
+        pa.field("enabled_speed_bps", pa.int64()),
+        pa.field("enabled_width", pa.uint8()),
+        pa.field("supported_speed_bps", pa.int64()),
+        pa.field("supported_width", pa.uint8()),
+        pa.field("max_speed_bps", pa.int64()),  # enabled where the source lists it, else supported
+    ],
+    metadata={"graywire.record": "port_capability", "graywire.version": "1"},
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "port_sample": PORT_SAMPLE,
     "link": LINK,
+    "port_capability": PORT_CAPABILITY,
     "nccl_timing": NCCL_TIMING,
     "nccl_transport": NCCL_TRANSPORT,
     "nccl_proxy": NCCL_PROXY,

@@ -45,10 +45,10 @@ class LinkDowngradeConfig:
 _FROM = ("none", "inventory", "capabilities", "peers")
 
 
-def capability_expectations(fabric: Fabric, caps: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+def capability_expectations(fabric: Fabric, caps: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """Per fabric port, the speed and width its link can train to: the lower of both ends' maxima.
 
-    ``caps`` follows UFM's capabilities schema (``port``, ``max_speed_bps``, ``enabled_width``,
+    ``caps`` is a ``port_capability`` record (``port``, ``max_speed_bps``, ``enabled_width``,
     ``supported_width``); a port it does not list, or lists without values, stays 0 (unknown).
     """
     n = fabric.n_ports
@@ -125,8 +125,9 @@ class LinkDowngradeDetector:
         #: True once no port needs a peer consensus (until capabilities change).
         self._settled = False
 
-    def set_capabilities(self, caps: pa.Table) -> None:
-        """Take the ports' enabled/supported maxima (UFM REST) as the second source of expectations."""
+    def set_capabilities(self, caps: pa.RecordBatch | pa.Table) -> None:
+        """Take a ``port_capability`` view (UFM REST's enabled/supported maxima) as the second
+        source of expectations; the pipeline calls it for every view a source sends."""
         speed, width = capability_expectations(self.fabric, caps)
         # A port UFM stops listing keeps what it last said: the cable did not change.
         self.cap_speed = np.where(speed > 0, speed, self.cap_speed)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -60,6 +61,15 @@ def nccl_timing_detectors(fabric: Fabric) -> list[Detector]:
     """The detectors of ``nccl_timing`` rows: also what judges timings a job pushed, apart
     from the ones graywire collected itself (pushed data is the least trusted input)."""
     return [NcclChannelOutlier(fabric), NcclStraggler(), NcclStepTime()]
+
+
+@runtime_checkable
+class CapabilityConsumer(Protocol):
+    """A detector that also reads ``port_capability`` views (what each port is enabled to run
+    at), beside the record it ``consumes``. The pipeline hands it every view before the poll's
+    other records, so a new expectation already applies to the samples that came with it."""
+
+    def set_capabilities(self, caps: pa.RecordBatch) -> None: ...
 
 
 @dataclass
@@ -126,6 +136,7 @@ class Pipeline:
         nccl: list[pa.RecordBatch] = []
         wiring: list[pa.RecordBatch] = []
         proxy: list[pa.RecordBatch] = []
+        capabilities: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
             if kind == "port_sample":
@@ -142,9 +153,17 @@ class Pipeline:
                 wiring.append(batch)
             elif kind == "nccl_proxy":
                 proxy.append(batch)
+            elif kind == "port_capability":
+                capabilities.append(batch)
             else:
-                why = f"the pipeline takes port_sample, nccl_timing, nccl_transport or nccl_proxy, not {kind}"
-                result.dropped.append((kind, batch.num_rows, why))
+                takes = "port_sample, port_capability, nccl_timing, nccl_transport or nccl_proxy"
+                result.dropped.append((kind, batch.num_rows, f"the pipeline takes {takes}, not {kind}"))
+        # One view at a time, in the order the sources sent them (a port a view leaves out keeps
+        # what an earlier one said).
+        for view in capabilities:
+            for det in self.detectors:
+                if isinstance(det, CapabilityConsumer):
+                    det.set_capabilities(view)
         routes = (
             ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy)
         )  # fmt: skip

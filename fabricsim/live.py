@@ -25,7 +25,7 @@ import uvicorn
 import yaml
 from fastapi import FastAPI
 
-from graywire.collectors.host.agent import AgentConfig, create_agent_app
+from graywire.collectors.host.agent_server import AgentConfig, create_agent_app
 from graywire.fabricsim.faults import LIVE_DEFAULT_FAULTS
 from graywire.fabricsim.hostfs import HostTreeWriter
 from graywire.fabricsim.nccl_writer import InspectorWriter

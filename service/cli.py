@@ -279,6 +279,25 @@ def cmd_fakes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_agent(args: argparse.Namespace) -> int:
+    import socket
+
+    from graywire.collectors.host.agent_server import AgentConfig, serve_agent
+
+    cfg = AgentConfig(
+        sysfs_root=args.sysfs_root,
+        hostname=args.hostname or socket.gethostname(),
+        ethtool_dir=args.ethtool_dir,
+        ethtool=None if args.no_ethtool else args.ethtool,
+        ethtool_timeout=args.ethtool_timeout,
+        include_plain_netdevs=args.include_plain_netdevs,
+        exclude=args.exclude,
+        perfquery=args.perfquery,
+    )
+    serve_agent(cfg, listen=args.listen, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
@@ -357,12 +376,36 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_eval)
 
-    from graywire.collectors.host.agent import add_agent_arguments, run_agent_from_args
+    from graywire.collectors.host.agent_wire import DEFAULT_AGENT_PORT
     from graywire.fabricsim.faults import LIVE_DEFAULT_FAULTS
 
     s = sub.add_parser("agent", help="the host agent: serve this host's sysfs/ethtool counters over HTTP")
-    add_agent_arguments(s)
-    s.set_defaults(func=run_agent_from_args)
+    s.add_argument("--sysfs-root", type=Path, default=Path("/"), help="root holding sys/ (default /)")
+    s.add_argument("--hostname", default=None, help="node name in port keys (default: this host's name)")
+    s.add_argument("--listen", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    s.add_argument("--port", type=int, default=DEFAULT_AGENT_PORT, help=f"default {DEFAULT_AGENT_PORT}")
+    s.add_argument(
+        "--ethtool-dir",
+        type=Path,
+        default=None,
+        help="read pre-captured <dir>/<if>/{statistics,fec,settings}",
+    )
+    s.add_argument("--ethtool", default="ethtool", help="ethtool binary (default: ethtool on PATH)")
+    s.add_argument("--no-ethtool", action="store_true", help="read sysfs only")
+    s.add_argument("--ethtool-timeout", type=float, default=5.0, help="seconds per ethtool call")
+    s.add_argument(
+        "--include-plain-netdevs",
+        action="store_true",
+        help="also report physical NICs without an RDMA device",
+    )
+    s.add_argument("--exclude", default=None, help="regex of device/interface names to skip")
+    s.add_argument(
+        "--perfquery",
+        default=None,
+        help="perfquery binary: read each IB port's 64-bit error counters with perfquery -x (needs umad)",
+    )
+    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    s.set_defaults(func=cmd_agent)
 
     s = sub.add_parser(
         "fakes", help="serve one simulated fabric as fake UFM, SNMP, host agents and NCCL files"

@@ -29,7 +29,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from graywire.collectors.host.agent import AgentSourceConfig
+from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.nccl import NcclSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig

@@ -44,7 +44,6 @@ class _Target:
     indexer: PortIndexer
     next_attempt: float = 0.0  # monotonic seconds
     ports: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
-    capabilities: pa.Table | None = None  # what the detectors last got from this target
 
 
 class Runner:
@@ -133,21 +132,7 @@ class Runner:
         results = await asyncio.gather(*(self._scrape(t) for t in due))
         self._account(due, results, now)
         batches = [b for r in results if r.ok for b in r.batches]
-        caps = self._new_capabilities(due, results)
-        return await asyncio.to_thread(self._process, batches, caps)
-
-    @staticmethod
-    def _new_capabilities(due: list[_Target], results: list[ScrapeResult]) -> list[pa.Table]:
-        """Port capabilities (UFM's enabled/supported maxima) that changed since a target's last scrape."""
-        out = []
-        for t, r in zip(due, results, strict=True):
-            caps = getattr(t.collector, "capabilities", None)
-            if not r.ok or not isinstance(caps, pa.Table) or caps.num_rows == 0:
-                continue
-            if t.capabilities is None or not caps.equals(t.capabilities):
-                t.capabilities = caps
-                out.append(caps)
-        return out
+        return await asyncio.to_thread(self._process, batches)
 
     def tick(self) -> list[Finding]:
         """One poll, synchronously (tests and tools; the service uses :meth:`run`)."""
@@ -207,14 +192,8 @@ class Runner:
         return np.unique(idx[idx >= 0]).astype(np.int32)
 
     # -- processing ---------------------------------------------------------------------------
-    def _process(self, batches: list[pa.RecordBatch], caps: list[pa.Table] | None = None) -> list[Finding]:
+    def _process(self, batches: list[pa.RecordBatch]) -> list[Finding]:
         with self._busy:  # close() waits for a poll in flight instead of pulling the archive away
-            for table in caps or ():
-                # The second source of expected speed and width, after the inventory.
-                for det in self.pipeline.detectors:
-                    setter = getattr(det, "set_capabilities", None)
-                    if setter is not None:
-                        setter(table)
             return self._process_locked(batches)
 
     def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:

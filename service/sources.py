@@ -6,8 +6,8 @@ from pathlib import Path
 
 from graywire.collectors import nccl, snmp, ufm
 from graywire.collectors.base import Collector
-from graywire.collectors.host import agent
-from graywire.collectors.host.agent import AgentSourceConfig
+from graywire.collectors.host import agent_client
+from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.model import Fabric, load_inventory
 from graywire.collectors.nccl import NcclSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
@@ -37,7 +37,7 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
         if isinstance(cfg, NcclSourceConfig):
             collectors.extend(nccl.build_collectors(cfg, fabric))
         elif isinstance(cfg, AgentSourceConfig):
-            collectors.extend(agent.build_collectors(cfg, fabric))
+            collectors.extend(agent_client.build_collectors(cfg, fabric))
         elif isinstance(cfg, SnmpSourceConfig):
             collectors.extend(snmp.build_collectors(cfg, fabric))
         elif isinstance(cfg, UfmSourceConfig):

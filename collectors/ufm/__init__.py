@@ -5,7 +5,6 @@ from graywire.collectors.ufm.http import HttpSettings, UfmHttpError
 from graywire.collectors.ufm.merge import merge_port_samples
 from graywire.collectors.ufm.ports import PortKeys, SpellingCache
 from graywire.collectors.ufm.rest import (
-    CAPABILITIES,
     LANE_GBPS,
     UfmRestCollector,
     expected_from_capabilities,
@@ -23,7 +22,6 @@ from graywire.collectors.ufm.telemetry import (
 )
 
 __all__ = [
-    "CAPABILITIES",
     "LANE_GBPS",
     "HttpSettings",
     "PortKeys",

@@ -16,10 +16,10 @@ whose physical state is LinkUp reports a speed and width (records.md: a port tha
 nothing about its speed).
 
 The maximum speed a port *could* run at (its highest enabled speed times its widest enabled
-width) is kept per port in :attr:`UfmRestCollector.capabilities`, and
-:func:`expected_from_capabilities` turns it into an expected speed for the ports the inventory
-leaves at 0 (unknown): the lower of the two ends of each link, since a link trains to what both
-ends enable.
+width) is its ``port_capability`` record, which the collector sends beside the port samples when
+it changed since its last good scrape; :func:`expected_from_capabilities` turns it into an
+expected speed for the ports the inventory leaves at 0 (unknown): the lower of the two ends of
+each link, since a link trains to what both ends enable.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +37,16 @@ import pyarrow as pa
 
 from graywire.collectors.base import BAD_PORT, ScrapeResult, Skips, guarded_scrape, redact_url
 from graywire.collectors.model import Fabric
-from graywire.collectors.schemas import LINK, LOGICAL_ACTIVE, PHYS_LINK_UP, PORT_SAMPLE, TS, make_batch
+from graywire.collectors.schemas import (
+    LINK,
+    LOGICAL_ACTIVE,
+    PHYS_LINK_UP,
+    PORT_CAPABILITY,
+    PORT_SAMPLE,
+    TS,
+    make_batch,
+    record_kind,
+)
 from graywire.collectors.ufm.http import REST_PREFIX, HttpSettings, UfmHttp
 from graywire.collectors.ufm.ports import BAD, PortKeys
 
@@ -74,17 +84,6 @@ LOGICAL_STATES: dict[str, int] = {
     "armed": 3,
     "active": LOGICAL_ACTIVE,
 }
-
-CAPABILITIES = pa.schema(
-    [
-        pa.field("port", pa.string(), nullable=False),
-        pa.field("enabled_speed_bps", pa.int64()),
-        pa.field("enabled_width", pa.uint8()),
-        pa.field("supported_speed_bps", pa.int64()),
-        pa.field("supported_width", pa.uint8()),
-        pa.field("max_speed_bps", pa.int64()),  # enabled when UFM lists it, else supported
-    ]
-)
 
 
 def speed_name_gbps(name: Any) -> float | None:
@@ -149,8 +148,8 @@ def _num(value: Any, what: str) -> int | None:
 
 def parse_ports(
     ports: Any, keys: PortKeys, now: datetime, source: str = "ufm", skipped: Skips | None = None
-) -> tuple[pa.RecordBatch, pa.Table]:
-    """``/resources/ports`` JSON -> (``port_sample`` batch of state/speed/width, capabilities).
+) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """``/resources/ports`` JSON -> (``port_sample`` batch of state/speed/width, ``port_capability`` batch).
 
     Counters are null: UFM REST carries state, the telemetry endpoint carries counters. Raises
     ValueError when the document is not a list of port records, or when no record names a
@@ -208,6 +207,7 @@ def parse_ports(
     rows = np.sort(len(ids) - 1 - last_rev)
     n = rows.size
     ts = int(now.timestamp() * 1_000_000)
+    times = pa.array(np.full(n, ts, dtype="datetime64[us]"), type=TS)
 
     def col(values: list[int | None], t: pa.DataType) -> pa.Array:
         return pa.array([values[i] for i in rows.tolist()], type=t)
@@ -216,7 +216,7 @@ def parse_ports(
         PORT_SAMPLE,
         n,
         {
-            "time": pa.array(np.full(n, ts, dtype="datetime64[us]"), type=TS),
+            "time": times,
             "port": keys.port_column(ids[rows]),
             "source": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([source])),
             "phys_state": col(phys, pa.uint8()),
@@ -229,8 +229,11 @@ def parse_ports(
         (list(x) for x in zip(*[caps[i] for i in rows.tolist()], strict=True)) if n else ([],) * 4
     )
     max_speed = [e if e is not None else s for e, s in zip(es_, ss_, strict=True)]
-    cap_table = pa.table(
+    caps_batch = make_batch(
+        PORT_CAPABILITY,
+        n,
         {
+            "time": times,
             "port": pa.array([keys.keys[i] for i in ids[rows].tolist()], pa.string()),
             "enabled_speed_bps": pa.array(es_, pa.int64()),
             "enabled_width": pa.array(ew_, pa.uint8()),
@@ -238,9 +241,8 @@ def parse_ports(
             "supported_width": pa.array(sw_, pa.uint8()),
             "max_speed_bps": pa.array(max_speed, pa.int64()),
         },
-        schema=CAPABILITIES,
     )
-    return batch, cap_table
+    return batch, caps_batch
 
 
 def parse_links(links: Any, keys: PortKeys, source: str = "ufm") -> pa.Table:
@@ -269,7 +271,7 @@ def parse_links(links: Any, keys: PortKeys, source: str = "ufm") -> pa.Table:
     )
 
 
-def expected_from_capabilities(fabric: Fabric, caps: pa.Table) -> np.ndarray:
+def expected_from_capabilities(fabric: Fabric, caps: pa.RecordBatch | pa.Table) -> np.ndarray:
     """Expected speed per fabric port: the inventory's where it has one, else what both ends allow.
 
     For a port the inventory leaves at 0, the expectation is the lower ``max_speed_bps`` of the
@@ -297,7 +299,8 @@ def _decode(resource: str, body: bytes) -> Any:
 
 
 class UfmRestCollector:
-    """One UFM server's REST API -> a ``port_sample`` batch (state, speed, width) and a ``link`` batch."""
+    """One UFM server's REST API -> a ``port_sample`` batch (state, speed, width), a ``link`` batch,
+    and a ``port_capability`` batch when the ports' capabilities changed."""
 
     source = "ufm"
 
@@ -322,8 +325,8 @@ class UfmRestCollector:
         self.links = links
         self.http = UfmHttp(f"{parts.scheme}://{parts.netloc}", self.settings, transport)
         self.keys = PortKeys(fabric)
-        #: Per-port enabled/supported maximum speed from the last good scrape (schema CAPABILITIES).
-        self.capabilities: pa.Table = CAPABILITIES.empty_table()
+        #: The ``port_capability`` view last sent (its ``time`` aside, what a new one is compared to).
+        self._sent_capabilities: pa.RecordBatch | None = None
         #: The poll time of a batch: UFM REST carries no timestamp, so the scrape's own clock.
         self.clock = clock or (lambda: datetime.now(UTC))
 
@@ -335,15 +338,15 @@ class UfmRestCollector:
 
     def _parse(
         self, ports: Any, links: Any, now: datetime, skipped: Skips | None = None
-    ) -> tuple[list[pa.RecordBatch], pa.Table]:
+    ) -> list[pa.RecordBatch]:
         batch, caps = parse_ports(ports, self.keys, now, self.source, skipped)
-        out = [batch]
+        out = [batch, caps]
         if links is not None:
             table = parse_links(links, self.keys, self.source).combine_chunks()
             out.append(
                 table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=LINK)
             )
-        return out, caps
+        return out
 
     async def scrape(self) -> ScrapeResult:
         async def fetch() -> tuple[Any, Any]:
@@ -352,10 +355,28 @@ class UfmRestCollector:
             return ports, links
 
         def parse(payload: tuple[Any, Any], skipped: Skips) -> tuple[pa.RecordBatch, ...]:
-            batches, self.capabilities = self._parse(*payload, self.clock(), skipped)
-            return tuple(batches)
+            return tuple(self._parse(*payload, self.clock(), skipped))
 
-        return await guarded_scrape(self.source, self.target, self.settings.total_timeout_s, fetch, parse)
+        result = await guarded_scrape(self.source, self.target, self.settings.total_timeout_s, fetch, parse)
+        return self._unless_unchanged(result) if result.ok else result
+
+    def _unless_unchanged(self, result: ScrapeResult) -> ScrapeResult:
+        """``result`` without its ``port_capability`` view when it says what the last one sent did.
+
+        Capabilities change when a cable or a port's configuration does; resending them every
+        poll would make every consumer recompute expectations for nothing. Decided here, on the
+        event loop, after the scrape succeeded: a parse that finished after a timeout sets nothing.
+        """
+        kept = []
+        for b in result.batches:
+            if record_kind(b.schema) == "port_capability":
+                view = b.drop_columns(["time"])
+                last = self._sent_capabilities
+                if b.num_rows == 0 or (last is not None and view.equals(last)):
+                    continue
+                self._sent_capabilities = view
+            kept.append(b)
+        return replace(result, batches=tuple(kept))
 
     async def aclose(self) -> None:
         await self.http.aclose()

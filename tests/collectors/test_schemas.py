@@ -50,6 +50,7 @@ def test_record_kind() -> None:
     assert {k: record_kind(s) for k, s in SCHEMAS.items()} == {
         "port_sample": "port_sample",
         "link": "link",
+        "port_capability": "port_capability",
         "nccl_timing": "nccl_timing",
         "nccl_transport": "nccl_transport",
         "nccl_proxy": "nccl_proxy",

@@ -9,7 +9,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pytest
 
-from graywire.collectors.schemas import LINK, PORT_SAMPLE, make_batch
+from graywire.collectors.schemas import LINK, PORT_CAPABILITY, PORT_SAMPLE, TS, make_batch
 from graywire.detectors.base import PortIndexer
 from graywire.detectors.ber import BerDetector
 from graywire.detectors.ber_thresholds import ThresholdTable
@@ -85,12 +85,48 @@ def test_routes_records_to_the_detectors_that_consume_them() -> None:
     assert ports.seen[1].column("rx_bytes_per_second").null_count == 0
 
 
+class CapabilityRecorder(PortRecorder):
+    """A port detector that also reads capability views, and notes when each arrived."""
+
+    name = "capability-recorder"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+
+    def set_capabilities(self, caps: pa.RecordBatch) -> None:
+        self.events.append(f"caps:{caps.num_rows}")
+
+    def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        self.events.append("rates")
+        return super().observe(batch)
+
+
+def test_capability_views_reach_their_consumers_before_the_samples_of_the_same_poll() -> None:
+    sim = small_sim()
+    step = next(iter(sim.run()))
+    when = step.port_sample.column("time")[0].as_py()
+    keys = sim.fabric.keys[:3]
+    view = make_batch(
+        PORT_CAPABILITY,
+        3,
+        {"time": pa.array([when] * 3, TS), "port": pa.array(keys), "max_speed_bps": pa.array([1, 2, 3])},
+    )
+    caps, plain = CapabilityRecorder(), PortRecorder()
+    pipe = Pipeline(sim.fabric, detectors=[plain, caps])
+    result = pipe.process_poll([step.port_sample, view, view.slice(0, 1)])
+    assert caps.events == ["caps:3", "caps:1", "rates"]  # each view on its own, in order
+    assert len(plain.seen) == 1 and result.dropped == []
+
+
 def test_rejects_other_records() -> None:
     pipe = Pipeline(small_sim().fabric)
     link = make_batch(
         LINK, 1, {"a_port": pa.array(["a/1"]), "b_port": pa.array(["b/1"]), "source": pa.array(["x"])}
     )
-    with pytest.raises(ValueError, match="port_sample, nccl_timing, nccl_transport or nccl_proxy"):
+    with pytest.raises(
+        ValueError, match="port_sample, port_capability, nccl_timing, nccl_transport or nccl_proxy"
+    ):
         pipe.process(link)
     bare = pa.RecordBatch.from_pydict({"time": [1]})
     with pytest.raises(ValueError, match="metadata"):

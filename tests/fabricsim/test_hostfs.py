@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from graywire.collectors.host.agent import AgentConfig, HostReader
+from graywire.collectors.host.agent_server import AgentConfig, HostReader
 from graywire.collectors.host.sysfs import SysfsConfig, read_ports
 from graywire.collectors.schemas import PORT_COUNTERS
 from graywire.fabricsim.hostfs import HostTreeWriter, rate_text, write_host_trees

@@ -12,9 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
+from fastapi import FastAPI
 
 from graywire.collectors.dataset import iter_polls
-from graywire.service.cli import DEMO_FAULTS, main
+from graywire.collectors.host.agent_wire import DEFAULT_AGENT_PORT
+from graywire.service.cli import DEMO_FAULTS, build_parser, main
 from graywire.service.config import FabricSimSource
 from graywire.service.simulated import FabricSimCollector
 
@@ -109,6 +111,37 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
+def test_agent_command_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    parser = build_parser()
+    args = parser.parse_args(
+        [
+            "agent",
+            "--sysfs-root",
+            str(tmp_path),
+            "--hostname",
+            "gpu-0007",
+            "--port",
+            "0",
+            "--ethtool-dir",
+            str(tmp_path / "e"),
+            "--exclude",
+            "eno.*",
+        ]
+    )
+    assert parser.parse_args(["agent"]).port == DEFAULT_AGENT_PORT
+    served: dict = {}
+
+    def fake_run(app: FastAPI, host: str, port: int, log_level: str) -> None:
+        served.update(app=app, host=host, port=port, log_level=log_level)
+
+    monkeypatch.setattr("uvicorn.run", fake_run)
+    assert args.func(args) == 0
+    reader = served["app"].state.reader
+    assert (served["host"], served["port"], served["log_level"]) == ("0.0.0.0", 0, "info")
+    assert (reader.cfg.hostname, reader.cfg.sysfs_root, reader.cfg.exclude) == ("gpu-0007", tmp_path, "eno.*")
+    assert reader.ethtool.path == tmp_path / "e"
+
+
 def test_demo_shows_both_injected_faults_within_a_minute(tmp_path: Path) -> None:
     hosts, seed = 32, 7
     expected = FabricSimCollector(FabricSimSource(hosts=hosts, seed=seed, faults=DEMO_FAULTS), 2.0).faults

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from graywire.collectors.base import Collector, ScrapeResult, failed
+from graywire.collectors.schemas import PORT_CAPABILITY, TS, make_batch
 from graywire.service.config import FabricSimSource, Settings, load_settings
 from graywire.service.db import make_engine, upgrade
 from graywire.service.metrics.exporter import MetricsState
@@ -101,14 +102,18 @@ class WithCapabilities:
     """A source that, like UFM REST, also says how fast each port is enabled to run."""
 
     def __init__(self, inner: FabricSimCollector, caps: pa.Table) -> None:
-        self.inner, self.capabilities = inner, caps
+        self.inner, self.caps = inner, caps
         self.source, self.target = "ufm", "caps"
 
     async def aclose(self) -> None:
         pass
 
     async def scrape(self) -> ScrapeResult:
-        return await self.inner.scrape()
+        res = await self.inner.scrape()
+        n, when = self.caps.num_rows, res.batches[0].column("time")[0].as_py()
+        columns = {name: self.caps.column(name).combine_chunks() for name in self.caps.column_names}
+        view = make_batch(PORT_CAPABILITY, n, {"time": pa.array([when] * n, TS), **columns})
+        return replace(res, batches=(*res.batches, view))
 
 
 def test_capabilities_reach_the_downgrade_detector(tmp_path: Path) -> None:

@@ -16,7 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graywire.collectors.base import OUT_OF_RANGE
-from graywire.collectors.host.agent import AgentCollector, AgentConfig, HostReader, to_ipc
+from graywire.collectors.host.agent_client import AgentCollector
+from graywire.collectors.host.agent_server import AgentConfig, HostReader
+from graywire.collectors.host.agent_wire import to_ipc
 from graywire.collectors.host.ethtool import (
     EthtoolReading,
     apply_ethtool,

@@ -69,10 +69,18 @@ def test_rest_scrape_reads_state_speed_and_links(fake: FakeUfm, ufm_url: str, se
     assert links.num_rows == len(fake.fabric.link_a)
     pairs = set(zip(links.column("a_port").to_pylist(), links.column("b_port").to_pylist(), strict=True))
     assert ("gpu-0003/mlx5_2", "leaf-r2-000/p4") in pairs
-    caps = {r["port"]: r for r in collector.capabilities.to_pylist()}
+    caps = {r["port"]: r for r in got["port_capability"].to_pylist()}
     assert caps["gpu-0003/mlx5_2"]["max_speed_bps"] == 800 * G  # enabled XDR x 4: what it should run at
     expected_prefix = "/ufmRest/" if settings.auth == "basic" else "/ufmRestV3/"
     assert fake.requests[-2:] == [f"{expected_prefix}resources/ports", f"{expected_prefix}resources/links"]
+
+
+def test_rest_sends_capabilities_only_when_they_changed(fake: FakeUfm, ufm_url: str) -> None:
+    collector = UfmRestCollector(ufm_url, fake.fabric, BASIC)
+    assert "port_capability" in by_kind(scrape(collector))
+    fake.advance(1)
+    again = by_kind(scrape(collector))
+    assert "port_capability" not in again and {"port_sample", "link"} <= set(again)
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,8 @@ def test_ports_state_speed_width_and_capabilities() -> None:
     assert got["0x0c42a10300280000/1"]["speed_bps"] == 200 * G and got["0x0c42a10300280000/1"]["width"] == 2
     assert got[f"{sw}/1"]["tx_bytes"] is None  # REST carries no counters
     assert got[f"{sw}/1"]["time"] == NOW
-    cap = {r["port"]: r for r in caps.to_pylist()}
+    assert record_kind(caps.schema) == "port_capability" and set(caps.column("time").to_pylist()) == {NOW}
+    cap = {r["port"]: r for r in caps.drop_columns(["time"]).to_pylist()}
     assert cap[f"{sw}/2"] == {
         "port": f"{sw}/2",
         "enabled_speed_bps": 400 * G,  # NDR x 4 lanes

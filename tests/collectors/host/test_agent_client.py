@@ -1,8 +1,7 @@
-"""The agent over real HTTP, the collector that scrapes it, and a downgrade found end to end."""
+"""The collector that scrapes agents: broken replies, its source config, and a downgrade found end to end."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import socket
@@ -10,28 +9,17 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pyarrow as pa
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-import graywire.collectors.host.agent as agent_mod
+import graywire.collectors.host.agent_client as agent_client
 from graywire.collectors.base import ScrapeResult
-from graywire.collectors.host.agent import (
-    ARROW_STREAM,
-    DEFAULT_AGENT_PORT,
-    AgentCollector,
-    AgentConfig,
-    AgentSourceConfig,
-    HostReader,
-    add_agent_arguments,
-    build_collectors,
-    create_agent_app,
-    run_agent_from_args,
-    to_ipc,
-)
+from graywire.collectors.host.agent_client import AgentCollector, AgentSourceConfig, build_collectors
+from graywire.collectors.host.agent_server import AgentConfig, create_agent_app
+from graywire.collectors.host.agent_wire import ARROW_STREAM, to_ipc
 from graywire.collectors.host.sysfs import PortReading, readings_to_batch
 from graywire.collectors.schemas import COUNTER_BITS_KEY, NCCL_TIMING, TS, make_batch
 from graywire.detectors.pipeline import Pipeline
@@ -48,61 +36,6 @@ G = 10**9
 
 def scrape(c: AgentCollector) -> ScrapeResult:
     return asyncio.run(c.scrape())
-
-
-def dictionary_address(batch: pa.RecordBatch) -> int:
-    return batch.column("port").dictionary.buffers()[2].address
-
-
-# -- the agent on the real tree -----------------------------------------------------------------
-
-
-def test_agent_over_http_equals_the_direct_read(real_sysfs: Path) -> None:
-    cfg = AgentConfig(sysfs_root=real_sysfs, hostname="h1", ethtool=None, include_plain_netdevs=True)
-    direct = HostReader(cfg, clock=lambda: T).batch()
-    with serve(create_agent_app(cfg, clock=lambda: T)) as url:
-        health = httpx.get(f"{url}/healthz").json()
-        raw = httpx.get(f"{url}/v1/port_sample")
-        extra = httpx.get(f"{url}/v1/port_extra").json()
-        collector = AgentCollector(url, timeout=5)
-        first, second = scrape(collector), scrape(collector)
-    assert health == {
-        "status": "ok",
-        "hostname": "h1",
-        "sysfs_root": str(real_sysfs),
-        "ethtool": "off",
-        "errors": [],
-    }
-    assert raw.status_code == 200 and raw.headers["content-type"] == ARROW_STREAM
-    assert (first.ok, first.source, first.target, first.samples, first.error) == (True, "agent", url, 5, None)
-    got = first.batches[0]
-    assert got.to_pylist() == direct.to_pylist()
-    assert got.schema.equals(direct.schema, check_metadata=True)
-    assert json.loads(got.schema.metadata[COUNTER_BITS_KEY])["link_downed"] == 8
-    row = got.to_pylist()[3]
-    assert (row["port"], row["speed_bps"], row["width"], row["tx_bytes"]) == (
-        "h1/mlx5_0",
-        25 * G,
-        1,
-        11523046035392,
-    )
-    # The collector re-keys every poll onto one dictionary, so lookups cached by it stay valid.
-    assert dictionary_address(second.batches[0]) == dictionary_address(got)
-    assert extra["h1/mlx5_0"]["hw_counters/out_of_sequence"] == 1
-    assert extra["h1/eth0"] == {"net/carrier_changes": 2}
-
-
-def test_agent_answers_503_without_ports(tmp_path: Path) -> None:
-    cfg = AgentConfig(sysfs_root=tmp_path, hostname="h1", ethtool=None)
-    with serve(create_agent_app(cfg)) as url:
-        res = scrape(AgentCollector(url, timeout=5))
-    assert not res.ok and res.batches == ()
-    assert res.error == f'HTTP 503: {{"error":"no RDMA ports found under {tmp_path}/sys/class/infiniband"}}'
-
-
-def test_agent_rejects_a_host_name_with_a_slash(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="may not contain '/'"):
-        create_agent_app(AgentConfig(sysfs_root=tmp_path, hostname="rack1/gpu-0001"))
 
 
 # -- failed scrapes -----------------------------------------------------------------------------
@@ -204,7 +137,7 @@ def test_good_reply_from_the_same_fake_is_accepted(
     res = scrape(AgentCollector(f"{bad_agent_url}/good", timeout=5))
     assert res.ok and res.batches[0].column("port").to_pylist() == ["h1/mlx5_0"]
     assert json.loads(res.batches[0].schema.metadata[COUNTER_BITS_KEY]) == {"link_downed": 8}
-    monkeypatch.setattr(agent_mod, "MAX_BODY_BYTES", 100)
+    monkeypatch.setattr(agent_client, "MAX_BODY_BYTES", 100)
     big = scrape(AgentCollector(f"{bad_agent_url}/good", timeout=5))
     assert not big.ok and big.error == "ValueError: response larger than 100 bytes"
 
@@ -243,37 +176,6 @@ def test_source_config_and_build_collectors() -> None:
     ):
         with pytest.raises(ValidationError):
             AgentSourceConfig.model_validate(bad)
-
-
-def test_command_line_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    parser = argparse.ArgumentParser()
-    add_agent_arguments(parser)
-    args = parser.parse_args(
-        [
-            "--sysfs-root",
-            str(tmp_path),
-            "--hostname",
-            "gpu-0007",
-            "--port",
-            "0",
-            "--ethtool-dir",
-            str(tmp_path / "e"),
-            "--exclude",
-            "eno.*",
-        ]
-    )
-    assert parser.parse_args([]).port == DEFAULT_AGENT_PORT
-    served: dict = {}
-
-    def fake_run(app: FastAPI, host: str, port: int, log_level: str) -> None:
-        served.update(app=app, host=host, port=port, log_level=log_level)
-
-    monkeypatch.setattr("uvicorn.run", fake_run)
-    run_agent_from_args(args)
-    reader = served["app"].state.reader
-    assert (served["host"], served["port"], served["log_level"]) == ("0.0.0.0", 0, "info")
-    assert (reader.cfg.hostname, reader.cfg.sysfs_root, reader.cfg.exclude) == ("gpu-0007", tmp_path, "eno.*")
-    assert reader.ethtool.path == tmp_path / "e"
 
 
 # -- end to end: a silent 800G -> 400G downgrade -----------------------------------------------------

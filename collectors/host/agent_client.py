@@ -1,0 +1,216 @@
+"""The service side of the host agent: :class:`AgentCollector` and the source config that
+lists the agents to scrape (the wire format is :mod:`~graywire.collectors.host.agent_wire`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from typing import Literal
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from graywire.collectors.base import SKIP_REASONS, Collector, ScrapeResult, failed, redact_url
+from graywire.collectors.host.agent_wire import ARROW_STREAM, SKIPPED_KEY, SOURCE
+from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import (
+    COUNTER_BITS_KEY,
+    PORT_COUNTERS,
+    PORT_SAMPLE,
+    SATURATING_KEY,
+    record_kind,
+)
+
+MAX_BODY_BYTES = 16 * 2**20  # a host has tens of ports; a bigger body is not an agent's
+
+
+def _skipped_metadata(meta: dict[bytes, bytes]) -> dict[str, int]:
+    """An agent's skip counts, checked: only known reasons and counts (labels stay bounded)."""
+    raw = meta.get(SKIPPED_KEY)
+    if raw is None:
+        return {}
+    got = json.loads(raw)
+    if not isinstance(got, dict) or not all(
+        r in SKIP_REASONS and isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**32
+        for r, n in got.items()
+    ):
+        raise ValueError(f"bad {SKIPPED_KEY.decode()} metadata")
+    return got
+
+
+def _width_metadata(meta: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """The counter-width keys of an agent's schema, checked: they steer wrap/reset decisions."""
+    out: dict[bytes, bytes] = {}
+    if COUNTER_BITS_KEY in meta:
+        bits = json.loads(meta[COUNTER_BITS_KEY])
+        if not isinstance(bits, dict) or not all(
+            c in PORT_COUNTERS and isinstance(b, int) and 1 <= b < 64 for c, b in bits.items()
+        ):
+            raise ValueError(f"bad {COUNTER_BITS_KEY.decode()} metadata")
+        out[COUNTER_BITS_KEY] = meta[COUNTER_BITS_KEY]
+    if SATURATING_KEY in meta:
+        sat = json.loads(meta[SATURATING_KEY])
+        if not isinstance(sat, list) or not all(c in PORT_COUNTERS for c in sat):
+            raise ValueError(f"bad {SATURATING_KEY.decode()} metadata")
+        out[SATURATING_KEY] = meta[SATURATING_KEY]
+    return out
+
+
+_SSL_CONTEXT: ssl.SSLContext | None = None
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """One verifying context for every scrape: building one loads the CA store (~50 ms of CPU)."""
+    global _SSL_CONTEXT
+    if _SSL_CONTEXT is None:
+        _SSL_CONTEXT = ssl.create_default_context()
+    return _SSL_CONTEXT
+
+
+class AgentCollector:
+    """Scrapes one agent: ``GET <url>/v1/port_sample``, checked and re-keyed onto a stable dictionary.
+
+    The port dictionary is kept across polls (new keys are appended), so downstream stages that
+    cache lookups by dictionary see the same one every poll. Each scrape opens its own HTTP
+    client (a client is bound to the event loop that made it); the TLS context is shared.
+    """
+
+    source = SOURCE
+
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self.target = redact_url(self.url)
+        self.timeout = timeout
+        self._ports = pa.array([], type=pa.string())
+
+    async def aclose(self) -> None:
+        """Nothing to close: each scrape opens and closes its own client."""
+
+    async def scrape(self) -> ScrapeResult:
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout):
+                status, ctype, body = await self._fetch()
+        except TimeoutError:
+            return failed(self.source, self.target, f"timed out after {self.timeout:g} s", self._since(t0))
+        except (httpx.HTTPError, ValueError) as e:
+            return failed(self.source, self.target, e, self._since(t0))
+        if status != 200:
+            text = body[:200].decode(errors="replace")
+            return failed(self.source, self.target, f"HTTP {status}: {text}", self._since(t0))
+        if ctype != ARROW_STREAM:
+            msg = f"content type {ctype or 'none'!r}, not {ARROW_STREAM}"
+            return failed(self.source, self.target, msg, self._since(t0))
+        try:
+            # Up to MAX_BODY_BYTES of Arrow to check and re-key: off the event loop.
+            batch, skipped = await asyncio.to_thread(self._decode, body)
+        except Exception as e:  # garbage can fail in many ways; all of them are a failed scrape
+            return failed(self.source, self.target, e, self._since(t0))
+        return ScrapeResult(self.source, self.target, True, (batch,), None, self._since(t0), skipped)
+
+    async def _fetch(self) -> tuple[int, str, bytes]:
+        """Status, content type and body, refusing a body larger than any host's batch."""
+        async with (
+            httpx.AsyncClient(timeout=self.timeout, verify=_ssl_context()) as client,
+            client.stream("GET", f"{self.url}/v1/port_sample", headers={"Accept": ARROW_STREAM}) as resp,
+        ):
+            body = bytearray()
+            async for chunk in resp.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_BODY_BYTES:
+                    raise ValueError(f"response larger than {MAX_BODY_BYTES} bytes")
+            ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+            return resp.status_code, ctype, bytes(body)
+
+    @staticmethod
+    def _since(t0: float) -> float:
+        return time.perf_counter() - t0
+
+    def _decode(self, body: bytes) -> tuple[pa.RecordBatch, dict[str, int]]:
+        with pa.ipc.open_stream(body) as reader:
+            batches = list(reader)
+            schema = reader.schema
+        if record_kind(schema) != "port_sample" or (schema.metadata or {}).get(b"graywire.version") != b"1":
+            raise ValueError("not a port_sample v1 stream")
+        if not schema.remove_metadata().equals(PORT_SAMPLE.remove_metadata()):
+            raise ValueError("schema differs from port_sample v1")
+        if len(batches) != 1 or batches[0].num_rows == 0:
+            raise ValueError(f"expected one non-empty batch, got {[b.num_rows for b in batches]}")
+        batch = batches[0]
+        for name in ("time", "port", "source"):
+            if batch.column(name).null_count:
+                raise ValueError(f"null {name} values")
+        if pc.count_distinct(batch.column("time")).as_py() != 1:
+            raise ValueError("rows carry different poll times")
+        ports = self._stable_ports(batch.column("port"))
+        meta = {**(PORT_SAMPLE.metadata or {}), **_width_metadata(dict(schema.metadata or {}))}
+        skipped = _skipped_metadata(dict(schema.metadata or {}))
+        cols = [ports if f.name == "port" else batch.column(f.name) for f in PORT_SAMPLE]
+        return pa.RecordBatch.from_arrays(cols, schema=PORT_SAMPLE.with_metadata(meta)), skipped
+
+    def _stable_ports(self, ports: pa.DictionaryArray) -> pa.DictionaryArray:
+        """The same keys as indices into this collector's own, growing dictionary."""
+        d = ports.dictionary
+        where = pc.index_in(d, value_set=self._ports)
+        if where.null_count:
+            new = pc.unique(pc.filter(d, pc.is_null(where)))
+            self._ports = pa.concat_arrays([self._ports, new])
+            where = pc.index_in(d, value_set=self._ports)
+        codes = where.to_numpy(zero_copy_only=False).astype(np.int32)[
+            ports.indices.to_numpy(zero_copy_only=False)
+        ]
+        if np.unique(codes).size != codes.size:
+            raise ValueError("duplicate port keys in one poll")
+        return pa.DictionaryArray.from_arrays(pa.array(codes, type=pa.int32()), self._ports)
+
+
+class AgentSourceConfig(BaseModel):
+    """Host agents to scrape: explicit ``urls``, and/or ``url_template`` expanded for every host
+    of the inventory (``http://{host}:9470``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["agent"] = "agent"
+    urls: list[str] = Field(default_factory=list)
+    url_template: str | None = None
+    timeout: float = Field(5.0, gt=0, le=300)
+
+    @field_validator("urls")
+    @classmethod
+    def _http(cls, v: list[str]) -> list[str]:
+        bad = [u for u in v if not u.startswith(("http://", "https://"))]
+        if bad:
+            raise ValueError(f"agent URLs must start with http:// or https://: {bad[:3]}")
+        return v
+
+    @field_validator("url_template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        if v is not None and ("{host}" not in v or not v.startswith(("http://", "https://"))):
+            raise ValueError("url_template must be an http(s) URL containing {host}")
+        return v
+
+    @model_validator(mode="after")
+    def _some_target(self) -> AgentSourceConfig:
+        if not self.urls and self.url_template is None:
+            raise ValueError("set urls, url_template, or both")
+        return self
+
+
+def build_collectors(cfg: AgentSourceConfig, fabric: Fabric | None) -> list[Collector]:
+    """One collector per agent URL (explicit ones first, then the template per inventory host)."""
+    urls = list(cfg.urls)
+    if cfg.url_template is not None:
+        if fabric is None:
+            raise ValueError("agent url_template needs an inventory to list the hosts")
+        urls += [
+            cfg.url_template.format(host=name)
+            for name, role in zip(fabric.node_names, fabric.node_roles, strict=True)
+            if role == "host"
+        ]
+    return [AgentCollector(u, cfg.timeout) for u in dict.fromkeys(u.rstrip("/") for u in urls)]

@@ -1,0 +1,154 @@
+"""The host agent: what runs on each GPU host and serves its RDMA ports over HTTP.
+
+On every ``GET /v1/port_sample`` it reads the host's ports from sysfs and ethtool
+(:mod:`~graywire.collectors.host.sysfs`, :mod:`~graywire.collectors.host.ethtool`, optionally
+perfquery) and answers with one ``port_sample`` batch in the format of
+:mod:`~graywire.collectors.host.agent_wire`. It keeps no state between requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import socket
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+
+from graywire.collectors.base import Skips
+from graywire.collectors.host.agent_wire import ARROW_STREAM, DEFAULT_AGENT_PORT, SKIPPED_KEY, SOURCE, to_ipc
+from graywire.collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
+from graywire.collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
+from graywire.collectors.keys import port_key
+from graywire.collectors.perfquery import PerfqueryCommand, apply_perfquery
+
+log = logging.getLogger("graywire.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """What the agent reads. ``ethtool_dir`` (pre-captured text) wins over running ``ethtool``;
+    ``ethtool=None`` reads no ethtool at all."""
+
+    sysfs_root: Path = Path("/")
+    hostname: str = field(default_factory=socket.gethostname)
+    ethtool_dir: Path | None = None
+    ethtool: str | None = "ethtool"
+    ethtool_timeout: float = 5.0
+    include_plain_netdevs: bool = False
+    exclude: str | None = None
+    perfquery: str | None = None  # run ``perfquery -x`` per IB port for 64-bit error counters
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class HostReader:
+    """Reads the host once per call: sysfs, then ethtool for the ports' netdevs."""
+
+    def __init__(self, cfg: AgentConfig, clock: Callable[[], datetime] | None = None) -> None:
+        port_key(cfg.hostname, "probe")  # a host name with '/' or blank fails here, at startup
+        self.cfg = cfg
+        self.clock = clock or _utcnow
+        self.sysfs = SysfsConfig(Path(cfg.sysfs_root), cfg.include_plain_netdevs, cfg.exclude)
+        self.ethtool: EthtoolSource | None = None
+        if cfg.ethtool_dir is not None:
+            self.ethtool = EthtoolDirectory(cfg.ethtool_dir)
+        elif cfg.ethtool:
+            if shutil.which(cfg.ethtool) is None:
+                log.warning("%s not found: PFC, FEC and PHY counters will be null", cfg.ethtool)
+            else:
+                self.ethtool = EthtoolCommand(cfg.ethtool, cfg.ethtool_timeout)
+        self.perfquery: PerfqueryCommand | None = None
+        if cfg.perfquery:
+            self.perfquery = PerfqueryCommand(cfg.perfquery, cfg.ethtool_timeout)
+        self._lock = threading.Lock()
+        self._logged: set[str] = set()
+        self.last_errors: list[str] = []
+
+    def read(self) -> tuple[datetime, list[PortReading]]:
+        now = self.clock()
+        readings = read_ports(self.sysfs)
+        errors = apply_all(readings, self.ethtool) if self.ethtool is not None else []
+        if self.perfquery is not None:
+            errors += apply_perfquery(readings, self.perfquery)
+        with self._lock:
+            self.last_errors = errors
+            for e in errors:
+                if e not in self._logged:  # once per distinct message, not once per scrape
+                    if len(self._logged) >= 1000:
+                        self._logged.clear()
+                    self._logged.add(e)
+                    log.warning("%s", e)
+        return now, readings
+
+    def batch(self) -> pa.RecordBatch:
+        """The host's ``port_sample`` batch; what reading it left out rides in its metadata."""
+        now, readings = self.read()
+        skipped: Skips = Counter()
+        batch = readings_to_batch(readings, self.cfg.hostname, now, SOURCE, skipped)
+        if skipped:
+            meta = {**(batch.schema.metadata or {}), SKIPPED_KEY: json.dumps(dict(skipped)).encode()}
+            batch = batch.replace_schema_metadata(meta)
+        return batch
+
+    def extra(self) -> dict[str, dict[str, int | None]]:
+        _, readings = self.read()
+        return {port_key(self.cfg.hostname, r.label): dict(sorted(r.extra.items())) for r in readings}
+
+
+def create_agent_app(cfg: AgentConfig, clock: Callable[[], datetime] | None = None) -> FastAPI:
+    """The agent's HTTP API. Handlers are sync: FastAPI runs them on its thread pool, so a slow
+    ethtool never blocks ``/healthz``."""
+    reader = HostReader(cfg, clock)
+    app = FastAPI(title="graywire agent", docs_url=None, redoc_url=None)
+    app.state.reader = reader
+
+    @app.get("/v1/port_sample")
+    def port_sample() -> Response:
+        try:
+            batch = reader.batch()
+        except Exception as e:  # an unexpected tree must answer 500 with a reason, not hang up
+            log.exception("reading %s failed", cfg.sysfs_root)
+            return JSONResponse({"error": f"{type(e).__name__}: {e}"}, status_code=500)
+        if batch.num_rows == 0:
+            where = Path(cfg.sysfs_root) / "sys/class/infiniband"
+            return JSONResponse({"error": f"no RDMA ports found under {where}"}, status_code=503)
+        return Response(content=to_ipc(batch), media_type=ARROW_STREAM)
+
+    @app.get("/v1/port_extra")
+    def port_extra() -> dict[str, dict[str, int | None]]:
+        """Counters with no canonical column, per port (for people, not for the service)."""
+        return reader.extra()
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "hostname": cfg.hostname,
+            "sysfs_root": str(cfg.sysfs_root),
+            "ethtool": "directory" if cfg.ethtool_dir else ("command" if reader.ethtool else "off"),
+            "errors": reader.last_errors[:20],
+        }
+
+    return app
+
+
+def serve_agent(
+    cfg: AgentConfig, listen: str = "0.0.0.0", port: int = DEFAULT_AGENT_PORT, log_level: str = "info"
+) -> None:
+    """Serve the agent until interrupted."""
+    import uvicorn
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(create_agent_app(cfg), host=listen, port=port, log_level=log_level)
