@@ -24,7 +24,6 @@ def _serve(settings: Any, banner: str | None = None) -> int:
     app = create_app(settings)
     if banner:
         print(banner, flush=True)
-    from graywire.collectors.units import parse_duration
     from graywire.service.http_protocol import head_deadline_protocol
 
     http = settings.http
@@ -37,9 +36,9 @@ def _serve(settings: Any, banner: str | None = None) -> int:
         # h11, never httptools even where it is installed: h11 bounds the request head while it
         # arrives (h11_max_incomplete_event_size); httptools keeps growing it. Each head must
         # also arrive within http.header_timeout.
-        http=head_deadline_protocol(parse_duration(http.header_timeout)),
+        http=head_deadline_protocol(http.header_timeout.total_seconds()),
         limit_concurrency=http.max_connections,
-        timeout_keep_alive=max(1, round(parse_duration(http.keep_alive))),
+        timeout_keep_alive=max(1, round(http.keep_alive.total_seconds())),
         h11_max_incomplete_event_size=http.max_header_bytes,
     )
     return 0

@@ -7,6 +7,7 @@ built-in synthetic fabric under ``./graywire-data``.
 from __future__ import annotations
 
 from contextvars import ContextVar
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,7 +34,7 @@ from graywire.collectors.host.agent import AgentSourceConfig
 from graywire.collectors.nccl import NcclSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
-from graywire.collectors.units import parse_duration
+from graywire.collectors.units import Duration, PositiveDuration
 from graywire.detectors.findings import Severity
 from graywire.fabricsim.faults import parse_spec
 from graywire.service.alerts.config import AlertsSettings
@@ -83,14 +84,8 @@ SourceConfig = Annotated[
 class ArchiveSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     enabled: bool = True
-    retention: str = "72h"
-    roll: str = "5m"
-
-    @field_validator("retention", "roll")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        parse_duration(v)
-        return v
+    retention: Duration = timedelta(hours=72)
+    roll: Duration = timedelta(minutes=5)
 
 
 class MetricsSettings(BaseModel):
@@ -107,30 +102,17 @@ class DrainSettings(BaseModel):
     shadow: bool = False
     #: Circuit breaker: at most this fraction of the hosts newly drained within ``window``.
     max_fraction: float = Field(0.10, gt=0, le=1)
-    window: str = "10m"
+    #: Positive: a zero window would count no earlier drain, so the cap would apply per poll.
+    window: PositiveDuration = timedelta(minutes=10)
     #: A drained node returns to service after this long without any verdict.
-    clean_window: str = "10m"
+    clean_window: Duration = timedelta(minutes=10)
     #: A node that returned to service is only watched, not drained, for this long.
-    cooldown: str = "30m"
+    cooldown: Duration = timedelta(minutes=30)
     #: Host and link verdicts at or above this severity drain; below it they are watched.
     min_severity: Severity = "warning"
     #: Timings a job pushed (``POST /api/v1/ingest/nccl``) are the least trusted input: alone
     #: they only put a host on watch. True lets them drain like collected data.
     trust_pushed: bool = False
-
-    @field_validator("window", "clean_window", "cooldown")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        parse_duration(v)
-        return v
-
-    @field_validator("window")
-    @classmethod
-    def _positive_window(cls, v: str) -> str:
-        # A zero window counts no earlier drain: the cap would apply per poll, not per window.
-        if parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 10m")
-        return v
 
 
 class HttpSettings(BaseModel):
@@ -140,10 +122,10 @@ class HttpSettings(BaseModel):
     #: Connections (and tasks) served at once; past it new requests get a 503 at once.
     max_connections: int = Field(1000, ge=1)
     #: An idle keep-alive connection is closed after this long.
-    keep_alive: str = "5s"
+    keep_alive: PositiveDuration = timedelta(seconds=5)
     #: A connection must deliver each request head (request line and headers) this soon after
     #: it opens or its first byte, or it is closed: slow clients cannot hold connections.
-    header_timeout: str = "10s"
+    header_timeout: PositiveDuration = timedelta(seconds=10)
     #: Largest request headers; bigger ones are a 431 before any route runs.
     max_header_bytes: int = Field(16 * 1024, ge=1024)
     #: A line per request (uvicorn's access log). Off by default: at hundreds of requests a
@@ -151,21 +133,8 @@ class HttpSettings(BaseModel):
     access_log: bool = False
     #: How long a rendered drain or incident list may be served again. Any write through this
     #: process drops it at once; the limit is for writes by another process on the database.
-    read_cache_ttl: str = "1s"
-
-    @field_validator("keep_alive", "header_timeout")
-    @classmethod
-    def _positive(cls, v: str) -> str:
-        if parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 5s")
-        return v
-
-    @field_validator("read_cache_ttl")
-    @classmethod
-    def _not_negative(cls, v: str) -> str:
-        if parse_duration(v) < 0:
-            raise ValueError("must be a duration such as 1s (0s: never serve a rendered list again)")
-        return v
+    #: ``0s``: never serve a rendered list again.
+    read_cache_ttl: Duration = timedelta(seconds=1)
 
 
 class RateLimit(BaseModel):
@@ -203,9 +172,9 @@ class IngestSettings(BaseModel):
     unknown_hosts: Literal["reject", "drop"] = "reject"
     #: A push dated further ahead of graywire's clock than this is refused: data never decides
     #: what "now" is.
-    max_clock_skew: str = "5m"
+    max_clock_skew: PositiveDuration = timedelta(minutes=5)
     #: A push older than this is refused (its incidents would open in the past).
-    max_age: str = "1h"
+    max_age: PositiveDuration = timedelta(hours=1)
     #: Communicators pushes may keep alive at once (each one grows the push detectors' state); a push that
     #: would add more is refused. One is forgotten ``max_age`` after its last push.
     max_communicators: int = Field(4096, ge=1)
@@ -214,13 +183,6 @@ class IngestSettings(BaseModel):
     #: Each token that pushes gets its own bucket (a token's own ``rate_limit`` replaces this);
     #: null: no limit.
     rate_limit: RateLimit | None = Field(default_factory=RateLimit)
-
-    @field_validator("max_clock_skew", "max_age")
-    @classmethod
-    def _positive(cls, v: str) -> str:
-        if parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 5m")
-        return v
 
 
 class TokenScope(BaseModel):
@@ -344,24 +306,11 @@ class SchedulerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     #: An answer is reused this long, so a push flood does not ask the scheduler per request.
-    cache: str = "30s"
-    timeout: str = "10s"
+    cache: Duration = timedelta(seconds=30)
+    timeout: PositiveDuration = timedelta(seconds=10)
     slurm: SlurmCliSettings = Field(default_factory=SlurmCliSettings)
     slurmrest: SlurmRestSettings | None = None
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
-
-    @field_validator("cache")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        parse_duration(v)
-        return v
-
-    @field_validator("timeout")
-    @classmethod
-    def _positive(cls, v: str) -> str:
-        if parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 10s")
-        return v
 
 
 _FILE_SETTINGS: ContextVar[dict[str, Any] | None] = ContextVar("graywire_file_settings", default=None)
@@ -390,11 +339,11 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65_535)
     data_dir: Path = Path("graywire-data")
     database_url: str | None = None
-    poll_interval: str = "10s"
+    poll_interval: PositiveDuration = timedelta(seconds=10)
     #: Per-scrape time limit; default: 80% of the poll interval.
-    scrape_timeout: str | None = None
+    scrape_timeout: PositiveDuration | None = None
     #: Longest wait before retrying a failing target (backoff doubles from one interval).
-    max_backoff: str = "5m"
+    max_backoff: PositiveDuration = timedelta(minutes=5)
     #: A target's ports are stale once its last good scrape is older than this many polls.
     stale_after_polls: int = Field(1, ge=1)
     inventory: Path | None = None
@@ -414,13 +363,6 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
 
-    @field_validator("poll_interval", "scrape_timeout", "max_backoff")
-    @classmethod
-    def _positive_duration(cls, v: str | None) -> str | None:
-        if v is not None and parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 10s or 5m")
-        return v
-
     @model_validator(mode="after")
     def _scopes_have_their_scheduler(self) -> Settings:
         for t in self.auth.tokens:
@@ -430,11 +372,11 @@ class Settings(BaseSettings):
 
     @property
     def scrape_timeout_seconds(self) -> float:
-        return parse_duration(self.scrape_timeout) if self.scrape_timeout else 0.8 * self.poll_seconds
+        return (self.scrape_timeout or 0.8 * self.poll_interval).total_seconds()
 
     @property
     def poll_seconds(self) -> float:
-        return parse_duration(self.poll_interval)
+        return self.poll_interval.total_seconds()
 
     @property
     def db_url(self) -> str:
