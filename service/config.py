@@ -6,10 +6,10 @@ built-in synthetic fabric under ``./graywire-data``.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from datetime import timedelta
+from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from ClusterShell.NodeSet import NodeSet
@@ -25,9 +25,9 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
-    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    YamlConfigSettingsSource,
 )
 
 from graywire.collectors.host.agent import AgentSourceConfig
@@ -39,6 +39,9 @@ from graywire.detectors.findings import Severity
 from graywire.fabricsim.faults import parse_spec
 from graywire.service.alerts.config import AlertsSettings
 from graywire.service.schedsync.slurm import parse_hostlist
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 
 class FabricSimSource(BaseModel):
@@ -313,11 +316,23 @@ class SchedulerSettings(BaseModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
 
-_FILE_SETTINGS: ContextVar[dict[str, Any] | None] = ContextVar("graywire_file_settings", default=None)
+class ConfigFile(YamlConfigSettingsSource):
+    """The YAML file, refused with a message naming it when it is not a mapping of settings."""
+
+    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
+        try:
+            doc = super()._read_file(file_path)
+        except yaml.YAMLError as e:
+            raise ValueError(f"config {file_path} is not valid YAML: {e}") from e
+        if not isinstance(doc, dict):
+            raise ValueError(f"config {file_path} must be a mapping of settings")
+        return doc
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GRAYWIRE_", env_nested_delimiter="__", extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="GRAYWIRE_", env_nested_delimiter="__", extra="forbid", yaml_file=None
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -328,12 +343,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """The YAML file ranks below the environment: GRAYWIRE_PORT=9000 beats ``port:``."""
-        return (
-            init_settings,
-            env_settings,
-            InitSettingsSource(settings_cls, init_kwargs=_FILE_SETTINGS.get()),
-        )
+        """Highest first: arguments, ``GRAYWIRE_*`` variables, the YAML file (``yaml_file``);
+        so GRAYWIRE_PORT=9000 beats ``port:`` in the file, and ``--port`` beats both."""
+        return init_settings, env_settings, ConfigFile(settings_cls)
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65_535)
@@ -387,25 +399,30 @@ class Settings(BaseSettings):
         return self.data_dir / "archive"
 
 
+@lru_cache(maxsize=16)
+def _reading(path: Path) -> type[Settings]:
+    """Settings whose YAML source reads ``path``. pydantic-settings takes the file from the
+    model config, not from an argument, so each file gets a subclass that names it."""
+
+    class FileSettings(Settings):
+        model_config = SettingsConfigDict(yaml_file=path)
+
+    return FileSettings
+
+
 def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
-    """Settings from an optional YAML file plus overrides; errors name the bad key."""
-    doc: dict[str, Any] = {}
+    """Settings from an optional YAML file plus overrides (None: not given); errors name the
+    bad key."""
+    settings_cls = Settings
     if path is not None:
         p = Path(path)
         try:
-            doc = yaml.safe_load(p.read_text()) or {}
+            p.open("rb").close()  # the YAML source skips a missing file; a named one must exist
         except OSError as e:
             raise ValueError(f"cannot read config {p}: {e.strerror}") from e
-        except yaml.YAMLError as e:
-            raise ValueError(f"config {p} is not valid YAML: {e}") from e
-        if not isinstance(doc, dict):
-            raise ValueError(f"config {p} must be a mapping of settings")
-    # Precedence, highest first: command-line overrides, GRAYWIRE_* environment, the file.
-    token = _FILE_SETTINGS.set(doc)
+        settings_cls = _reading(p)
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return settings_cls(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
         lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
         raise ValueError("invalid configuration:\n" + "\n".join(lines)) from None
-    finally:
-        _FILE_SETTINGS.reset(token)

@@ -94,6 +94,16 @@ def test_environment_beats_the_file_and_the_command_line_beats_both(
     s = load_settings(cfg)
     assert (s.port, s.archive.retention, s.archive.roll) == (9000, timedelta(hours=24), timedelta(minutes=1))
     assert load_settings(cfg, port=7000).port == 7000
+    assert load_settings(cfg, port=None).port == 9000  # None: not given on the command line
+
+
+def test_the_file_is_read_again_at_every_load(tmp_path: Path) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text("poll_interval: 30s\n")
+    assert load_settings(cfg).poll_interval == timedelta(seconds=30)
+    cfg.write_text("poll_interval: 1m\n")
+    assert load_settings(cfg).poll_interval == timedelta(minutes=1)
+    assert load_settings().poll_interval == timedelta(seconds=10)
 
 
 def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
