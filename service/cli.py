@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -119,6 +118,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def ber_thresholds(args: argparse.Namespace) -> str | None:
+    """``--ber-thresholds``, else the service's ``ber_thresholds`` setting from the environment
+    (``GRAYWIRE_BER_THRESHOLDS``), which the settings module reads, when the command runs."""
+    from graywire.service.config import env_setting
+
+    return args.ber_thresholds or env_setting("ber_thresholds")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from graywire.collectors.dataset import iter_replay
     from graywire.collectors.model import INVENTORY, load_inventory
@@ -134,7 +141,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not inv.exists():
         raise ValueError(f"no inventory: {inv} is missing (pass --inventory FILE)")
     fabric = load_inventory(inv)
-    table = ThresholdTable.load(args.ber_thresholds) if args.ber_thresholds else None
+    ber = ber_thresholds(args)
+    table = ThresholdTable.load(ber) if ber else None
     pipe = Pipeline(fabric, default_detectors(fabric, table))
     findings = []
     polls = 0
@@ -160,7 +168,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if truth_path.exists():
         truth = json.loads(truth_path.read_text())
         report["score"] = score(findings, truth, pipe.kinds).as_dict()
-    report["ber_thresholds"] = str(args.ber_thresholds) if args.ber_thresholds else "generic PAM4 rule"
+    report["ber_thresholds"] = ber or "generic PAM4 rule"
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
@@ -209,7 +217,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from graywire.detectors.ber_thresholds import ThresholdTable
     from graywire.fabricsim.evaluation import evaluate, suite
 
-    table = ThresholdTable.load(args.ber_thresholds) if args.ber_thresholds else None
+    ber = ber_thresholds(args)
+    table = ThresholdTable.load(ber) if ber else None
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else None
     scenarios = suite(quick=args.quick, seeds=args.seeds, variants=variants)
     t0 = time.perf_counter()
@@ -331,7 +340,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--inventory", help="inventory file (default: DIR/inventory.json)")
     s.add_argument(
         "--ber-thresholds",
-        default=os.environ.get("GRAYWIRE_BER_THRESHOLDS"),
         help="NVIDIA field BER thresholds CSV (UFM PDR plugin's Field_BER_Thresholds.csv); "
         "default $GRAYWIRE_BER_THRESHOLDS, else a generic PAM4 rule",
     )
@@ -350,7 +358,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--ber-thresholds",
-        default=os.environ.get("GRAYWIRE_BER_THRESHOLDS"),
         help="NVIDIA field BER thresholds CSV; default $GRAYWIRE_BER_THRESHOLDS, else a generic PAM4 rule",
     )
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -6,6 +6,7 @@ built-in synthetic fabric under ``./graywire-data``.
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -329,9 +330,12 @@ class ConfigFile(YamlConfigSettingsSource):
         return doc
 
 
+ENV_PREFIX = "GRAYWIRE_"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="GRAYWIRE_", env_nested_delimiter="__", extra="forbid", yaml_file=None
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", yaml_file=None
     )
 
     @classmethod
@@ -397,6 +401,14 @@ class Settings(BaseSettings):
     @property
     def archive_dir(self) -> Path:
         return self.data_dir / "archive"
+
+
+def env_setting(name: str) -> str | None:
+    """One top-level setting's ``GRAYWIRE_*`` variable as text (None: unset or empty), for the
+    offline commands that need that one alone: they must not fail on the service's others."""
+    if name not in Settings.model_fields:
+        raise KeyError(f"no setting {name!r}")
+    return os.environ.get(ENV_PREFIX + name.upper()) or None
 
 
 @lru_cache(maxsize=16)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graywire.service.config import load_settings
+from graywire.service.config import env_setting, load_settings
 
 
 def test_defaults_are_sqlite_under_the_data_dir() -> None:
@@ -104,6 +104,16 @@ def test_the_file_is_read_again_at_every_load(tmp_path: Path) -> None:
     cfg.write_text("poll_interval: 1m\n")
     assert load_settings(cfg).poll_interval == timedelta(minutes=1)
     assert load_settings().poll_interval == timedelta(seconds=10)
+
+
+def test_env_setting_reads_one_variable_and_knows_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAYWIRE_BER_THRESHOLDS", "/etc/graywire/ber.csv")
+    monkeypatch.setenv("GRAYWIRE_PORT", "not a port")  # not this command's concern
+    assert env_setting("ber_thresholds") == "/etc/graywire/ber.csv"
+    monkeypatch.setenv("GRAYWIRE_BER_THRESHOLDS", "")
+    assert env_setting("ber_thresholds") is None
+    with pytest.raises(KeyError, match="ber_threshold"):
+        env_setting("ber_threshold")
 
 
 def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
