@@ -1,10 +1,14 @@
 """Unit parsing shared by the inventory, the collectors and the service: everything becomes
-base units (bit/s, seconds)."""
+base units (bit/s, seconds), or a ``timedelta`` for settings (:data:`Duration`)."""
 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from decimal import Decimal
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer, WithJsonSchema
 
 _SPEED = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(?:b(?:ps|/s|it/s)?)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -45,3 +49,46 @@ def parse_duration(text: str | float | int) -> float:
     if not m:
         raise ValueError(f"not a duration: {text!r} (use e.g. 10s, 5m, 1h)")
     return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+
+
+def format_duration(value: timedelta) -> str:
+    """The shortest exact form ``parse_duration`` reads back: ``5m``, ``2d``, ``1.5s``, ``0s``."""
+    us = value // timedelta(microseconds=1)
+    if us % 10**6:
+        whole, frac = divmod(us, 10**6)
+        return f"{whole}.{frac:06d}".rstrip("0") + "s"
+    seconds = us // 10**6
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _to_timedelta(value: object) -> timedelta:
+    # Text as YAML and the environment give it, or a timedelta from code. A bare YAML number
+    # (``poll_interval: 10``) is refused rather than silently taken as seconds.
+    if isinstance(value, timedelta):
+        if value < timedelta(0):
+            raise ValueError(f"not a duration: -{format_duration(-value)} (durations are never negative)")
+        return value
+    if isinstance(value, str):
+        return timedelta(seconds=parse_duration(value))
+    raise ValueError(f"not a duration: {value!r} (use e.g. 10s, 5m, 1h)")
+
+
+def _positive(value: timedelta) -> timedelta:
+    if not value:
+        raise ValueError("must be a positive duration such as 10s or 5m")
+    return value
+
+
+#: A setting's length of time: ``10s``, ``5m``, ``1h``, ``2d`` or a number of seconds as a
+#: string (or a ``timedelta``), never negative; JSON and config dumps write it back as text.
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(_to_timedelta),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "pattern": _DURATION.pattern, "examples": ["10s", "5m"]}),
+]
+#: A :data:`Duration` that may not be zero (intervals, timeouts, windows).
+PositiveDuration = Annotated[Duration, AfterValidator(_positive)]

@@ -1,23 +1,21 @@
 """Alembic environment for graywire.
 
-The URL comes from the Alembic config (``graywire.service.db.upgrade`` sets it) or else from
-``GRAYWIRE_DATABASE_URL``, so the same scripts serve the service, the CLI and tests. A caller may
-also hand over an open connection in ``config.attributes["connection"]`` to migrate inside its
-own transaction.
+The URL comes from the Alembic config (``graywire.service.db.upgrade`` sets it) or else from the
+service's settings (``GRAYWIRE_DATABASE_URL``, else ``graywire.db`` under ``GRAYWIRE_DATA_DIR``),
+so the same scripts serve the service, the CLI and tests. A caller may also hand over an open
+connection in ``config.attributes["connection"]`` to migrate inside its own transaction.
 """
 
 from __future__ import annotations
 
-import os
 from logging.config import fileConfig
 
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from graywire.service.config import load_settings
 from graywire.service.db import make_engine
 from graywire.service.models import metadata
-
-DEFAULT_URL = "sqlite:///graywire-data/graywire.db"
 
 config = context.config
 if config.config_file_name is not None:
@@ -28,7 +26,7 @@ target_metadata = metadata
 
 
 def database_url() -> str:
-    return config.get_main_option("sqlalchemy.url") or os.environ.get("GRAYWIRE_DATABASE_URL") or DEFAULT_URL
+    return config.get_main_option("sqlalchemy.url") or load_settings().db_url
 
 
 def _configure(connection: Connection) -> None:

@@ -16,7 +16,6 @@ from sqlalchemy import text
 
 from graywire.collectors.base import Collector
 from graywire.collectors.model import Fabric
-from graywire.collectors.units import parse_duration
 from graywire.detectors.ber_thresholds import ThresholdTable
 from graywire.detectors.pipeline import Pipeline, default_detectors
 from graywire.service.alerts.dispatcher import Dispatcher
@@ -67,7 +66,7 @@ def create_app(
     upgrade(settings.db_url)
     engine = make_engine(settings.db_url)
     store = IncidentStore(engine)
-    cache = ReadCache(engine, ttl_s=parse_duration(settings.http.read_cache_ttl))
+    cache = ReadCache(engine, ttl_s=settings.http.read_cache_ttl.total_seconds())
     metrics = MetricsState(fabric, per_port=settings.metrics.per_port)
     registry = make_registry(metrics)
     drain = DrainEngine(engine, store, fabric, policy_from_settings(settings.drain))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -24,7 +23,6 @@ def _serve(settings: Any, banner: str | None = None) -> int:
     app = create_app(settings)
     if banner:
         print(banner, flush=True)
-    from graywire.collectors.units import parse_duration
     from graywire.service.http_protocol import head_deadline_protocol
 
     http = settings.http
@@ -37,9 +35,9 @@ def _serve(settings: Any, banner: str | None = None) -> int:
         # h11, never httptools even where it is installed: h11 bounds the request head while it
         # arrives (h11_max_incomplete_event_size); httptools keeps growing it. Each head must
         # also arrive within http.header_timeout.
-        http=head_deadline_protocol(parse_duration(http.header_timeout)),
+        http=head_deadline_protocol(http.header_timeout.total_seconds()),
         limit_concurrency=http.max_connections,
-        timeout_keep_alive=max(1, round(parse_duration(http.keep_alive))),
+        timeout_keep_alive=max(1, round(http.keep_alive.total_seconds())),
         h11_max_incomplete_event_size=http.max_header_bytes,
     )
     return 0
@@ -120,6 +118,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def ber_thresholds(args: argparse.Namespace) -> str | None:
+    """``--ber-thresholds``, else the service's ``ber_thresholds`` setting from the environment
+    (``GRAYWIRE_BER_THRESHOLDS``), which the settings module reads, when the command runs."""
+    from graywire.service.config import env_setting
+
+    return args.ber_thresholds or env_setting("ber_thresholds")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from graywire.collectors.dataset import iter_replay
     from graywire.collectors.model import INVENTORY, load_inventory
@@ -135,7 +141,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not inv.exists():
         raise ValueError(f"no inventory: {inv} is missing (pass --inventory FILE)")
     fabric = load_inventory(inv)
-    table = ThresholdTable.load(args.ber_thresholds) if args.ber_thresholds else None
+    ber = ber_thresholds(args)
+    table = ThresholdTable.load(ber) if ber else None
     pipe = Pipeline(fabric, default_detectors(fabric, table))
     findings = []
     polls = 0
@@ -161,7 +168,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if truth_path.exists():
         truth = json.loads(truth_path.read_text())
         report["score"] = score(findings, truth, pipe.kinds).as_dict()
-    report["ber_thresholds"] = str(args.ber_thresholds) if args.ber_thresholds else "generic PAM4 rule"
+    report["ber_thresholds"] = ber or "generic PAM4 rule"
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
@@ -210,7 +217,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from graywire.detectors.ber_thresholds import ThresholdTable
     from graywire.evaluation.suite import evaluate, suite
 
-    table = ThresholdTable.load(args.ber_thresholds) if args.ber_thresholds else None
+    ber = ber_thresholds(args)
+    table = ThresholdTable.load(ber) if ber else None
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else None
     scenarios = suite(quick=args.quick, seeds=args.seeds, variants=variants)
     t0 = time.perf_counter()
@@ -351,7 +359,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--inventory", help="inventory file (default: DIR/inventory.json)")
     s.add_argument(
         "--ber-thresholds",
-        default=os.environ.get("GRAYWIRE_BER_THRESHOLDS"),
         help="NVIDIA field BER thresholds CSV (UFM PDR plugin's Field_BER_Thresholds.csv); "
         "default $GRAYWIRE_BER_THRESHOLDS, else a generic PAM4 rule",
     )
@@ -370,7 +377,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--ber-thresholds",
-        default=os.environ.get("GRAYWIRE_BER_THRESHOLDS"),
         help="NVIDIA field BER thresholds CSV; default $GRAYWIRE_BER_THRESHOLDS, else a generic PAM4 rule",
     )
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

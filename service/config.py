@@ -6,9 +6,11 @@ built-in synthetic fabric under ``./graywire-data``.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+import os
+from datetime import timedelta
+from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from ClusterShell.NodeSet import NodeSet
@@ -24,19 +26,22 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
-    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    YamlConfigSettingsSource,
 )
 
 from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.nccl import NcclSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
-from graywire.collectors.units import parse_duration
+from graywire.collectors.units import Duration, PositiveDuration
 from graywire.detectors.findings import Severity
 from graywire.service.alerts.config import AlertsSettings
 from graywire.service.schedsync.slurm import parse_hostlist
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 
 class FabricSimSource(BaseModel):
@@ -84,14 +89,8 @@ SourceConfig = Annotated[
 class ArchiveSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     enabled: bool = True
-    retention: str = "72h"
-    roll: str = "5m"
-
-    @field_validator("retention", "roll")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        parse_duration(v)
-        return v
+    retention: Duration = timedelta(hours=72)
+    roll: Duration = timedelta(minutes=5)
 
 
 class MetricsSettings(BaseModel):
@@ -108,30 +107,17 @@ class DrainSettings(BaseModel):
     shadow: bool = False
     #: Circuit breaker: at most this fraction of the hosts newly drained within ``window``.
     max_fraction: float = Field(0.10, gt=0, le=1)
-    window: str = "10m"
+    #: Positive: a zero window would count no earlier drain, so the cap would apply per poll.
+    window: PositiveDuration = timedelta(minutes=10)
     #: A drained node returns to service after this long without any verdict.
-    clean_window: str = "10m"
+    clean_window: Duration = timedelta(minutes=10)
     #: A node that returned to service is only watched, not drained, for this long.
-    cooldown: str = "30m"
+    cooldown: Duration = timedelta(minutes=30)
     #: Host and link verdicts at or above this severity drain; below it they are watched.
     min_severity: Severity = "warning"
     #: Timings a job pushed (``POST /api/v1/ingest/nccl``) are the least trusted input: alone
     #: they only put a host on watch. True lets them drain like collected data.
     trust_pushed: bool = False
-
-    @field_validator("window", "clean_window", "cooldown")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        parse_duration(v)
-        return v
-
-    @field_validator("window")
-    @classmethod
-    def _positive_window(cls, v: str) -> str:
-        # A zero window counts no earlier drain: the cap would apply per poll, not per window.
-        if parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 10m")
-        return v
 
 
 class HttpSettings(BaseModel):
@@ -141,10 +127,10 @@ class HttpSettings(BaseModel):
     #: Connections (and tasks) served at once; past it new requests get a 503 at once.
     max_connections: int = Field(1000, ge=1)
     #: An idle keep-alive connection is closed after this long.
-    keep_alive: str = "5s"
+    keep_alive: PositiveDuration = timedelta(seconds=5)
     #: A connection must deliver each request head (request line and headers) this soon after
     #: it opens or its first byte, or it is closed: slow clients cannot hold connections.
-    header_timeout: str = "10s"
+    header_timeout: PositiveDuration = timedelta(seconds=10)
     #: Largest request headers; bigger ones are a 431 before any route runs.
     max_header_bytes: int = Field(16 * 1024, ge=1024)
     #: A line per request (uvicorn's access log). Off by default: at hundreds of requests a
@@ -152,21 +138,8 @@ class HttpSettings(BaseModel):
     access_log: bool = False
     #: How long a rendered drain or incident list may be served again. Any write through this
     #: process drops it at once; the limit is for writes by another process on the database.
-    read_cache_ttl: str = "1s"
-
-    @field_validator("keep_alive", "header_timeout")
-    @classmethod
-    def _positive(cls, v: str) -> str:
-        if parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 5s")
-        return v
-
-    @field_validator("read_cache_ttl")
-    @classmethod
-    def _not_negative(cls, v: str) -> str:
-        if parse_duration(v) < 0:
-            raise ValueError("must be a duration such as 1s (0s: never serve a rendered list again)")
-        return v
+    #: ``0s``: never serve a rendered list again.
+    read_cache_ttl: Duration = timedelta(seconds=1)
 
 
 class RateLimit(BaseModel):
@@ -204,9 +177,9 @@ class IngestSettings(BaseModel):
     unknown_hosts: Literal["reject", "drop"] = "reject"
     #: A push dated further ahead of graywire's clock than this is refused: data never decides
     #: what "now" is.
-    max_clock_skew: str = "5m"
+    max_clock_skew: PositiveDuration = timedelta(minutes=5)
     #: A push older than this is refused (its incidents would open in the past).
-    max_age: str = "1h"
+    max_age: PositiveDuration = timedelta(hours=1)
     #: Communicators pushes may keep alive at once (each one grows the push detectors' state); a push that
     #: would add more is refused. One is forgotten ``max_age`` after its last push.
     max_communicators: int = Field(4096, ge=1)
@@ -215,13 +188,6 @@ class IngestSettings(BaseModel):
     #: Each token that pushes gets its own bucket (a token's own ``rate_limit`` replaces this);
     #: null: no limit.
     rate_limit: RateLimit | None = Field(default_factory=RateLimit)
-
-    @field_validator("max_clock_skew", "max_age")
-    @classmethod
-    def _positive(cls, v: str) -> str:
-        if parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 5m")
-        return v
 
 
 class TokenScope(BaseModel):
@@ -345,31 +311,33 @@ class SchedulerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     #: An answer is reused this long, so a push flood does not ask the scheduler per request.
-    cache: str = "30s"
-    timeout: str = "10s"
+    cache: Duration = timedelta(seconds=30)
+    timeout: PositiveDuration = timedelta(seconds=10)
     slurm: SlurmCliSettings = Field(default_factory=SlurmCliSettings)
     slurmrest: SlurmRestSettings | None = None
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
-    @field_validator("cache")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        parse_duration(v)
-        return v
 
-    @field_validator("timeout")
-    @classmethod
-    def _positive(cls, v: str) -> str:
-        if parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 10s")
-        return v
+class ConfigFile(YamlConfigSettingsSource):
+    """The YAML file, refused with a message naming it when it is not a mapping of settings."""
+
+    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
+        try:
+            doc = super()._read_file(file_path)
+        except yaml.YAMLError as e:
+            raise ValueError(f"config {file_path} is not valid YAML: {e}") from e
+        if not isinstance(doc, dict):
+            raise ValueError(f"config {file_path} must be a mapping of settings")
+        return doc
 
 
-_FILE_SETTINGS: ContextVar[dict[str, Any] | None] = ContextVar("graywire_file_settings", default=None)
+ENV_PREFIX = "GRAYWIRE_"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GRAYWIRE_", env_nested_delimiter="__", extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", yaml_file=None
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -380,22 +348,19 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """The YAML file ranks below the environment: GRAYWIRE_PORT=9000 beats ``port:``."""
-        return (
-            init_settings,
-            env_settings,
-            InitSettingsSource(settings_cls, init_kwargs=_FILE_SETTINGS.get()),
-        )
+        """Highest first: arguments, ``GRAYWIRE_*`` variables, the YAML file (``yaml_file``);
+        so GRAYWIRE_PORT=9000 beats ``port:`` in the file, and ``--port`` beats both."""
+        return init_settings, env_settings, ConfigFile(settings_cls)
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65_535)
     data_dir: Path = Path("graywire-data")
     database_url: str | None = None
-    poll_interval: str = "10s"
+    poll_interval: PositiveDuration = timedelta(seconds=10)
     #: Per-scrape time limit; default: 80% of the poll interval.
-    scrape_timeout: str | None = None
+    scrape_timeout: PositiveDuration | None = None
     #: Longest wait before retrying a failing target (backoff doubles from one interval).
-    max_backoff: str = "5m"
+    max_backoff: PositiveDuration = timedelta(minutes=5)
     #: A target's ports are stale once its last good scrape is older than this many polls.
     stale_after_polls: int = Field(1, ge=1)
     inventory: Path | None = None
@@ -415,13 +380,6 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
 
-    @field_validator("poll_interval", "scrape_timeout", "max_backoff")
-    @classmethod
-    def _positive_duration(cls, v: str | None) -> str | None:
-        if v is not None and parse_duration(v) <= 0:
-            raise ValueError("must be a positive duration such as 10s or 5m")
-        return v
-
     @model_validator(mode="after")
     def _scopes_have_their_scheduler(self) -> Settings:
         for t in self.auth.tokens:
@@ -431,11 +389,11 @@ class Settings(BaseSettings):
 
     @property
     def scrape_timeout_seconds(self) -> float:
-        return parse_duration(self.scrape_timeout) if self.scrape_timeout else 0.8 * self.poll_seconds
+        return (self.scrape_timeout or 0.8 * self.poll_interval).total_seconds()
 
     @property
     def poll_seconds(self) -> float:
-        return parse_duration(self.poll_interval)
+        return self.poll_interval.total_seconds()
 
     @property
     def db_url(self) -> str:
@@ -446,25 +404,38 @@ class Settings(BaseSettings):
         return self.data_dir / "archive"
 
 
+def env_setting(name: str) -> str | None:
+    """One top-level setting's ``GRAYWIRE_*`` variable as text (None: unset or empty), for the
+    offline commands that need that one alone: they must not fail on the service's others."""
+    if name not in Settings.model_fields:
+        raise KeyError(f"no setting {name!r}")
+    return os.environ.get(ENV_PREFIX + name.upper()) or None
+
+
+@lru_cache(maxsize=16)
+def _reading(path: Path) -> type[Settings]:
+    """Settings whose YAML source reads ``path``. pydantic-settings takes the file from the
+    model config, not from an argument, so each file gets a subclass that names it."""
+
+    class FileSettings(Settings):
+        model_config = SettingsConfigDict(yaml_file=path)
+
+    return FileSettings
+
+
 def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
-    """Settings from an optional YAML file plus overrides; errors name the bad key."""
-    doc: dict[str, Any] = {}
+    """Settings from an optional YAML file plus overrides (None: not given); errors name the
+    bad key."""
+    settings_cls = Settings
     if path is not None:
         p = Path(path)
         try:
-            doc = yaml.safe_load(p.read_text()) or {}
+            p.open("rb").close()  # the YAML source skips a missing file; a named one must exist
         except OSError as e:
             raise ValueError(f"cannot read config {p}: {e.strerror}") from e
-        except yaml.YAMLError as e:
-            raise ValueError(f"config {p} is not valid YAML: {e}") from e
-        if not isinstance(doc, dict):
-            raise ValueError(f"config {p} must be a mapping of settings")
-    # Precedence, highest first: command-line overrides, GRAYWIRE_* environment, the file.
-    token = _FILE_SETTINGS.set(doc)
+        settings_cls = _reading(p)
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return settings_cls(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
         lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
         raise ValueError("invalid configuration:\n" + "\n".join(lines)) from None
-    finally:
-        _FILE_SETTINGS.reset(token)

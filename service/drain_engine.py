@@ -19,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,6 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from graywire.collectors.model import Fabric
-from graywire.collectors.units import parse_duration
 from graywire.detectors.correlate import node_verdicts
 from graywire.detectors.findings import Finding
 from graywire.service.audit import POLICY_ACTOR, record
@@ -65,9 +64,9 @@ def policy_from_settings(s: DrainSettings) -> DrainPolicy:
     return DrainPolicy(
         shadow=s.shadow,
         max_fraction=s.max_fraction,
-        window=timedelta(seconds=parse_duration(s.window)),
-        clean_window=timedelta(seconds=parse_duration(s.clean_window)),
-        cooldown=timedelta(seconds=parse_duration(s.cooldown)),
+        window=s.window,
+        clean_window=s.clean_window,
+        cooldown=s.cooldown,
         min_severity=s.min_severity,
         trust_pushed=s.trust_pushed,
     )

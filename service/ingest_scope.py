@@ -37,11 +37,9 @@ class JobPlacement:
     """The hosts each job runs on, per scheduler, cached briefly."""
 
     def __init__(self, settings: SchedulerSettings, clock: Callable[[], float] = time.monotonic) -> None:
-        from graywire.collectors.units import parse_duration
-
         self.settings = settings
-        self.ttl = parse_duration(settings.cache)
-        self.timeout = parse_duration(settings.timeout)
+        self.ttl = settings.cache.total_seconds()
+        self.timeout = settings.timeout.total_seconds()
         self._clock = clock
         self._cache: dict[tuple[str, str], tuple[float, JobHosts]] = {}
         self._inflight: dict[tuple[str, str], asyncio.Task[JobHosts]] = {}

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,6 @@ from graywire.collectors.base import Collector, ScrapeResult, failed
 from graywire.collectors.dataset import DatasetWriter, prune
 from graywire.collectors.model import INVENTORY, Fabric
 from graywire.collectors.schemas import record_kind
-from graywire.collectors.units import parse_duration
 from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
@@ -72,7 +71,7 @@ class Runner:
             self.archive = DatasetWriter(
                 settings.archive_dir,
                 row_group_rows=250_000,
-                roll_seconds=parse_duration(settings.archive.roll),
+                roll_seconds=settings.archive.roll.total_seconds(),
             )
             # The fabric model beside the data, so `graywire replay <archive>` needs nothing else.
             settings.archive_dir.mkdir(parents=True, exist_ok=True)
@@ -82,7 +81,7 @@ class Runner:
         #: Pushed timings are judged apart from collected data (their findings say so, and
         #: alone they never drain a host); they cannot skew the collected peers either.
         self.push_pipeline = Pipeline(fabric, nccl_timing_detectors(fabric))
-        self._max_skew = parse_duration(settings.ingest.max_clock_skew)
+        self._max_skew = settings.ingest.max_clock_skew.total_seconds()
         #: (job, communicator) pushed recently -> when last (the ingest API bounds their number).
         self.push_communicators: dict[tuple[str, str], float] = {}
         self._unstored: list[Finding] = []
@@ -140,7 +139,7 @@ class Runner:
 
     def _account(self, due: list[_Target], results: list[ScrapeResult], now: float) -> None:
         interval = self.settings.poll_seconds
-        max_backoff = parse_duration(self.settings.max_backoff)
+        max_backoff = self.settings.max_backoff.total_seconds()
         wall = time.time()
         with self.metrics.lock:
             for t, r in zip(due, results, strict=True):
@@ -315,7 +314,7 @@ class Runner:
         if self.archive is None or time.monotonic() - self._last_prune < 3600:
             return
         self._last_prune = time.monotonic()
-        keep = timedelta(seconds=parse_duration(self.settings.archive.retention))
+        keep = self.settings.archive.retention
         for d in prune(self.settings.archive_dir, keep):
             log.info("archive retention: removed %s", d)
 

@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from graywire.collectors.units import parse_duration
+from graywire.collectors.units import Duration, PositiveDuration
 from graywire.detectors.findings import Severity
 
 ReceiverType = Literal["alertmanager", "webhook", "pagerduty", "slack"]
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,127}$")
-
-
-def _duration(v: str) -> str:
-    if parse_duration(v) <= 0:
-        raise ValueError("must be a positive duration such as 10s or 5m")
-    return v
 
 
 def _http_url(v: str) -> str:
@@ -63,12 +58,7 @@ class ReceiverConfig(BaseModel):
     dedup_prefix: str = Field("graywire", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     #: Overrides ``alerts.min_severity`` for this receiver.
     min_severity: Severity | None = None
-    timeout: str = "10s"
-
-    @field_validator("timeout")
-    @classmethod
-    def _timeout(cls, v: str) -> str:
-        return _duration(v)
+    timeout: PositiveDuration = timedelta(seconds=10)
 
     @field_validator("name")
     @classmethod
@@ -114,13 +104,8 @@ class AlertmanagerConfig(BaseModel):
     urls: list[str] = Field(default_factory=list)
     #: Firing alerts are re-posted this often; each carries endsAt = now + 4 × this interval,
     #: so Alertmanager resolves them by itself if graywire stops refreshing (as with Prometheus).
-    refresh_interval: str = "1m"
-    timeout: str = "10s"
-
-    @field_validator("refresh_interval", "timeout")
-    @classmethod
-    def _durations(cls, v: str) -> str:
-        return _duration(v)
+    refresh_interval: PositiveDuration = timedelta(minutes=1)
+    timeout: PositiveDuration = timedelta(seconds=10)
 
     @field_validator("urls")
     @classmethod
@@ -136,16 +121,11 @@ class RetryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    initial_backoff: str = "2s"
-    max_backoff: str = "5m"
+    initial_backoff: PositiveDuration = timedelta(seconds=2)
+    max_backoff: PositiveDuration = timedelta(minutes=5)
     #: Each delay is shortened by a random fraction up to this, so receivers that come back
     #: are not hit by every sender at once; the cap is never exceeded.
     jitter: float = Field(0.2, ge=0.0, le=1.0)
-
-    @field_validator("initial_backoff", "max_backoff")
-    @classmethod
-    def _durations(cls, v: str) -> str:
-        return _duration(v)
 
 
 class AlertsSettings(BaseModel):
@@ -161,28 +141,16 @@ class AlertsSettings(BaseModel):
     receivers: list[ReceiverConfig] = Field(default_factory=list)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     #: How often incidents are compared with what was sent (new triggers, resolves, refreshes).
-    sync_interval: str = "2s"
+    sync_interval: PositiveDuration = timedelta(seconds=2)
     #: Delivered messages are deleted after this long.
-    retention: str = "7d"
+    retention: PositiveDuration = timedelta(days=7)
     #: Direct receivers: a new incident's first trigger waits until it is this old, so the
     #: switch incident of a whole failing switch can still inhibit its host links ("0s": off).
-    group_wait: str = "30s"
+    group_wait: Duration = timedelta(seconds=30)
     #: Pending messages kept per receiver. A receiver away for hours makes its queue grow; past
     #: this the oldest superseded and already-over messages are dropped first, firing pages
     #: last and critical ones after every lower one (``graywire_alert_outbox_dropped_total``).
     max_outbox: int = Field(10_000, ge=10)
-
-    @field_validator("sync_interval", "retention")
-    @classmethod
-    def _durations(cls, v: str) -> str:
-        return _duration(v)
-
-    @field_validator("group_wait")
-    @classmethod
-    def _group_wait(cls, v: str) -> str:
-        if parse_duration(v) < 0:
-            raise ValueError("must be a duration such as 30s, or 0s to send at once")
-        return v
 
     @field_validator("external_url")
     @classmethod

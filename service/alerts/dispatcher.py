@@ -24,7 +24,6 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from sqlalchemy.engine import Engine
 
-from graywire.collectors.units import parse_duration
 from graywire.service.alerts import alertmanager, outbox, pagerduty, slack, webhook
 from graywire.service.alerts.config import AlertsSettings, ReceiverConfig
 from graywire.service.alerts.events import AlertEvent
@@ -76,7 +75,7 @@ def _without_password(url: str) -> str:
 
 
 def _alertmanager_destination(url: str, settings: AlertsSettings) -> Destination:
-    refresh_s = parse_duration(settings.alertmanager.refresh_interval)
+    refresh_s = settings.alertmanager.refresh_interval.total_seconds()
 
     def render(messages: Sequence[OutboxMessage], now: datetime) -> tuple[bytes, dict[str, str]]:
         body = alertmanager.postable_alerts(_events(messages), settings.external_url, now, refresh_s)
@@ -87,7 +86,7 @@ def _alertmanager_destination(url: str, settings: AlertsSettings) -> Destination
         name=name,
         type="alertmanager",
         url=url + alertmanager.ALERTS_PATH,
-        timeout_s=parse_duration(settings.alertmanager.timeout),
+        timeout_s=settings.alertmanager.timeout.total_seconds(),
         batch=ALERTMANAGER_BATCH,
         render=render,
         sync=SyncTarget(name, settings.min_severity, refresh_s, max_pending=settings.max_outbox),
@@ -116,14 +115,14 @@ def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings) -> Desti
         name=rc.name,
         type=rc.type,
         url=rc.endpoint,
-        timeout_s=parse_duration(rc.timeout),
+        timeout_s=rc.timeout.total_seconds(),
         batch=1,
         render=render,
         sync=SyncTarget(
             rc.name,
             rc.min_severity or settings.min_severity,
             inhibit=True,
-            group_wait_s=parse_duration(settings.group_wait),
+            group_wait_s=settings.group_wait.total_seconds(),
             max_pending=settings.max_outbox,
         ),
     )
@@ -180,7 +179,7 @@ class Dispatcher:
             self.engine,
             [d.sync for d in self.destinations.values()],
             self.clock(),
-            parse_duration(self.settings.retention),
+            self.settings.retention.total_seconds(),
         )
         self.dropped.update(self.last_sync.dropped)
 
@@ -190,7 +189,7 @@ class Dispatcher:
         Senders run apart from the sync loop, so a slow or hanging receiver delays neither
         the sync nor any other receiver.
         """
-        interval = parse_duration(self.settings.sync_interval)
+        interval = self.settings.sync_interval.total_seconds()
         senders: dict[str, asyncio.Task[int]] = {}
         try:
             while True:
@@ -278,8 +277,8 @@ class Dispatcher:
         retry = self.settings.retry
         delay = outbox.backoff_seconds(
             attempts,
-            parse_duration(retry.initial_backoff),
-            parse_duration(retry.max_backoff),
+            retry.initial_backoff.total_seconds(),
+            retry.max_backoff.total_seconds(),
             retry.jitter,
             self.rng,
         )

@@ -27,7 +27,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from graywire.collectors.nccl import parse_push
-from graywire.collectors.units import parse_duration
+from graywire.collectors.units import format_duration
 from graywire.service.api.deps import GuardsDep, Ingester, RunnerDep
 from graywire.service.api.schemas import ErrorOut, IngestOut
 from graywire.service.auth import Principal
@@ -132,16 +132,18 @@ def _check_time(runner: Runner, batch: pa.RecordBatch) -> None:
     cfg = runner.settings.ingest
     t = batch.column("time")[0].as_py().timestamp()
     now = time.time()
-    if t > now + parse_duration(cfg.max_clock_skew):
+    if t > now + cfg.max_clock_skew.total_seconds():
         runner.reject("nccl_timing", "clock_ahead", batch.num_rows)
         raise HTTPException(
             422, f"records are dated {t - now:.0f} s ahead of graywire's clock (ingest.max_clock_skew "
-            f"{cfg.max_clock_skew}): check the job's clock",
+            f"{format_duration(cfg.max_clock_skew)}): check the job's clock",
         )  # fmt: skip
-    if t < now - parse_duration(cfg.max_age):
+    if t < now - cfg.max_age.total_seconds():
         runner.reject("nccl_timing", "too_old", batch.num_rows)
         raise HTTPException(
-            422, f"records are {now - t:.0f} s old (ingest.max_age {cfg.max_age}): push them as written"
+            422,
+            f"records are {now - t:.0f} s old (ingest.max_age {format_duration(cfg.max_age)}): "
+            "push them as written",
         )
 
 
@@ -254,7 +256,7 @@ def _check_communicators(runner: Runner, batch: pa.RecordBatch, job: str) -> Non
     comms = pc.unique(batch.column("communicator").cast(pa.string())).to_pylist()
     now = time.time()
     live = runner.push_communicators
-    horizon = now - parse_duration(cfg.max_age)
+    horizon = now - cfg.max_age.total_seconds()
     for key in [k for k, seen in live.items() if seen < horizon]:
         del live[key]
     new = [c for c in comms if (job, c) not in live]

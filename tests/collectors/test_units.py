@@ -1,10 +1,20 @@
-"""Speed parsing and formatting: everything to bits per second and back."""
+"""Speeds and durations: parsed to base units and formatted back; the Duration settings type."""
 
 from __future__ import annotations
 
-import pytest
+from datetime import timedelta
 
-from graywire.collectors.units import format_speed, parse_duration, parse_speed
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from graywire.collectors.units import (
+    Duration,
+    PositiveDuration,
+    format_duration,
+    format_speed,
+    parse_duration,
+    parse_speed,
+)
 
 G = 10**9
 
@@ -89,3 +99,84 @@ def test_parse_duration(text: str | int, seconds: float) -> None:
 def test_parse_duration_rejects(bad: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(bad)
+
+
+class _Timing(BaseModel):
+    every: PositiveDuration = timedelta(seconds=10)
+    wait: Duration = timedelta(0)
+    limit: PositiveDuration | None = None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("30s", timedelta(seconds=30)),
+        ("1.5m", timedelta(seconds=90)),
+        (" 2d ", timedelta(days=2)),
+        ("90", timedelta(seconds=90)),
+        ("0.25s", timedelta(milliseconds=250)),
+        (timedelta(hours=1), timedelta(hours=1)),
+    ],
+)
+def test_duration_reads_the_grammar_and_timedeltas(value: str | timedelta, expected: timedelta) -> None:
+    assert _Timing(wait=value).wait == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("soon", "not a duration: 'soon'"),
+        ("-5s", "not a duration: '-5s'"),
+        (10, "not a duration: 10"),  # a bare YAML number: no unit, refused rather than guessed
+        (1.5, "not a duration: 1.5"),
+        (True, "not a duration: True"),
+        (timedelta(seconds=-1), "never negative"),
+    ],
+)
+def test_duration_refuses_anything_else_naming_the_field(value: object, message: str) -> None:
+    with pytest.raises(ValidationError, match=message) as e:
+        _Timing(wait=value)
+    assert e.value.errors()[0]["loc"] == ("wait",)
+
+
+def test_positive_duration_refuses_zero_but_duration_takes_it() -> None:
+    assert _Timing(wait="0s").wait == timedelta(0)
+    with pytest.raises(ValidationError, match="must be a positive duration") as e:
+        _Timing(every="0s")
+    assert e.value.errors()[0]["loc"] == ("every",)
+    assert _Timing(limit=None).limit is None
+    with pytest.raises(ValidationError, match="must be a positive duration"):
+        _Timing(limit="0m")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(0), "0s"),
+        (timedelta(seconds=45), "45s"),
+        (timedelta(seconds=90), "90s"),
+        (timedelta(minutes=5), "5m"),
+        (timedelta(hours=72), "3d"),
+        (timedelta(hours=36), "36h"),
+        (timedelta(seconds=1.5), "1.5s"),
+        (timedelta(microseconds=1), "0.000001s"),
+        (timedelta(seconds=1_234_567), "1234567s"),
+    ],
+)
+def test_format_duration(value: timedelta, text: str) -> None:
+    assert format_duration(value) == text
+    assert timedelta(seconds=parse_duration(text)) == value
+
+
+def test_duration_dumps_as_text_in_json_and_reads_back() -> None:
+    t = _Timing(every="1.5m", wait="72h", limit="250")
+    assert t.model_dump() == {
+        "every": timedelta(seconds=90),
+        "wait": timedelta(days=3),
+        "limit": timedelta(seconds=250),
+    }
+    dumped = t.model_dump(mode="json")
+    assert dumped == {"every": "90s", "wait": "3d", "limit": "250s"}
+    assert _Timing.model_validate(dumped) == t
+    assert _Timing.model_validate_json(t.model_dump_json()) == t
+    assert _Timing.model_json_schema()["properties"]["wait"]["type"] == "string"

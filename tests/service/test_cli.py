@@ -16,7 +16,7 @@ from fastapi import FastAPI
 
 from graywire.collectors.dataset import iter_polls
 from graywire.collectors.host.agent_wire import DEFAULT_AGENT_PORT
-from graywire.service.cli import DEMO_FAULTS, build_parser, main
+from graywire.service.cli import DEMO_FAULTS, ber_thresholds, build_parser, main
 from graywire.service.config import FabricSimSource
 from graywire.service.simulated import FabricSimCollector
 
@@ -47,6 +47,18 @@ def test_replay_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "is not a directory" in capsys.readouterr().err
     assert main(["replay", str(tmp_path)]) == 2
     assert "no inventory" in capsys.readouterr().err
+
+
+def test_ber_thresholds_default_to_the_environment_when_the_command_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parser = build_parser()  # before the variable is set: it is read when the command runs
+    monkeypatch.setenv("GRAYWIRE_BER_THRESHOLDS", "/etc/graywire/ber.csv")
+    for argv in (["replay", "dir"], ["eval"]):
+        assert ber_thresholds(parser.parse_args(argv)) == "/etc/graywire/ber.csv"
+    assert ber_thresholds(parser.parse_args(["eval", "--ber-thresholds", "mine.csv"])) == "mine.csv"
+    monkeypatch.delenv("GRAYWIRE_BER_THRESHOLDS")
+    assert ber_thresholds(parser.parse_args(["replay", "dir"])) is None
 
 
 def test_sim_rejects_a_bad_fault_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

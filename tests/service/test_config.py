@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from graywire.service.config import load_settings
+from graywire.service.config import env_setting, load_settings
 
 
 def test_defaults_are_sqlite_under_the_data_dir() -> None:
@@ -35,6 +36,10 @@ def test_yaml_file_and_overrides(tmp_path: Path) -> None:
         ("- a\n- b\n", "must be a mapping"),
         ("colour: blue\n", "colour"),
         ("poll_interval: soon\n", "poll_interval"),
+        # A bare number has no unit: refused, not read as seconds (quoted, "10" is ten seconds).
+        ("poll_interval: 10\n", "poll_interval: Value error, not a duration: 10"),
+        ("http:\n  keep_alive: 0s\n", "http.keep_alive: Value error, must be a positive duration"),
+        ("alerts:\n  retry:\n    max_backoff: 0m\n", "alerts.retry.max_backoff"),
         ("sources:\n  - type: fabricsim\n    faults: meteor_strike\n", "unknown fault kind 'meteor_strike'"),
         ("sources:\n  - type: fabricsim\n    hosts: 0\n", "sources.0.fabricsim.hosts"),
         ("sources:\n  - hosts: 4\n", "each source needs a type"),
@@ -51,6 +56,29 @@ def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -
         load_settings(cfg)
 
 
+def test_durations_are_timedeltas_and_dump_back_as_text(tmp_path: Path) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text('poll_interval: "90"\nscrape_timeout: 1.5s\ndrain:\n  window: 1h\n')
+    s = load_settings(cfg)
+    assert (s.poll_interval, s.scrape_timeout, s.drain.window) == (
+        timedelta(seconds=90), timedelta(seconds=1.5), timedelta(hours=1)
+    )  # fmt: skip
+    assert (s.poll_seconds, s.scrape_timeout_seconds) == (90.0, 1.5)
+    dumped = s.model_dump(mode="json")
+    assert (dumped["poll_interval"], dumped["scrape_timeout"], dumped["drain"]["window"]) == (
+        "90s",
+        "1.5s",
+        "1h",
+    )
+    assert (dumped["archive"]["retention"], dumped["alerts"]["retention"]) == ("3d", "7d")
+    assert load_settings(None, **dumped).model_dump() == s.model_dump()
+
+
+def test_the_scrape_timeout_defaults_to_most_of_the_poll_interval() -> None:
+    assert load_settings(None, poll_interval="5s").scrape_timeout_seconds == 4.0
+    assert load_settings(None, poll_interval=timedelta(seconds=5)).scrape_timeout_seconds == 4.0
+
+
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot read config"):
         load_settings(tmp_path / "nope.yaml")
@@ -64,8 +92,28 @@ def test_environment_beats_the_file_and_the_command_line_beats_both(
     monkeypatch.setenv("GRAYWIRE_PORT", "9000")
     monkeypatch.setenv("GRAYWIRE_ARCHIVE__ROLL", "1m")
     s = load_settings(cfg)
-    assert (s.port, s.archive.retention, s.archive.roll) == (9000, "24h", "1m")
+    assert (s.port, s.archive.retention, s.archive.roll) == (9000, timedelta(hours=24), timedelta(minutes=1))
     assert load_settings(cfg, port=7000).port == 7000
+    assert load_settings(cfg, port=None).port == 9000  # None: not given on the command line
+
+
+def test_the_file_is_read_again_at_every_load(tmp_path: Path) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text("poll_interval: 30s\n")
+    assert load_settings(cfg).poll_interval == timedelta(seconds=30)
+    cfg.write_text("poll_interval: 1m\n")
+    assert load_settings(cfg).poll_interval == timedelta(minutes=1)
+    assert load_settings().poll_interval == timedelta(seconds=10)
+
+
+def test_env_setting_reads_one_variable_and_knows_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAYWIRE_BER_THRESHOLDS", "/etc/graywire/ber.csv")
+    monkeypatch.setenv("GRAYWIRE_PORT", "not a port")  # not this command's concern
+    assert env_setting("ber_thresholds") == "/etc/graywire/ber.csv"
+    monkeypatch.setenv("GRAYWIRE_BER_THRESHOLDS", "")
+    assert env_setting("ber_thresholds") is None
+    with pytest.raises(KeyError, match="ber_threshold"):
+        env_setting("ber_threshold")
 
 
 def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,7 @@ def test_duplicate_names_and_bad_durations_are_rejected(tmp_path: Path) -> None:
         load_settings(write(tmp_path, {"alerts": {"alertmanager": {"refresh_interval": "0s"}}}))
     with pytest.raises(ValueError, match=r"alerts\.group_wait"):
         load_settings(write(tmp_path, {"alerts": {"group_wait": "soon"}}))
-    assert load_settings(write(tmp_path, {"alerts": {"group_wait": "0s"}})).alerts.group_wait == "0s"
+    assert load_settings(write(tmp_path, {"alerts": {"group_wait": "0s"}})).alerts.group_wait == timedelta(0)
     pd = {"name": "pd", "type": "pagerduty", "routing_key": "k", "dedup_prefix": "has space"}
     with pytest.raises(ValueError, match=r"alerts\.receivers\.0\.dedup_prefix"):
         load_settings(write(tmp_path, {"alerts": {"receivers": [pd]}}))

@@ -161,7 +161,7 @@ def test_service_loop_keeps_a_hanging_receiver_from_delaying_the_others(
     recorder.on("/slow", delay_s=3.0)
     s = settings(recorder, {"name": "slow", "type": "webhook", "url": "/slow", "timeout": "5s"},
                  {"name": "fast", "type": "webhook", "url": "/fast"})  # fmt: skip
-    s = s.model_copy(update={"sync_interval": "0.05s"})
+    s = s.model_copy(update={"sync_interval": timedelta(milliseconds=50)})
     dispatcher = Dispatcher(engine, s)
 
     async def go() -> None:
@@ -206,7 +206,8 @@ def test_held_pages_are_counted_in_the_metrics(
     engine: Engine, store: IncidentStore, recorder: Recorder
 ) -> None:
     s = settings(recorder, {"name": "chat", "type": "slack", "url": "/services/T0/B0/x"})
-    s = s.model_copy(update={"group_wait": "1h"})  # a fresh incident waits before its first page
+    # A fresh incident waits before its first page.
+    s = s.model_copy(update={"group_wait": timedelta(hours=1)})
     dispatcher = Dispatcher(engine, s, clock=lambda: T0 + timedelta(seconds=5))
     store.apply([finding(t=0)])
     dispatcher.sync()
