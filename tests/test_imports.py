@@ -32,9 +32,12 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 #: eval, fakes, demo) and the built-in synthetic source.
 SIM_SEAMS = frozenset({f"{NAMESPACE}.service.cli", f"{NAMESPACE}.service.simulated"})
 SIM_PACKAGES = frozenset({"fabricsim", "evaluation"})
-#: The migrations need the service's tables and its engine, nothing else of it; the service's
-#: engine module in turn runs them, and needs their package only to find the scripts.
-MIGRATIONS_MAY_USE = frozenset({f"{NAMESPACE}.service.models", f"{NAMESPACE}.service.db"})
+#: The migrations need the service's tables, its engine and its settings (the one default
+#: database URL), nothing else of it; the service's engine module in turn runs them, and needs
+#: their package only to find the scripts.
+MIGRATIONS_MAY_USE = frozenset(
+    {f"{NAMESPACE}.service.models", f"{NAMESPACE}.service.db", f"{NAMESPACE}.service.config"}
+)
 MIGRATION_RUNNER = (f"{NAMESPACE}.service.db", f"{NAMESPACE}.migrations")
 
 
