@@ -26,12 +26,13 @@ from graywire.service.auth import Auth
 from graywire.service.config import Settings
 from graywire.service.db import make_engine, upgrade
 from graywire.service.drain_engine import DrainEngine, policy_from_settings
+from graywire.service.fabric_state import StateBoard
 from graywire.service.ingest_guard import IngestGuards, RateLimiter
 from graywire.service.ingest_scope import JobPlacement
 from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
 from graywire.service.metrics.alerts import AlertsExporter
 from graywire.service.metrics.drain import DrainExporter
-from graywire.service.metrics.exporter import MetricsState, make_registry
+from graywire.service.metrics.exporter import make_registry
 from graywire.service.metrics.exposition import CONTENT_TYPE, iter_render
 from graywire.service.operations import Operations
 from graywire.service.read_cache import ReadCache
@@ -67,8 +68,8 @@ def create_app(
     engine = make_engine(settings.db_url)
     store = IncidentStore(engine)
     cache = ReadCache(engine, ttl_s=settings.http.read_cache_ttl.total_seconds())
-    metrics = MetricsState(fabric, per_port=settings.metrics.per_port)
-    registry = make_registry(metrics)
+    state = StateBoard(fabric, per_port=settings.metrics.per_port)
+    registry = make_registry(state)
     drain = DrainEngine(engine, store, fabric, policy_from_settings(settings.drain))
     drain.sync_inventory()
     registry.register(DrainExporter(drain))
@@ -81,7 +82,7 @@ def create_app(
         fabric,
         collectors,
         store,
-        metrics,
+        state,
         Pipeline(fabric, default_detectors(fabric, table, settings.multivariate_outliers)),
         drain,
     )
@@ -132,7 +133,7 @@ def create_app(
         app.add_exception_handler(error, database_unavailable)
     app.state.runner = runner
     app.state.store = store
-    app.state.metrics = metrics
+    app.state.fabric_state = state
     app.state.drain = drain
     app.state.auth = auth
     app.state.ingest = guards
@@ -147,18 +148,18 @@ def create_app(
         except Exception as e:  # the reason goes into the response, not a 500
             log.warning("health check: database unreachable: %s", e)
             db_ok = False
-        with metrics.lock:
-            last = metrics.last_poll_timestamp
-            body = {
-                "status": "ok" if db_ok else "degraded",
-                "database": "ok" if db_ok else "unreachable",
-                "polls": metrics.polls,
-                "poll_errors": metrics.poll_errors,
-                "last_poll": datetime.fromtimestamp(last, UTC).isoformat() if last else None,
-                "ports": fabric.n_ports,
-                "targets": len(metrics.targets),
-                "targets_failing": sum(1 for t in metrics.targets if t.ok is False),
-            }
+        now = state.current
+        last = now.last_poll_timestamp
+        body = {
+            "status": "ok" if db_ok else "degraded",
+            "database": "ok" if db_ok else "unreachable",
+            "polls": now.polls,
+            "poll_errors": now.poll_errors,
+            "last_poll": datetime.fromtimestamp(last, UTC).isoformat() if last else None,
+            "ports": fabric.n_ports,
+            "targets": len(now.targets),
+            "targets_failing": sum(1 for t in now.targets if t.ok is False),
+        }
         return JSONResponse(body, status_code=200 if db_ok else 503)
 
     # HEAD too (uptime checks and load balancers probe with it), kept out of the schema.
@@ -169,7 +170,7 @@ def create_app(
         # Streamed family by family: per-port series on a large fabric are hundreds of MB.
         return StreamingResponse(iter_render(registry), media_type=CONTENT_TYPE)
 
-    services = Services(store, cache, fabric, auth, metrics, drain, Operations(drain), runner, guards)
+    services = Services(store, cache, fabric, auth, state, drain, Operations(drain), runner, guards)
     install_api(app, services)
     install_status_page(app)
     return app

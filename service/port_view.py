@@ -19,7 +19,7 @@ import numpy as np
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
 from graywire.detectors.findings import PORT_HEALTH
-from graywire.service.metrics.exporter import MetricsState
+from graywire.service.fabric_state import FabricState
 from graywire.service.models import ACTIVE_STATUSES
 from graywire.service.store import IncidentStore
 
@@ -252,20 +252,18 @@ def incident_ports(incident: Mapping[str, Any], key_index: Mapping[str, int]) ->
     return found
 
 
-def build_view(
-    layout: FabricLayout, metrics: MetricsState, incidents: Iterable[Mapping[str, Any]]
-) -> PortView:
-    """Snapshot the metrics' per-port arrays and fold the open incidents into port health."""
+def build_view(layout: FabricLayout, state: FabricState, incidents: Iterable[Mapping[str, Any]]) -> PortView:
+    """Fold the open incidents into port health over one published state's per-port arrays
+    (immutable, so they are read in place, not copied)."""
     n = layout.fabric.n_ports
-    with metrics.lock:
-        speed = _copy(metrics.port_speed_bps, np.full(n, np.nan))
-        width = _copy(metrics.port_width, np.zeros(n, dtype=np.int16))
-        phys = _copy(metrics.port_phys_state, np.zeros(n, dtype=np.uint8))
-        logical = _copy(metrics.port_logical_state, np.zeros(n, dtype=np.uint8))
-        updated = _copy(metrics.port_updated, np.full(n, np.nan))
-        stale = _copy(metrics.port_stale, np.zeros(n, dtype=bool))
-        last_poll = metrics.last_poll_timestamp or None
-        polls = metrics.polls
+    speed = _or(state.port_speed_bps, np.full(n, np.nan))
+    width = _or(state.port_width, np.zeros(n, dtype=np.int16))
+    phys = _or(state.port_phys_state, np.zeros(n, dtype=np.uint8))
+    logical = _or(state.port_logical_state, np.zeros(n, dtype=np.uint8))
+    updated = _or(state.port_updated, np.full(n, np.nan))
+    stale = _or(state.port_stale, np.zeros(n, dtype=bool))
+    last_poll = state.last_poll_timestamp or None
+    polls = state.polls
     health = np.zeros(n, dtype=np.int8)
     ids: dict[int, list[int]] = defaultdict(list)
     kinds: dict[int, set[str]] = defaultdict(set)
@@ -298,5 +296,5 @@ def build_view(
     )
 
 
-def _copy(values: np.ndarray | None, empty: np.ndarray) -> np.ndarray:
-    return empty if values is None else values.copy()
+def _or(values: np.ndarray | None, empty: np.ndarray) -> np.ndarray:
+    return empty if values is None else values

@@ -14,6 +14,7 @@ import collections
 import logging
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -30,7 +31,7 @@ from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
 from graywire.service.config import Settings
 from graywire.service.drain_engine import DrainEngine
-from graywire.service.metrics.exporter import MetricsState, TargetStatus
+from graywire.service.fabric_state import StateBoard, TargetStatus
 from graywire.service.store import IncidentStore
 
 log = logging.getLogger("graywire.runner")
@@ -52,20 +53,20 @@ class Runner:
         fabric: Fabric,
         collectors: list[Collector],
         store: IncidentStore,
-        metrics: MetricsState,
+        state: StateBoard,
         pipeline: Pipeline | None = None,
         drain: DrainEngine | None = None,
     ) -> None:
         self.settings = settings
         self.fabric = fabric
         self.store = store
-        self.metrics = metrics
+        #: Where every poll publishes what it learned (the only writer of the fabric state).
+        self.state = state
         self.pipeline = pipeline or Pipeline(fabric)
         self.drain = drain
         self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
         self._record_indexers: dict[str, PortIndexer] = {}
-        with metrics.lock:
-            metrics.targets = [t.status for t in self.targets]
+        state.set_targets([t.status for t in self.targets], np.zeros(fabric.n_ports, dtype=bool))
         self.archive: DatasetWriter | None = None
         if settings.archive.enabled:
             self.archive = DatasetWriter(
@@ -95,8 +96,7 @@ class Runner:
 
     def reject(self, record: str, reason: str, rows: int) -> None:
         """Count rows refused before detection (``graywire_rejected_rows{record,reason}``)."""
-        with self.metrics.lock:
-            self.metrics.rows_rejected[(record, reason)] += rows
+        self.state.count_rejected(record, reason, rows)
 
     def _judge_pushed(self, pushed: list[pa.RecordBatch]) -> list[Finding]:
         """Pushed timings through their own detectors; each finding says where it came from."""
@@ -141,46 +141,45 @@ class Runner:
         interval = self.settings.poll_seconds
         max_backoff = self.settings.max_backoff.total_seconds()
         wall = time.time()
-        with self.metrics.lock:
-            for t, r in zip(due, results, strict=True):
-                s = t.status
-                s.scrapes += 1
-                s.last_attempt = wall
-                s.duration_s = r.duration_s
-                s.ok = r.ok
-                if r.ok:
-                    s.last_success = wall
-                    s.samples = r.samples
-                    s.error = None
-                    s.consecutive_failures = 0
-                    t.next_attempt = 0.0
-                    t.ports = self._ports_of(t, r.batches)
-                    for reason, n in r.skipped.items():
-                        self.metrics.parse_skipped[(r.source, reason)] += n
-                else:
-                    s.failures += 1
-                    s.consecutive_failures += 1
-                    s.error = r.error
-                    s.samples = 0
-                    backoff = min(interval * 2 ** (s.consecutive_failures - 1), max_backoff)
-                    t.next_attempt = now + backoff if s.consecutive_failures > 1 else 0.0
-                    log.warning(
-                        "%s %s failed (%d in a row): %s", r.source, r.target, s.consecutive_failures, r.error
-                    )
-            for t in self.targets:
-                s = t.status
-                # Stale after `stale_after_polls` failed scrapes in a row (a target in backoff
-                # keeps its count), or while it has never answered.
-                fresh = (
-                    s.last_success is not None and s.consecutive_failures < self.settings.stale_after_polls
+        skipped: Counter[tuple[str, str]] = Counter()
+        for t, r in zip(due, results, strict=True):
+            s = t.status
+            if r.ok:
+                t.next_attempt = 0.0
+                t.ports = self._ports_of(t, r.batches)
+                skipped.update({(r.source, reason): n for reason, n in r.skipped.items()})
+                s = replace(
+                    s, ok=True, last_success=wall, samples=r.samples, error=None, consecutive_failures=0
                 )
-                s.stale_ports = [] if fresh else [self.fabric.keys[i] for i in t.ports[:1000]]
-                s.stale_port_count = 0 if fresh else int(t.ports.size)
-            stale = np.zeros(self.fabric.n_ports, dtype=bool)
-            for t in self.targets:
-                if t.status.stale_port_count:
-                    stale[t.ports] = True
-            self.metrics.port_stale = stale
+            else:
+                s = replace(
+                    s,
+                    ok=False,
+                    failures=s.failures + 1,
+                    consecutive_failures=s.consecutive_failures + 1,
+                    error=r.error,
+                    samples=0,
+                )
+                backoff = min(interval * 2 ** (s.consecutive_failures - 1), max_backoff)
+                t.next_attempt = now + backoff if s.consecutive_failures > 1 else 0.0
+                log.warning(
+                    "%s %s failed (%d in a row): %s", r.source, r.target, s.consecutive_failures, r.error
+                )
+            t.status = replace(s, scrapes=s.scrapes + 1, last_attempt=wall, duration_s=r.duration_s)
+        stale = np.zeros(self.fabric.n_ports, dtype=bool)
+        for t in self.targets:
+            s = t.status
+            # Stale after `stale_after_polls` failed scrapes in a row (a target in backoff
+            # keeps its count), or while it has never answered.
+            fresh = s.last_success is not None and s.consecutive_failures < self.settings.stale_after_polls
+            t.status = replace(
+                s,
+                stale_ports=() if fresh else tuple(self.fabric.keys[i] for i in t.ports[:1000]),
+                stale_port_count=0 if fresh else int(t.ports.size),
+            )
+            if not fresh:
+                stale[t.ports] = True
+        self.state.set_targets([t.status for t in self.targets], stale, skipped)
 
     def _ports_of(self, t: _Target, batches: tuple[pa.RecordBatch, ...]) -> np.ndarray:
         """Fabric ports a target reported (cached per dictionary: collectors reuse theirs)."""
@@ -201,12 +200,14 @@ class Runner:
         judged, pushed = [], []
         ahead_of = time.time() + self._max_skew
         n_collected = len(batches)
+        ingested: Counter[str] = Counter()
+        dropped: Counter[str] = Counter()
+        rejected: Counter[tuple[str, str]] = Counter()
         while self._pushed:
             batches = [*batches, self._pushed.popleft()]
         for i, batch in enumerate(batches):
             kind = record_kind(batch.schema)
-            with self.metrics.lock:
-                self.metrics.rows_ingested[kind] += batch.num_rows
+            ingested[kind] += batch.num_rows
             if kind == "link":  # discovered cables: counted, not judged (the inventory has the model)
                 continue
             if batch.num_rows:
@@ -214,7 +215,7 @@ class Runner:
                 if t > ahead_of:  # data never decides what "now" is: a clock far ahead says nothing
                     log.warning("a %s batch dated %.0f s ahead of this host's clock was dropped", kind,
                                 t - ahead_of + self._max_skew)  # fmt: skip
-                    self.reject(kind, "clock_ahead", batch.num_rows)
+                    rejected[(kind, "clock_ahead")] += batch.num_rows
                     continue
                 if i < n_collected:  # what collectors last saw, for the lag gauge; not pushes
                     newest = max(newest, t)
@@ -223,22 +224,19 @@ class Runner:
         result = self.pipeline.process_poll(judged)
         for kind, rows, reason in result.dropped:
             log.error("dropped a %s batch of %d rows: %s", kind, rows, reason)
-            with self.metrics.lock:
-                self.metrics.rows_dropped[kind] += rows
+            dropped[kind] += rows
         findings = result.findings + self._judge_pushed(pushed)
         judged += pushed
-        self.metrics.observe_poll(judged, result.port_rates)
+        self.state.observe_poll(judged, result.port_rates, ingested, dropped, rejected)
+        self._record_ports([b for b in judged if record_kind(b.schema) == "port_sample"])
         for batch in judged:
             kind = record_kind(batch.schema)
-            if kind == "port_sample":
-                self._record_ports(batch)
             if self.archive is not None:
                 try:
                     self.archive.write(batch)
                 except (OSError, ValueError) as e:  # a full disk must not cost the findings
                     log.error("archive write failed (%s batch kept out of the archive): %s", kind, e)
-                    with self.metrics.lock:
-                        self.metrics.archive_errors += 1
+                    self.state.count_archive_error()
         # Detectors report changes only once: findings not stored yet are kept and retried.
         # The database being away fails none of the rest of the poll: scrapes, detector
         # state, metrics and the archive carry on, and the poll counts as an error.
@@ -269,45 +267,48 @@ class Runner:
                 log.exception("drain policy run failed; the next poll retries from the stored state")
                 db_failed = True
         try:
-            self.metrics.set_incidents(self.store.open_counts(), self.store.active_on_ports())
+            self.state.set_incidents(self.store.open_counts(), self.store.active_on_ports())
         except Exception as e:  # the gauges keep their last values until the database is back
             log.warning("reading open incidents for the metrics failed: %s", e)
             db_failed = True
         self._maybe_prune()
-        with self.metrics.lock:
-            m = self.metrics
-            m.polls += 1
-            m.poll_errors += int(db_failed)
-            m.last_poll_seconds = time.perf_counter() - t0
-            m.last_poll_timestamp = time.time()
-            m.last_data_timestamp = newest or m.last_data_timestamp
-            for f in findings:
-                m.findings[(f.kind, f.status)] += 1
+        self.state.finish_poll(
+            seconds=time.perf_counter() - t0,
+            finished_at=time.time(),
+            failed=db_failed,
+            newest_data=newest,
+            findings=Counter((f.kind, f.status) for f in findings),
             # Pushed timings' own detectors too, as push/<stage>: their bounds guard the least
             # trusted input, so what they leave out must show.
-            m.stages = dict(self.pipeline.stats) | {
-                f"push/{name}": st for name, st in self.push_pipeline.stats.items()
-            }
+            stages=dict(self.pipeline.stats)
+            | {f"push/{name}": st for name, st in self.push_pipeline.stats.items()},
+        )
         return findings
 
-    def _record_ports(self, batch: pa.RecordBatch) -> None:
-        """The latest reading of each port, for the ports API (and per-port metrics if enabled)."""
-        source = batch.column("source")[0].as_py() if batch.num_rows else ""
-        indexer = self._record_indexers.setdefault(source, PortIndexer(self.fabric))
-        idx = indexer(batch.column("port"))
+    def _record_ports(self, batches: list[pa.RecordBatch]) -> None:
+        """The latest reading of each port, for the ports API: the poll's samples, published once."""
+        if not batches:
+            return
+        parts: list[tuple[np.ndarray, ...]] = []
+        for batch in batches:
+            source = batch.column("source")[0].as_py() if batch.num_rows else ""
+            indexer = self._record_indexers.setdefault(source, PortIndexer(self.fabric))
 
-        def column(name: str, null: float) -> np.ndarray:
-            values = batch.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
-            return np.nan_to_num(values, nan=null)
+            def column(name: str, null: float, b: pa.RecordBatch = batch) -> np.ndarray:
+                values = b.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+                return np.nan_to_num(values, nan=null)
 
-        micros = pc.cast(batch.column("time"), pa.int64()).to_numpy(zero_copy_only=False)
-        self.metrics.record_ports(
+            micros = pc.cast(batch.column("time"), pa.int64()).to_numpy(zero_copy_only=False)
+            parts.append((indexer(batch.column("port")), column("speed_bps", 0.0), column("width", 0.0),
+                          column("phys_state", 0.0), column("logical_state", 0.0), micros / 1e6))  # fmt: skip
+        idx, speed, width, phys, logical, updated = (np.concatenate(c) for c in zip(*parts, strict=True))
+        self.state.record_ports(
             idx,
-            column("speed_bps", 0.0),
-            width=column("width", 0.0).astype(np.int16),
-            phys_state=column("phys_state", 0.0).astype(np.uint8),
-            logical_state=column("logical_state", 0.0).astype(np.uint8),
-            updated=micros / 1e6,
+            speed,
+            width.astype(np.int16),
+            phys.astype(np.uint8),
+            logical.astype(np.uint8),
+            updated,
         )
 
     def _maybe_prune(self) -> None:
@@ -332,8 +333,7 @@ class Runner:
                     await self.poll_once()
                 except Exception:
                     log.exception("poll failed; continuing with the next one")
-                    with self.metrics.lock:
-                        self.metrics.poll_errors += 1
+                    self.state.poll_failed()
                 k = max(k + 1, int((time.monotonic() - start) // interval))
         finally:
             self.close()

@@ -17,8 +17,8 @@ from fastapi.security import HTTPAuthorizationCredentials
 from graywire.collectors.model import Fabric
 from graywire.service.auth import Auth, Principal, Role, bearer
 from graywire.service.drain_engine import DrainEngine
+from graywire.service.fabric_state import FabricState, StateBoard
 from graywire.service.ingest_guard import IngestGuards
-from graywire.service.metrics.exporter import MetricsState
 from graywire.service.operations import Operations
 from graywire.service.port_view import FabricLayout, PortView, active_incidents, build_view
 from graywire.service.read_cache import ReadCache
@@ -37,7 +37,7 @@ class Services:
     cache: ReadCache
     fabric: Fabric | None = None
     auth: Auth | None = None
-    metrics: MetricsState | None = None
+    state: StateBoard | None = None
     drain: DrainEngine | None = None
     ops: Operations | None = None
     runner: Runner | None = None
@@ -79,8 +79,9 @@ async def _layout(s: ServicesDep) -> FabricLayout:
     return _part(s.layout, "fabric model")
 
 
-async def _metrics(s: ServicesDep) -> MetricsState:
-    return _part(s.metrics, "metrics state")
+async def _state(s: ServicesDep) -> FabricState:
+    """The fabric state as the last poll published it: one consistent view for the request."""
+    return _part(s.state, "fabric state").current
 
 
 async def _drain(s: ServicesDep) -> DrainEngine:
@@ -102,14 +103,14 @@ async def _guards(s: ServicesDep) -> IngestGuards:
 def _port_view(s: ServicesDep) -> PortView:
     """Per-port health now: a plain ``def``, so its database read runs in the thread pool."""
     layout = _part(s.layout, "fabric model")
-    return build_view(layout, _part(s.metrics, "metrics state"), active_incidents(s.store))
+    return build_view(layout, _part(s.state, "fabric state").current, active_incidents(s.store))
 
 
 StoreDep = Annotated[IncidentStore, Depends(_store)]
 CacheDep = Annotated[ReadCache, Depends(_cache)]
 FabricDep = Annotated[Fabric, Depends(_fabric)]
 LayoutDep = Annotated[FabricLayout, Depends(_layout)]
-MetricsDep = Annotated[MetricsState, Depends(_metrics)]
+StateDep = Annotated[FabricState, Depends(_state)]
 DrainDep = Annotated[DrainEngine, Depends(_drain)]
 OpsDep = Annotated[Operations, Depends(_ops)]
 RunnerDep = Annotated[Runner, Depends(_runner)]

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter
 
-from graywire.service.api.deps import MetricsDep
+from graywire.service.api.deps import StateDep
 from graywire.service.api.schemas import SourcesOut, TargetOut
 
 router = APIRouter(prefix="/api/v1", tags=["sources"])
@@ -17,26 +17,25 @@ def _ts(v: float | None) -> datetime | None:
 
 
 @router.get("/sources", response_model=SourcesOut)
-def sources(metrics: MetricsDep) -> SourcesOut:
+async def sources(state: StateDep) -> SourcesOut:
     """Every target with its last scrape; a failing one lists the ports it leaves stale."""
-    with metrics.lock:
-        items = [
-            TargetOut(
-                source=t.source,
-                target=t.target,
-                ok=t.ok,
-                scrapes=t.scrapes,
-                failures=t.failures,
-                consecutive_failures=t.consecutive_failures,
-                last_attempt=_ts(t.last_attempt),
-                last_success=_ts(t.last_success),
-                duration_seconds=t.duration_s,
-                samples=t.samples,
-                error=t.error,
-                stale_port_count=t.stale_port_count,
-                stale_ports=list(t.stale_ports[:100]),
-            )
-            for t in metrics.targets
-        ]
-        stale = int(metrics.port_stale.sum()) if metrics.port_stale is not None else 0
+    items = [
+        TargetOut(
+            source=t.source,
+            target=t.target,
+            ok=t.ok,
+            scrapes=t.scrapes,
+            failures=t.failures,
+            consecutive_failures=t.consecutive_failures,
+            last_attempt=_ts(t.last_attempt),
+            last_success=_ts(t.last_success),
+            duration_seconds=t.duration_s,
+            samples=t.samples,
+            error=t.error,
+            stale_port_count=t.stale_port_count,
+            stale_ports=list(t.stale_ports[:100]),
+        )
+        for t in state.targets
+    ]
+    stale = int(state.port_stale.sum()) if state.port_stale is not None else 0
     return SourcesOut(items=items, stale_ports=stale)

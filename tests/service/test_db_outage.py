@@ -62,11 +62,11 @@ def test_database_outage_is_503_json_and_the_poll_loop_recovers(
             assert r.headers.get("retry-after")
         assert c.get("/healthz").status_code == 503
         assert c.get("/metrics").status_code == 200
-        polls = runner.metrics.polls
+        polls = runner.state.current.polls
         for _ in range(3):  # the second fault fires while the database is away
             runner.tick()
-        assert runner.metrics.polls == polls + 3
-        assert runner.metrics.poll_errors >= 3
+        assert runner.state.current.polls == polls + 3
+        assert runner.state.current.poll_errors >= 3
 
         proxy.start()  # same port: the service's URL is unchanged
         runner.tick()

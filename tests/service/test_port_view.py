@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from graywire.collectors.model import Fabric, PortSpec
-from graywire.service.metrics.exporter import MetricsState
+from graywire.service.fabric_state import StateBoard
 from graywire.service.port_view import FabricLayout, build_view, incident_ports
 
 
@@ -60,7 +60,7 @@ def test_severity_becomes_health_and_resolved_incidents_do_not_count() -> None:
         },
         {"id": 3, "status": "resolved", "severity": "critical", "kind": "speed_downgrade", "port": "h3/nic0"},
     ]
-    v = build_view(layout, MetricsState(layout.fabric), incidents)
+    v = build_view(layout, StateBoard(layout.fabric).current, incidents)
     health = dict(zip(layout.fabric.keys, v.health.tolist(), strict=True))
     assert health == {"h1/nic0": 2, "h2/nic0": 1, "h3/nic0": 0, "leaf/p1": 2, "leaf/p2": 0}
     assert v.port(layout.key_index["leaf/p2"])["health"] == "ok"

@@ -14,7 +14,7 @@ from graywire.collectors.base import Collector, ScrapeResult, failed
 from graywire.collectors.schemas import PORT_CAPABILITY, TS, make_batch
 from graywire.service.config import FabricSimSource, Settings, load_settings
 from graywire.service.db import make_engine, upgrade
-from graywire.service.metrics.exporter import MetricsState
+from graywire.service.fabric_state import StateBoard
 from graywire.service.runner import Runner
 from graywire.service.simulated import FabricSimCollector
 from graywire.service.store import IncidentStore
@@ -45,7 +45,7 @@ class Misbehaving:
         return res
 
 
-def make_runner(tmp_path: Path, faults: str, bad: dict[int, str]) -> tuple[Runner, Misbehaving, MetricsState]:
+def make_runner(tmp_path: Path, faults: str, bad: dict[int, str]) -> tuple[Runner, Misbehaving, StateBoard]:
     settings: Settings = load_settings(
         None, data_dir=tmp_path, poll_interval="10s", scrape_timeout="0.3s", archive={"enabled": False}
     )
@@ -53,7 +53,7 @@ def make_runner(tmp_path: Path, faults: str, bad: dict[int, str]) -> tuple[Runne
     upgrade(url)
     sim = FabricSimCollector(FabricSimSource(hosts=8, seed=4, faults=faults), 10.0)
     flaky = Misbehaving(sim, bad)
-    metrics = MetricsState(sim.fabric)
+    metrics = StateBoard(sim.fabric)
     return Runner(settings, sim.fabric, [flaky], IncidentStore(make_engine(url)), metrics), flaky, metrics
 
 
@@ -62,17 +62,17 @@ def test_a_failing_source_marks_its_ports_stale_and_raises_no_finding(tmp_path: 
     runner, flaky, metrics = make_runner(tmp_path, "none", {3: mode})
     found = [f for _ in range(3) for f in runner.tick()]
     assert found == []
-    status = metrics.targets[0]
+    status = metrics.current.targets[0]
     assert (status.ok, status.consecutive_failures, status.failures) == (False, 1, 1)
     assert status.error
     if mode == "hang":
         assert status.error == "timed out after 0.3 s"
     assert status.stale_port_count == 256
-    assert metrics.port_stale is not None and int(metrics.port_stale.sum()) == 256
+    assert metrics.current.port_stale is not None and int(metrics.current.port_stale.sum()) == 256
     # The next poll works again: nothing is stale and the gap produced no finding.
     assert runner.tick() == []
-    assert (metrics.targets[0].ok, metrics.targets[0].stale_port_count) == (True, 0)
-    assert int(metrics.port_stale.sum()) == 0
+    assert (metrics.current.targets[0].ok, metrics.current.targets[0].stale_port_count) == (True, 0)
+    assert int(metrics.current.port_stale.sum()) == 0
     assert flaky.n == 4
 
 
@@ -82,7 +82,7 @@ def test_repeated_failures_back_off(tmp_path: Path) -> None:
         runner.tick()
     # First failure retries at once; the second waits 20 s of wall time, so no more tries here.
     assert flaky.n == 2
-    assert metrics.targets[0].consecutive_failures == 2
+    assert metrics.current.targets[0].consecutive_failures == 2
 
 
 def test_a_downgrade_during_an_outage_is_found_when_data_returns(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_a_downgrade_during_an_outage_is_found_when_data_returns(tmp_path: Path)
 def test_a_counter_reset_is_no_finding(tmp_path: Path) -> None:
     runner, _, metrics = make_runner(tmp_path, "counter_reset@30s:gpu-0002", {})
     assert [f for _ in range(8) for f in runner.tick()] == []
-    assert metrics.targets[0].failures == 0
+    assert metrics.current.targets[0].failures == 0
 
 
 class WithCapabilities:
@@ -141,7 +141,7 @@ def test_capabilities_reach_the_downgrade_detector(tmp_path: Path) -> None:
         }
     )
     runner = Runner(settings, fabric, [WithCapabilities(sim, caps)], IncidentStore(make_engine(url)),
-                    MetricsState(fabric))  # fmt: skip
+                    StateBoard(fabric))  # fmt: skip
     found = [f for _ in range(3) for f in runner.tick()]
     # The link is enabled for 1.6T on both ends and trained at 800G: a downgrade, and only that one.
     assert [(f.kind, f.link, f.evidence["expected_from"]) for f in found] == [
@@ -169,5 +169,5 @@ def test_skipped_parts_of_good_scrapes_are_counted_by_source_and_reason(tmp_path
     runner.targets[0].collector = Skipping(runner.targets[0].collector)
     runner.tick()
     runner.tick()
-    assert dict(metrics.parse_skipped) == {("ufm", "malformed_line"): 4, ("ufm", "out_of_range"): 2}
-    assert metrics.targets[0].ok  # a skipped line is not a failed scrape
+    assert dict(metrics.current.parse_skipped) == {("ufm", "malformed_line"): 4, ("ufm", "out_of_range"): 2}
+    assert metrics.current.targets[0].ok  # a skipped line is not a failed scrape

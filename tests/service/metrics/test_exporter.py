@@ -7,12 +7,14 @@ from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from graywire.collectors.model import Fabric, PortSpec
-from graywire.service.metrics.exporter import GraywireExporter, MetricsState
+from graywire.service.fabric_state import StateBoard
+from graywire.service.metrics.exporter import GraywireExporter
 from graywire.service.metrics.exposition import render
 from tests.scrape import run_promtool, scrape
 
@@ -135,7 +137,7 @@ def test_fast_renderer_matches_prometheus_client(tmp_path: Path) -> None:
     with TestClient(app):
         for _ in range(2):
             app.state.runner.tick()
-        registry = make_registry(app.state.metrics)
+        registry = make_registry(app.state.fabric_state)
         ours, theirs = render(registry).decode(), generate_latest(registry).decode()
     drop_volatile = {"graywire_scrape_staleness_seconds"}  # computed at collection time
 
@@ -176,7 +178,7 @@ def test_a_poll_completes_while_a_scrape_is_still_rendering(tmp_path: Path) -> N
     with TestClient(app):
         for _ in range(2):
             app.state.runner.tick()
-        registry = make_registry(app.state.metrics)
+        registry = make_registry(app.state.fabric_state)
         before = parsed(render(registry).decode())
         chunks = iter_render(registry)
         head = next(chunks)  # the render is under way; a slow client holds the rest
@@ -194,9 +196,10 @@ def test_a_poll_completes_while_a_scrape_is_still_rendering(tmp_path: Path) -> N
 
 def test_parse_skips_are_a_counter_by_source_and_reason() -> None:
     fabric = Fabric.from_specs({"h": "host", "sw": "leaf"}, [PortSpec("h", "p1"), PortSpec("sw", "p1")], [])
-    state = MetricsState(fabric, per_port=False)
-    state.parse_skipped[("snmp", "out_of_range")] += 3
-    state.parse_skipped[("ufm", "malformed_line")] += 1
+    state = StateBoard(fabric, per_port=False)
+    stale = np.zeros(fabric.n_ports, dtype=bool)
+    state.set_targets([], stale, {("snmp", "out_of_range"): 3})
+    state.set_targets([], stale, {("ufm", "malformed_line"): 1})
     text = render(GraywireExporter(state)).decode()
     assert value(text, "graywire_parse_skipped_total", source="snmp", reason="out_of_range") == 3
     assert value(text, "graywire_parse_skipped_total", source="ufm", reason="malformed_line") == 1
