@@ -1,14 +1,18 @@
 """The detector interface and the pieces every detector shares.
 
-A detector keeps per-entity state in arrays and turns a batch into findings. Scoring (how
-abnormal is each entity now) is separate from deciding (a hysteresis rule that opens after
-``open_after`` bad polls in a row and closes after ``close_after`` good ones), so the
-decision rule can be tuned without touching the statistics.
+A detector keeps per-entity state in arrays and turns a batch into findings in three steps,
+as an anomaly filter sits apart from its scorer: a scoring step gives the poll's judged
+entities their scores, evidence and verdicts (:class:`Scores`); the shared hysteresis decides
+(:meth:`Hysteresis.decide`: open after ``open_after`` bad polls in a row, close after
+``close_after`` good ones); findings are built only for the entities that opened or closed
+(:class:`Decision`). The decision rule can so be tuned without touching the statistics.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -16,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Status
 
 
 class Detector(Protocol):
@@ -34,6 +38,50 @@ class Detector(Protocol):
 class HysteresisConfig:
     open_after: int = 2
     close_after: int = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scores:
+    """A scoring step's output for one poll: the entities judged and their verdicts.
+
+    ``ids`` are the entities with data this poll; an unknown one is left out, since unknown is
+    not healthy and a missing sample neither opens nor closes anything. ``bad[i]`` is the
+    verdict on ``ids[i]``. ``holding``, when given, is the laxer verdict that keeps an entity
+    that is already open open (hysteresis on the threshold as well as in time). Detectors
+    subclass it with their score and evidence arrays, aligned with ``ids`` unless they say.
+    """
+
+    ids: np.ndarray
+    bad: np.ndarray
+    holding: np.ndarray | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The entities a poll opened and closed, and where each sits in its :class:`Scores`.
+
+    ``opened_at[i]`` is the position of ``opened[i]`` in the scores' ``ids`` (its last one,
+    should an entity be judged twice in a poll), so findings read the evidence arrays directly.
+    """
+
+    opened: np.ndarray
+    closed: np.ndarray
+    opened_at: np.ndarray
+    closed_at: np.ndarray
+
+    def __bool__(self) -> bool:
+        return bool(self.opened.size or self.closed.size)
+
+    def changes(self) -> Iterator[tuple[Status, int, int]]:
+        """(status, entity, position) of every change: the openings, then the closings."""
+        yield from zip(repeat("firing"), self.opened.tolist(), self.opened_at.tolist(), strict=False)
+        yield from zip(repeat("cleared"), self.closed.tolist(), self.closed_at.tolist(), strict=False)
+
+
+def _last_position(ids: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """Position in ``ids`` of the last occurrence of each of ``which`` (all present)."""
+    order = np.argsort(ids, kind="stable")
+    return order[np.searchsorted(ids[order], which, side="right") - 1]
 
 
 class Hysteresis:
@@ -68,6 +116,19 @@ class Hysteresis:
         self.is_open[idx[opens]] = True
         self.is_open[idx[closes]] = False
         return idx[opens], idx[closes]
+
+    def decide(self, scores: Scores) -> Decision:
+        """Feed one poll's :class:`Scores`: an open entity is judged by ``holding`` when given."""
+        ids = scores.ids
+        bad = scores.bad
+        if scores.holding is not None:
+            if ids.size:
+                self.grow(int(ids.max()) + 1)
+            bad = np.where(self.is_open[ids], scores.holding, bad)
+        opened, closed = self.update(ids, bad)
+        if not opened.size and not closed.size:
+            return Decision(opened, closed, opened, closed)
+        return Decision(opened, closed, _last_position(ids, opened), _last_position(ids, closed))
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the entities where ``mask`` is true, renumbered densely (compaction)."""

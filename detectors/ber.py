@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
+from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
 from graywire.detectors.ber_thresholds import (
     GENERIC,
     LANE_CLASSES,
@@ -77,6 +77,26 @@ class BerConfig:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _BerScores(Scores):
+    """Per link entity the verdict and level (its worse end's); the rest is per judged port row."""
+
+    level_of_id: np.ndarray  # level of each entity in ``ids``
+    port: np.ndarray
+    ent: np.ndarray
+    level: np.ndarray  # 0 ok .. 3 error (LEVELS)
+    rule: np.ndarray  # which rule set the level (RULES)
+    pre: np.ndarray  # pre-FEC BER over the fast window (NaN: not enough bits, or no counter)
+    slow_pre: np.ndarray  # over the slow window
+    long_pre: np.ndarray  # the estimate's baseline
+    sym_ber: np.ndarray
+    pdr12: np.ndarray  # symbol BER over PDR's short and long windows
+    pdr125: np.ndarray
+    peer_med: np.ndarray  # median estimate of the poll's ports of the same role
+    thresholds: list[BerThresholds]  # the levels in use, indexed by ``combo``
+    combo: np.ndarray
+
+
 class BerDetector:
     name = "ber"
     version = "1"
@@ -125,8 +145,45 @@ class BerDetector:
         return hit
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
-        if batch.num_rows == 0:
+        scores = self._score(batch)
+        if scores is None:
             return []
+        decision = self.hyst.decide(scores)
+        # While open, a level above the one reported fires again (an escalation).
+        ids = scores.ids
+        escalated = ids[self.hyst.is_open[ids] & (scores.level_of_id > self.reported[ids])]
+        fire = np.union1d(decision.opened, escalated)
+        if not fire.size and not decision.closed.size:
+            return []
+        now = batch.column("time")[0].as_py()
+        s = scores
+        # Per entity: the worst end's row, for the evidence.
+        worst_row: dict[int, int] = {}
+        fire_set = set(fire.tolist())
+        for j in np.flatnonzero(s.level > 0).tolist():
+            e = int(s.ent[j])
+            if e in fire_set and (e not in worst_row or s.level[j] > s.level[worst_row[e]]):
+                worst_row[e] = j
+        out = []
+        for e in fire.tolist():
+            j = worst_row.get(e)
+            if j is None:
+                continue
+            lv = int(s.level[j])
+            self.reported[e] = lv
+            out.append(self._finding(e, "firing", now, lv, int(s.port[j]), s, j))
+        for e in decision.closed.tolist():
+            was = int(self.reported[e])
+            self.reported[e] = 0
+            out.append(self._finding(e, "cleared", now, was, e))
+        return out
+
+    def _score(self, batch: pa.RecordBatch) -> _BerScores | None:
+        """Advance every port's windows by the poll, then level each port (and each link, its
+        worse end) by the rules; a link is judged once a window holds enough bits, or it has an
+        uncorrectable block or a level."""
+        if batch.num_rows == 0:
+            return None
         f, cfg = self.fabric, self.cfg
         idx = self.port_index(batch.column("port"))
         dt = column(batch, "interval_seconds")
@@ -228,43 +285,16 @@ class BerDetector:
         raise_to(enough & (pre >= err), 3, 3)
         raise_to(enough & sym_ok & (sym_ber >= s_err), 3, 4)
         raise_to(self.fast[2, p] >= 0.5, 3, 9)
-        self._rule, self._pdr = rule, (pdr12, pdr125)
-        self._peer_med, self._long_pre = peer_med, long_pre
-
         ent = self.links.of_port[p]
-        n = f.n_ports
-        ent_level = np.zeros(n, dtype=np.int8)
+        ent_level = np.zeros(f.n_ports, dtype=np.int8)
         np.maximum.at(ent_level, ent, level)
-        judged = np.zeros(n, dtype=bool)
+        judged = np.zeros(f.n_ports, dtype=bool)
         judged[ent[enough | (self.fast[2, p] >= 0.5) | (level > 0)]] = True
         ids = np.flatnonzero(judged)
-        opened, closed = self.hyst.update(ids, ent_level[ids] > 0)
-        escalated = ids[self.hyst.is_open[ids] & (ent_level[ids] > self.reported[ids])]
-        fire = np.union1d(opened, escalated)
-        if not fire.size and not closed.size:
-            return []
-        now = batch.column("time")[0].as_py()
-        # Per entity: the worst end's row, for the evidence.
-        worst_row: dict[int, int] = {}
-        fire_set = set(fire.tolist())
-        for j in np.flatnonzero(level > 0).tolist():
-            e = int(ent[j])
-            if e in fire_set and (e not in worst_row or level[j] > level[worst_row[e]]):
-                worst_row[e] = j
-        out = []
-        for e in fire.tolist():
-            j = worst_row.get(e)
-            if j is None:
-                continue
-            lv = int(level[j])
-            self.reported[e] = lv
-            th = table[combo[j]]
-            out.append(self._finding(e, "firing", now, lv, int(p[j]), pre[j], slow_pre[j], sym_ber[j], th, j))
-        for e in closed.tolist():
-            was = int(self.reported[e])
-            self.reported[e] = 0
-            out.append(self._finding(e, "cleared", now, was, e, np.nan, np.nan, np.nan, None))
-        return out
+        return _BerScores(ids=ids, bad=ent_level[ids] > 0, level_of_id=ent_level[ids], port=p, ent=ent,
+                          level=level, rule=rule, pre=pre, slow_pre=slow_pre, long_pre=long_pre,
+                          sym_ber=sym_ber, pdr12=pdr12, pdr125=pdr125, peer_med=peer_med,
+                          thresholds=table, combo=combo)  # fmt: skip
 
     def _peer_median(self, p: np.ndarray, pre: np.ndarray, use: np.ndarray) -> np.ndarray:
         """Per row, the median pre-FEC estimate of the poll's ports of the same role."""
@@ -283,13 +313,16 @@ class BerDetector:
         now: datetime,
         level: int,
         port: int,
-        pre: float,
-        slow_pre: float,
-        sym_ber: float,
-        th: BerThresholds | None,
+        s: _BerScores | None = None,
         row: int | None = None,
     ) -> Finding:
+        """A firing finding reads row ``row`` of the poll's scores ``s``; a cleared one has none."""
         f = self.fabric
+        th: BerThresholds | None = None
+        pre = slow_pre = sym_ber = np.nan
+        if s is not None and row is not None:
+            pre, slow_pre, sym_ber = s.pre[row], s.slow_pre[row], s.sym_ber[row]
+            th = s.thresholds[s.combo[row]]
         place = self.links.place(ent)
         where = f.keys[port]
         evidence: dict[str, object] = {  # a cleared finding keeps its severity, its level is ok
@@ -299,7 +332,7 @@ class BerDetector:
         }
         if status == "firing":
             unc = float(self.fast[2, port])
-            rule = int(self._rule[row]) if row is not None else 0
+            rule = int(s.rule[row]) if s is not None and row is not None else 0
             src = int(self.src[port])
             estimated = rule == 2 or src in (1, 2)
             evidence |= {
@@ -308,17 +341,17 @@ class BerDetector:
                 "counters": _counters_of(src, rule),
                 "pre_fec_ber": float(pre),
                 "pre_fec_ber_baseline": float(
-                    self._long_pre[row] if estimated and row is not None else slow_pre
+                    s.long_pre[row] if estimated and s is not None and row is not None else slow_pre
                 ),
                 "symbol_ber": float(sym_ber),
-                "symbol_ber_12min": float(self._pdr[0][row]) if row is not None else None,
-                "symbol_ber_125min": float(self._pdr[1][row]) if row is not None else None,
+                "symbol_ber_12min": float(s.pdr12[row]) if s is not None and row is not None else None,
+                "symbol_ber_125min": float(s.pdr125[row]) if s is not None and row is not None else None,
                 "symbol_errors_last_hour": float(self.hour[port]),
                 "uncorrectable_blocks_in_window": unc,
                 "window_seconds": self.cfg.fast_window_s,
             }
-            if estimated and row is not None:
-                evidence["peer_median_pre_fec_ber"] = float(self._peer_med[row])
+            if estimated and s is not None and row is not None:
+                evidence["peer_median_pre_fec_ber"] = float(s.peer_med[row])
             if th is not None:
                 evidence["thresholds"] = {
                     "pre_fec": vars_of(th.pre_fec),

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
-from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
+from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
 from graywire.detectors.findings import Finding
 from graywire.detectors.robust import MAD_TO_SIGMA
 
@@ -39,6 +39,12 @@ class PfcStormConfig:
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=2, close_after=2)
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StormScores(Scores):
+    share: np.ndarray  # the worst priority's share of the poll spent pausing the peer
+    prio: np.ndarray  # that priority
 
 
 class PfcStormDetector:
@@ -54,26 +60,31 @@ class PfcStormDetector:
         self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
-        if batch.num_rows == 0:
+        scores = self._score(batch)
+        if scores is None:
             return []
+        decision = self.hyst.decide(scores)
+        if not decision:
+            return []
+        now = batch.column("time")[0].as_py()
+        return [
+            self._finding(p, status, now, scores.share[j], int(scores.prio[j]))
+            for status, p, j in decision.changes()
+        ]
+
+    def _score(self, batch: pa.RecordBatch) -> _StormScores | None:
+        """Bad: the worst priority's pause share at ``storm_share`` or more; ports without any
+        pause reading are not judged."""
+        if batch.num_rows == 0:
+            return None
         idx = self.port_index(batch.column("port"))
         shares = np.vstack([column(batch, f"pfc{p}_tx_pause_seconds_per_second") for p in PFC_PRIORITIES])
         judged = (idx >= 0) & np.isfinite(shares).any(axis=0)
         if not judged.any():
-            return []
+            return None
         share = np.nanmax(np.where(np.isfinite(shares[:, judged]), shares[:, judged], -1.0), axis=0)
         prio = np.nanargmax(np.where(np.isfinite(shares[:, judged]), shares[:, judged], -1.0), axis=0)
-        ports = idx[judged]
-        opened, closed = self.hyst.update(ports, share >= self.cfg.storm_share)
-        if not opened.size and not closed.size:
-            return []
-        now = batch.column("time")[0].as_py()
-        pos = {int(p): j for j, p in enumerate(ports.tolist())}
-        return [
-            self._finding(int(p), status, now, share[pos[int(p)]], int(prio[pos[int(p)]]))
-            for status, group in (("firing", opened), ("cleared", closed))
-            for p in group.tolist()
-        ]
+        return _StormScores(ids=idx[judged], bad=share >= self.cfg.storm_share, share=share, prio=prio)
 
     def _finding(self, port: int, status: str, now: datetime, share: float, prio: int) -> Finding:
         f = self.fabric
@@ -119,6 +130,15 @@ class EcnHotspotConfig:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _HotspotScores(Scores):
+    frac: np.ndarray  # marked share of received packets
+    med: np.ndarray  # the role's median share
+    z: np.ndarray  # robust z of the log share
+    ratio: np.ndarray  # share over the median
+    marks: np.ndarray  # marked packets per second
+
+
 class EcnHotspotDetector:
     name = "ecn_hotspot"
     version = "1"
@@ -133,15 +153,30 @@ class EcnHotspotDetector:
         self.role_of_port = fabric.port_role_code
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        scores = self._score(batch)
+        if scores is None:
+            return []
+        decision = self.hyst.decide(scores)
+        if not decision:
+            return []
+        now = batch.column("time")[0].as_py()
+        s = scores
+        return [
+            self._finding(p, status, now, s.frac[j], s.med[j], s.z[j], s.ratio[j], s.marks[j])
+            for status, p, j in decision.changes()
+        ]
+
+    def _score(self, batch: pa.RecordBatch) -> _HotspotScores | None:
+        """Robust z of each port's log marking fraction against its role's peers."""
         cfg = self.cfg
         if batch.num_rows == 0:
-            return []
+            return None
         idx = self.port_index(batch.column("port"))
         marks = column(batch, "ecn_marked_packets_per_second")
         pkts = column(batch, "rx_packets_per_second")
         ok = (idx >= 0) & np.isfinite(marks) & np.isfinite(pkts) & (pkts > 0)
         if ok.sum() < cfg.min_peers:
-            return []
+            return None
         ports, m = idx[ok], marks[ok]
         frac = m / pkts[ok]
         # Peers: same role. A fabric that marks nothing has a zero median: no baseline, no verdict.
@@ -169,17 +204,8 @@ class EcnHotspotDetector:
             bad[sel] = (
                 (z[sel] >= cfg.open_z) & (ratio[sel] >= cfg.min_ratio) & (m[sel] >= cfg.min_marks_per_second)
             )
-        opened, closed = self.hyst.update(ports[judged], bad[judged])
-        if not opened.size and not closed.size:
-            return []
-        now = batch.column("time")[0].as_py()
-        pos = {int(p): j for j, p in enumerate(ports.tolist())}
-        out = []
-        for status, group in (("firing", opened), ("cleared", closed)):
-            for p in group.tolist():
-                j = pos[int(p)]
-                out.append(self._finding(int(p), status, now, frac[j], med_of[j], z[j], ratio[j], m[j]))
-        return out
+        return _HotspotScores(ids=ports[judged], bad=bad[judged], frac=frac[judged], med=med_of[judged],
+                              z=z[judged], ratio=ratio[judged], marks=m[judged])  # fmt: skip
 
     def _finding(
         self,
@@ -239,6 +265,19 @@ class XmitWaitConfig:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _WaitScores(Scores):
+    """Per link entity the verdict; the evidence is per judged port (row ``rows`` of the batch)."""
+
+    rows: np.ndarray
+    ent: np.ndarray  # the port's link entity
+    port: np.ndarray
+    wait: np.ndarray  # xmit wait ticks per second
+    med: np.ndarray  # the role's median
+    z: np.ndarray
+    ratio: np.ndarray  # (wait + 1) over (median + 1)
+
+
 class XmitWaitDetector:
     name = "xmit_wait_hotspot"
     version = "1"
@@ -280,14 +319,36 @@ class XmitWaitDetector:
         )
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        scores = self._score(batch)
+        if scores is None:
+            return []
+        decision = self.hyst.decide(scores)
+        if not decision:
+            return []
+        now = batch.column("time")[0].as_py()
+        # The worst judged end of each entity carries the evidence.
+        s = scores
+        dt = column(batch, "interval_seconds")[s.rows]
+        out = []
+        for status, e, _ in decision.changes():
+            ends = np.flatnonzero(s.ent == e)
+            j = int(ends[np.argmax(s.wait[ends])])
+            out.append(
+                self._finding(e, int(s.port[j]), status, now, s.wait[j], s.med[j], s.z[j], s.ratio[j], dt[j])
+            )
+        return out
+
+    def _score(self, batch: pa.RecordBatch) -> _WaitScores | None:
+        """Robust z of each port's log wait rate against its role's peers; a link is bad when
+        either end is and pauses do not explain it."""
         cfg = self.cfg
         if batch.num_rows == 0:
-            return []
+            return None
         idx = self.port_index(batch.column("port"))
         wait = column(batch, "xmit_wait_ticks_per_second")
         ok = (idx >= 0) & np.isfinite(wait) & (wait >= 0)
         if ok.sum() < cfg.min_peers:
-            return []
+            return None
         ports, w = idx[ok], wait[ok]
         x = np.log10(w + 1.0)
         role = self.role_of_port[ports]
@@ -313,29 +374,15 @@ class XmitWaitDetector:
         if bad.any():  # pauses are looked up only for ports that would otherwise be bad
             bad &= ~self._pause(batch, idx)[ports]
         if not judged.any():
-            return []
+            return None
         # One entity per link: either end waiting is one finding about that cable and its ends.
-        n = self.fabric.n_ports
         ent = self.links.of_port[ports[judged]]
-        ent_bad = np.zeros(n, dtype=bool)
+        ent_bad = np.zeros(self.fabric.n_ports, dtype=bool)
         np.logical_or.at(ent_bad, ent, bad[judged])
         ids = np.unique(ent)
-        opened, closed = self.hyst.update(ids, ent_bad[ids])
-        if not opened.size and not closed.size:
-            return []
-        now = batch.column("time")[0].as_py()
-        # The worst judged end of each entity carries the evidence.
-        rows = np.flatnonzero(judged)
-        dt = column(batch, "interval_seconds")[ok]
-        out = []
-        for status, group in (("firing", opened), ("cleared", closed)):
-            for e in group.tolist():
-                ends = rows[ent == e]
-                j = int(ends[np.argmax(w[ends])])
-                out.append(
-                    self._finding(int(e), int(ports[j]), status, now, w[j], med_of[j], z[j], ratio[j], dt[j])
-                )
-        return out
+        return _WaitScores(ids=ids, bad=ent_bad[ids], rows=np.flatnonzero(ok)[judged], ent=ent,
+                           port=ports[judged], wait=w[judged], med=med_of[judged], z=z[judged],
+                           ratio=ratio[judged])  # fmt: skip
 
     def _finding(
         self,

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
-from graywire.detectors.base import LinkEntities, PortIndexer, column
+from graywire.detectors.base import LinkEntities, PortIndexer, Scores, column
 from graywire.detectors.findings import Finding
 
 HISTORY = 16  # outage times kept per link
@@ -41,7 +41,19 @@ class LinkFlapConfig:
             raise ValueError(f"need 1 <= flaps_to_open <= flaps_critical <= {HISTORY}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _FlapScores(Scores):
+    recent: np.ndarray  # outages within the window, per link in ``ids``
+
+
 class LinkFlapDetector:
+    """Outage counts per link over a sliding window, decided by count rather than hysteresis.
+
+    It scores and decides apart like the other detectors, but not through the shared
+    hysteresis: the count over ``window_s`` is the debounce already, and a finding fires again
+    as the count grows and clears only after a whole window without an outage.
+    """
+
     name = "link_flap"
     version = "1"
     consumes = "port_rates"
@@ -70,6 +82,34 @@ class LinkFlapDetector:
         if batch.num_rows == 0:
             return []
         cfg = self.cfg
+        now = batch.column("time")[0].as_py()
+        s = self._score(batch, now)
+        # The decision: a link opens at flaps_to_open outages in the window, fires again when
+        # its count grows or it turns critical, and clears after a window without outages.
+        touched, recent = s.ids, s.recent
+        sev = np.where(recent >= cfg.flaps_critical, 2, np.where(s.bad, 1, 0))
+        old = self.open_sev[touched]
+        grew = (old > 0) & (recent > self.reported[touched])
+        fire = ((sev > old) | grew).nonzero()[0]
+        clear = ((old > 0) & (recent == 0)).nonzero()[0]
+        out = []
+        for j in fire.tolist():  # only the links whose state changes: a handful per poll
+            e = int(touched[j])
+            level = max(int(sev[j]), int(old[j]))
+            out.append(self._finding(e, "firing", now, level, int(recent[j])))
+            self.open_sev[e] = level
+            self.reported[e] = recent[j]
+        for j in clear.tolist():
+            e = int(touched[j])
+            out.append(self._finding(e, "cleared", now, int(old[j]), 0))
+            self.open_sev[e] = 0
+            self.reported[e] = 0
+        return out
+
+    def _score(self, batch: pa.RecordBatch, now: datetime) -> _FlapScores:
+        """Count this poll's outages into the links' histories (one episode, one outage) and
+        score every link with data or open: its outages within ``window_s``."""
+        cfg = self.cfg
         idx = self.port_index(batch.column("port"))
         known = idx >= 0
         p = idx[known]
@@ -84,7 +124,6 @@ class LinkFlapDetector:
         prev = self.was_up[p, slot]
         went_down = (prev == 1) & has_state & ~up
         self.was_up[p, slot] = np.where(has_state, up.astype(np.int8), prev)
-        now = batch.column("time")[0].as_py()
         t = now.timestamp()
         ent = self.links.of_port[p]
         for e in [k for k, ep in self.episodes.items() if ep[0] < t]:
@@ -106,24 +145,7 @@ class LinkFlapDetector:
             self.episodes[e] = (t + cfg.merge_s, max(total, counted), sig)
         touched = np.unique(np.concatenate([ent, np.flatnonzero(self.open_sev)]))
         recent = (self.events[touched] >= t - cfg.window_s).sum(axis=1)
-        sev = np.where(recent >= cfg.flaps_critical, 2, np.where(recent >= cfg.flaps_to_open, 1, 0))
-        old = self.open_sev[touched]
-        grew = (old > 0) & (recent > self.reported[touched])
-        fire = ((sev > old) | grew).nonzero()[0]
-        clear = ((old > 0) & (recent == 0)).nonzero()[0]
-        out = []
-        for j in fire.tolist():  # only the links whose state changes: a handful per poll
-            e = int(touched[j])
-            level = max(int(sev[j]), int(old[j]))
-            out.append(self._finding(e, "firing", now, level, int(recent[j])))
-            self.open_sev[e] = level
-            self.reported[e] = recent[j]
-        for j in clear.tolist():
-            e = int(touched[j])
-            out.append(self._finding(e, "cleared", now, int(old[j]), 0))
-            self.open_sev[e] = 0
-            self.reported[e] = 0
-        return out
+        return _FlapScores(ids=touched, bad=recent >= cfg.flaps_to_open, recent=recent)
 
     def _slots(self, source: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """A small integer per row for its source name, so each source's state is its own."""

@@ -24,7 +24,7 @@ import pyarrow as pa
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
 from graywire.collectors.units import format_speed
-from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, column
+from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
 from graywire.detectors.findings import Finding
 
 
@@ -90,6 +90,16 @@ def group_consensus(
     ok = (total > 0) & (total >= min_peers) & (mode_n >= min_share * total)
     mode = np.where(ok, uniq[best], 0).astype(np.int64)
     return mode, mode_n, total
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _DowngradeScores(Scores):
+    """Per link entity the verdict; the readings are the batch's rows, for the evidence."""
+
+    idx: np.ndarray  # fabric port of each row (-1 unknown)
+    known: np.ndarray
+    speed: np.ndarray
+    width: np.ndarray
 
 
 class LinkDowngradeDetector:
@@ -174,6 +184,29 @@ class LinkDowngradeDetector:
         self._settled = settled
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        scored = self._score(batch)
+        if not scored:
+            return []
+        now = batch.column("time")[0].as_py()
+        findings: list[Finding] = []
+        for kind, scores in scored:
+            h, ids = self.hyst[kind], scores.ids
+            # A bad run starting now dates the finding it may open.
+            fresh = scores.bad & (h.bad_run[ids] == 0) & ~h.is_open[ids]
+            self.since[kind][ids[fresh]] = np.datetime64(now.replace(tzinfo=None), "us")
+            decision = h.decide(scores)
+            if decision:
+                # Row of each port in this batch, built once: many findings stay linear.
+                s = scores
+                row_of = np.full(self.fabric.n_ports, -1, dtype=np.int64)
+                row_of[s.idx[s.known][::-1]] = np.flatnonzero(s.known)[::-1]  # first row wins
+                for status, e, _ in decision.changes():
+                    findings.append(self._finding(kind, e, status, now, row_of, s.speed, s.width))
+        return findings
+
+    def _score(self, batch: pa.RecordBatch) -> list[tuple[str, _DowngradeScores]]:
+        """Per kind (width first), the link entities judged and whether they run below their
+        expectation; only a port that is up with a reading is judged."""
         if batch.num_rows == 0:
             return []
         f = self.fabric
@@ -195,26 +228,14 @@ class LinkDowngradeDetector:
         speed_bad = (
             judged & ~width_bad_link[ent] & (exp_speed > 0) & (speed < exp_speed * self.cfg.speed_tolerance)
         )
-        now = batch.column("time")[0].as_py()
         n = f.n_ports
-        judged_ent = np.bincount(ent[judged], minlength=n) > 0
-        ids = np.flatnonzero(judged_ent)
-        findings: list[Finding] = []
+        ids = np.flatnonzero(np.bincount(ent[judged], minlength=n) > 0)
+        out = []
         for kind, bad_rows in (("width_downgrade", width_bad), ("speed_downgrade", speed_bad)):
             bad_ent = np.bincount(ent[bad_rows], minlength=n) > 0
-            h = self.hyst[kind]
-            fresh = bad_ent[ids] & (h.bad_run[ids] == 0) & ~h.is_open[ids]
-            self.since[kind][ids[fresh]] = np.datetime64(now.replace(tzinfo=None), "us")
-            opened, closed = h.update(ids, bad_ent[ids])
-            if opened.size or closed.size:
-                # Row of each port in this batch, built once: many findings stay linear.
-                row_of = np.full(n, -1, dtype=np.int64)
-                row_of[idx[known][::-1]] = np.flatnonzero(known)[::-1]  # first row wins
-                for e in opened:
-                    findings.append(self._finding(kind, int(e), "firing", now, row_of, speed, width))
-                for e in closed:
-                    findings.append(self._finding(kind, int(e), "cleared", now, row_of, speed, width))
-        return findings
+            out.append((kind, _DowngradeScores(ids=ids, bad=bad_ent[ids], idx=idx, known=known,
+                                               speed=speed, width=width)))  # fmt: skip
+        return out
 
     def _finding(
         self,

@@ -21,7 +21,7 @@ import pyarrow as pa
 from sklearn.ensemble import IsolationForest
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, column
+from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, Scores, column
 from graywire.detectors.findings import Finding
 from graywire.detectors.robust import MAD_TO_SIGMA
 
@@ -60,6 +60,13 @@ class MultivariateConfig:
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=3, close_after=3)
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _OutlierScores(Scores):
+    isolation: np.ndarray  # the forest's score (lower: more isolated)
+    resid: np.ndarray  # residual vectors against peers and the port's own normal
+    x: np.ndarray  # the feature vectors (log rates)
 
 
 class MultivariateOutlier:
@@ -109,15 +116,31 @@ class MultivariateOutlier:
         return x
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        scores = self._score(batch)
+        if scores is None:
+            return []
+        decision = self.hyst.decide(scores)
+        if not decision:
+            return []
+        now = batch.column("time")[0].as_py()
+        s = scores
+        return [
+            self._finding(p, status, now, float(s.isolation[j]), s.resid[j], s.x[j])
+            for status, p, j in decision.changes()
+        ]
+
+    def _score(self, batch: pa.RecordBatch) -> _OutlierScores | None:
+        """Isolation score and peer distance of each host NIC's residual vector; also trains and
+        refits the forest (never on flagged rows). None while training and on whole-fabric moves."""
         cfg = self.cfg
         if batch.num_rows == 0:
-            return []
+            return None
         idx = self.port_index(batch.column("port"))
         dt = column(batch, "interval_seconds")
         rows = np.flatnonzero((idx >= 0) & np.isfinite(dt))
         rows = rows[self.fabric.host_port[idx[rows]]]
         if rows.size < cfg.min_ports:
-            return []
+            return None
         x = self._features(batch, rows)
         # Residuals from this poll's peer median: whatever moves every port is not an outlier.
         med = np.nanmedian(np.where(np.isfinite(x), x, np.nan), axis=0)
@@ -135,13 +158,13 @@ class MultivariateOutlier:
                 self._remember(peer - self.base[ports])
                 self.train_med = self.med_sum / self.polls
                 self._fit()
-            return []
+            return None
         # A whole-fabric event (checkpoint burst, job start) moves every port and changes how
         # they differ from each other: no port is to blame, so the poll gives no verdict.
         shift = float(np.max(np.abs(med - self.train_med)))
         if shift > cfg.global_shift:
             self.skipped_polls += 1
-            return []
+            return None
         new = np.isnan(self.base[ports, 0])
         self.base[ports[new]] = peer[new]  # a port first seen now: its own start is its normal
         resid = peer - self.base[ports]
@@ -153,17 +176,7 @@ class MultivariateOutlier:
         self._remember(resid[~bad])
         if self.polls % cfg.refit_polls == 0:
             self._fit()
-        opened, closed = self.hyst.update(ports, bad)
-        if not opened.size and not closed.size:
-            return []
-        now = batch.column("time")[0].as_py()
-        pos = {int(p): j for j, p in enumerate(ports.tolist())}
-        out = []
-        for status, group in (("firing", opened), ("cleared", closed)):
-            for p in group.tolist():
-                j = pos[int(p)]
-                out.append(self._finding(int(p), status, now, float(scores[j]), resid[j], x[j]))
-        return out
+        return _OutlierScores(ids=ports, bad=bad, isolation=scores, resid=resid, x=x)
 
     def _remember(self, rows: np.ndarray) -> None:
         """Reservoir sample of unflagged residual vectors (uniform over everything seen)."""

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow
+from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow, Scores
 from graywire.detectors.findings import Finding
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
@@ -136,9 +136,43 @@ class NcclChannelOutlier:
             self.hyst.grow(n)
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
+        ctx = self._score(batch)
+        if ctx is None:
+            return []
+        decision = self.hyst.decide(ctx)
+        now = ctx.batch.column("time")[0].as_py()
+        expired = self._expire(now)
+        if not decision:
+            return expired
+        opened, closed = decision.opened, decision.closed
+        batch, ids, first_row, wmed, z = ctx.batch, ctx.cells, ctx.first_row, ctx.wmed, ctx.z
+        elevated, cfg = ctx.elevated, self.cfg
+        # A column cell is slow on its channel while most of its rank's row is not: several slow
+        # ranks behind one leaf fill their rows, a slow path fills only its channels.
+        lab = self._label[ids]
+        _, r_inv = np.unique((lab[:, 0] << 24) | lab[:, 1], return_inverse=True)
+        row_share = (np.bincount(r_inv, weights=elevated) / np.bincount(r_inv))[r_inv]
+        in_col = elevated & (row_share <= cfg.max_row_share)
+        columns = self._columns(ids[in_col], batch, first_row[in_col], wmed[in_col], z[in_col])
+        for e in opened.tolist():
+            g_id, _, chan = self._entity_label[e]
+            j = ctx.at(e)
+            assert j is not None  # a changed cell is one of the poll's
+            leaf = self._leaf_of_cell(e, batch, int(first_row[j]))
+            col = columns.get((g_id, chan, leaf))
+            if col is not None and len(col["hosts"]) >= self.cfg.min_path_hosts:
+                self._cell_path[e] = (g_id, leaf)
+        out = expired
+        out += self._rank_updates(now, opened, closed, ctx)
+        out += self._path_updates(now, opened, closed, columns, ctx)
+        return out
+
+    def _score(self, batch: pa.RecordBatch) -> _PollView | None:
+        """Each (rank, channel)'s windowed residual against its peers' (robust z), judged once
+        its window is full and it has ``min_peers`` peers."""
         cfg = self.cfg
         if batch.num_rows == 0:
-            return []
+            return None
         batch = batch.filter(pc.is_valid(batch.column("channel")))
         dur = batch.column("duration_seconds").to_numpy(zero_copy_only=False)
         ok = np.isfinite(dur) & (dur > 0)
@@ -146,7 +180,7 @@ class NcclChannelOutlier:
             batch = batch.filter(pa.array(ok))
             dur = dur[ok]
         if batch.num_rows == 0:
-            return []
+            return None
         if self.polls and self.polls % cfg.expire_polls == 0:
             self._compact()
         group_key = self._group_keys(batch)
@@ -182,34 +216,11 @@ class NcclChannelOutlier:
         enough = full & (peers[g_ent] >= cfg.min_peers)
         opening = (z >= cfg.open_z) & (wmed >= math.log(cfg.open_ratio))
         holding = (z >= cfg.close_z) & (wmed >= math.log(cfg.close_ratio))
-        bad = np.where(self.hyst.is_open[ids], holding, opening) & enough
-        opened, closed = self.hyst.update(ids[enough], bad[enough])
-        now = batch.column("time")[0].as_py()
-        expired = self._expire(now)
-        if not opened.size and not closed.size:
-            return expired
-        pos_of = {int(e): j for j, e in enumerate(ids.tolist())}
-        # The matrix view: which open cells line up in a column (one channel, ranks behind one
-        # leaf) and so are a slow path, not slow ranks.
-        elevated = holding & enough
-        ctx = _PollView(batch, first_row, g_ent, x, med, scale, wmed, resid, z, peers, pos_of, ids, elevated)
-        # A column cell is slow on its channel while most of its rank's row is not: several slow
-        # ranks behind one leaf fill their rows, a slow path fills only its channels.
-        lab = self._label[ids]
-        _, r_inv = np.unique((lab[:, 0] << 24) | lab[:, 1], return_inverse=True)
-        row_share = (np.bincount(r_inv, weights=elevated) / np.bincount(r_inv))[r_inv]
-        in_col = elevated & (row_share <= cfg.max_row_share)
-        columns = self._columns(ids[in_col], batch, first_row[in_col], wmed[in_col], z[in_col])
-        for e in opened.tolist():
-            g_id, _, chan = self._entity_label[e]
-            leaf = self._leaf_of_cell(e, batch, int(first_row[pos_of[e]]))
-            col = columns.get((g_id, chan, leaf))
-            if col is not None and len(col["hosts"]) >= self.cfg.min_path_hosts:
-                self._cell_path[e] = (g_id, leaf)
-        out = expired
-        out += self._rank_updates(now, opened, closed, ctx)
-        out += self._path_updates(now, opened, closed, columns, ctx)
-        return out
+        e = enough
+        # Elevated: above the close thresholds, for the matrix view (slow rows and columns).
+        return _PollView(ids=ids[e], bad=opening[e], holding=holding[e], batch=batch, cells=ids,
+                         first_row=first_row, g_ent=g_ent, x=x, med=med, scale=scale, wmed=wmed,
+                         resid=resid, z=z, peers=peers, elevated=holding & enough)  # fmt: skip
 
     # -- the rank x channel matrix -----------------------------------------------------------------
     def _leaf_of_cell(self, ent: int, batch: pa.RecordBatch, row: int) -> str:
@@ -384,13 +395,13 @@ class NcclChannelOutlier:
         slow host fills its row) and how many hosts behind the same leaf are elevated on its
         channel (a slow path fills a column)."""
         g_id, rank, chan = self._entity_label[ent]
-        lab = self._label[ctx.ids]
+        lab = self._label[ctx.cells]
         in_row = (lab[:, 0] == g_id) & (lab[:, 1] == rank)
         row_hot = int((in_row & ctx.elevated).sum())
         leaf = self._leaf_cache.get(ent, "?")
         col = np.flatnonzero((lab[:, 0] == g_id) & (lab[:, 2] == chan) & ctx.elevated)
         hosts = {
-            self._host_of.get(int(e)) for e in ctx.ids[col].tolist() if self._leaf_cache.get(int(e)) == leaf
+            self._host_of.get(int(e)) for e in ctx.cells[col].tolist() if self._leaf_cache.get(int(e)) == leaf
         }
         return {
             "row_elevated_channels": row_hot,
@@ -401,7 +412,8 @@ class NcclChannelOutlier:
         }
 
     def _finding(self, status: str, ent: int, now: datetime, ctx: _PollView, channels: list[int]) -> Finding:
-        j = ctx.pos_of[ent]
+        j = ctx.at(ent)
+        assert j is not None  # a changed cell is one of the poll's
         g = ctx.g_ent[j]
         row = int(ctx.first_row[j])
         duration, peer_med, scale = float(np.exp(ctx.x[j])), ctx.med[g], ctx.scale[g]
@@ -489,7 +501,7 @@ class NcclChannelOutlier:
         rank_set = {self._entity_label[c][1] for c in cells}
         zs, excess, col_stats = [], [], {}
         for c in cells:
-            j = ctx.pos_of.get(c)
+            j = ctx.at(c)
             if j is not None:
                 zs.append(float(ctx.z[j]))
                 excess.append(float(ctx.wmed[j]))
@@ -508,7 +520,7 @@ class NcclChannelOutlier:
                 }
         hosts, ranks = sorted(host_set), sorted(rank_set)
         # Row scores of the ranks involved: a path leaves their other channels alone.
-        lab = self._label[ctx.ids]
+        lab = self._label[ctx.cells]
         row_scores = []
         for r in ranks:
             in_row = (lab[:, 0] == g_id) & (lab[:, 1] == r)
@@ -553,11 +565,13 @@ class NcclChannelOutlier:
         )
 
 
-@dataclass(slots=True)
-class _PollView:
-    """One poll's per-cell statistics, for building findings."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PollView(Scores):
+    """One poll's scores: ``ids`` are the judged cells; the arrays below cover every cell of
+    the poll (``cells``, sorted), for the matrix view and the findings."""
 
     batch: pa.RecordBatch
+    cells: np.ndarray
     first_row: np.ndarray
     g_ent: np.ndarray
     x: np.ndarray
@@ -567,6 +581,9 @@ class _PollView:
     resid: np.ndarray
     z: np.ndarray
     peers: np.ndarray
-    pos_of: dict[int, int]
-    ids: np.ndarray
     elevated: np.ndarray
+
+    def at(self, cell: int) -> int | None:
+        """Position of ``cell`` in ``cells``, None when it did not report this poll."""
+        j = int(np.searchsorted(self.cells, cell))
+        return j if j < self.cells.size and self.cells[j] == cell else None

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow
+from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow, Scores
 from graywire.detectors.findings import Finding
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
@@ -84,6 +84,16 @@ class NcclHopConfig:
     def __post_init__(self) -> None:
         if not 0 < self.max_communicators <= 1 << _COMM_BITS:
             raise ValueError(f"max_communicators must be in 1..{1 << _COMM_BITS}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _HopScores(Scores):
+    """Per judged edge (a sender's, its receiver agreeing where profiled): z and log excess."""
+
+    z: np.ndarray
+    ratio: np.ndarray  # windowed log excess over the peers
+    elevated: np.ndarray  # the judged edges above the close thresholds (hops or a path?)
+    cols: dict[str, np.ndarray]  # the observation's rows that were judged
 
 
 class NcclHopDetector:
@@ -186,7 +196,7 @@ class NcclHopDetector:
         obs = cols.pop("obs")
         for o in np.unique(obs).tolist():
             sel = obs == o
-            out += self._observe_one(batch, {k: v[sel] for k, v in cols.items()}, np.flatnonzero(sel), now)
+            out += self._observe_one(batch, {k: v[sel] for k, v in cols.items()}, now)
         return out + self._expire(now)
 
     def _columns(self, batch: pa.RecordBatch) -> dict[str, np.ndarray]:
@@ -250,12 +260,41 @@ class NcclHopDetector:
             "row": keep,
         }
 
-    def _observe_one(
-        self, batch: pa.RecordBatch, c: dict[str, np.ndarray], _sel: np.ndarray, now: datetime
-    ) -> list[Finding]:
+    def _observe_one(self, batch: pa.RecordBatch, c: dict[str, np.ndarray], now: datetime) -> list[Finding]:
+        scores = self._score_one(c)
+        if scores is None:
+            return []
+        decision = self.hyst.decide(scores)
+        if not decision:
+            return []
+        s, elevated = scores, scores.elevated
+        opened, closed = decision.opened, decision.closed
+        self._learn_ranks(batch, s.cols, np.concatenate([opened, closed, elevated]))
+        out = []
+        hops = []
+        for e, j in zip(opened.tolist(), decision.opened_at.tolist(), strict=True):
+            if self._is_path(e, elevated):
+                self._in_path.add(e)
+                continue
+            comm, chan, src, dst = (int(v) for v in self._label[e])
+            if not self.pair_open.get((comm, src, dst)):
+                hops.append((e, j))  # the pair's first channel: its finding lists every channel opening now
+            self.pair_open.setdefault((comm, src, dst), set()).add(chan)
+        for e, j in hops:
+            out += self._pair_update("firing", e, now, float(s.z[j]), float(s.ratio[j]), elevated)
+        for e, j in zip(closed.tolist(), decision.closed_at.tolist(), strict=True):
+            if e in self._in_path:
+                self._in_path.discard(e)
+                continue
+            out += self._pair_update("cleared", e, now, float(s.z[j]), float(s.ratio[j]), elevated)
+        return out
+
+    def _score_one(self, c: dict[str, np.ndarray]) -> _HopScores | None:
+        """Push one observation's residuals into the edges' windows and score the senders'
+        edges, the receivers' agreeing where they are profiled too; None when nothing is judged."""
         cfg = self.cfg
         if not c["val"].size:
-            return []
+            return None
         cell = self._cells(c["comm"], c["chan"], c["src"], c["dst"])
         if (full := cell < 0).any():
             self.over_capacity += int(full.sum())
@@ -263,7 +302,7 @@ class NcclHopDetector:
             c = {k: v[~full] for k, v in c.items()}
             cell = cell[~full]
             if not cell.size:
-                return []
+                return None
         ids = np.unique(cell)
         self.last_seen[ids] = self.polls
         peers: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -281,7 +320,7 @@ class NcclHopDetector:
             self.last_med[side][u] = med[g_inv]
             peers[side] = (u, g_inv)
         if "send" not in peers:
-            return []  # the sender's SendWait times the wire; without it no edge is judged
+            return None  # the sender's SendWait times the wire; without it no edge is judged
         u, g_inv = peers["send"]
         z, ratio, enough = self._score("send", u, g_inv)
         if "recv" in peers:
@@ -294,32 +333,9 @@ class NcclHopDetector:
             ratio = np.where(both, np.minimum(ratio, rr[pos]), ratio)
         opening = (z >= cfg.open_z) & (ratio >= math.log(cfg.open_ratio))
         holding = (z >= cfg.close_z) & (ratio >= math.log(cfg.close_ratio))
-        bad = np.where(self.hyst.is_open[u], holding, opening) & enough
-        opened, closed = self.hyst.update(u[enough], bad[enough])
-        if not opened.size and not closed.size:
-            return []
-        elevated = u[holding & enough]
-        zmap = dict(zip(u.tolist(), z.tolist(), strict=True))
-        rmap = dict(zip(u.tolist(), ratio.tolist(), strict=True))
-        self._learn_ranks(batch, c, np.concatenate([opened, closed, elevated]))
-        out = []
-        hops = []
-        for e in opened.tolist():
-            if self._is_path(e, elevated):
-                self._in_path.add(e)
-                continue
-            comm, chan, src, dst = (int(v) for v in self._label[e])
-            if not self.pair_open.get((comm, src, dst)):
-                hops.append(e)  # the pair's first channel: its finding lists every channel opening now
-            self.pair_open.setdefault((comm, src, dst), set()).add(chan)
-        for e in hops:
-            out += self._pair_update("firing", e, now, zmap.get(e, 0.0), rmap.get(e, 0.0), elevated)
-        for e in closed.tolist():
-            if e in self._in_path:
-                self._in_path.discard(e)
-                continue
-            out += self._pair_update("cleared", e, now, zmap.get(e, 0.0), rmap.get(e, 0.0), elevated)
-        return out
+        e = enough
+        return _HopScores(ids=u[e], bad=opening[e], holding=holding[e], z=z[e], ratio=ratio[e],
+                          elevated=u[holding & e], cols=c)  # fmt: skip
 
     def _score(
         self, side: str, u: np.ndarray, g_inv: np.ndarray

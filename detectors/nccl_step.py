@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graywire.detectors.base import EntityIndex
+from graywire.detectors.base import Decision, EntityIndex, Hysteresis, HysteresisConfig, Scores
 from graywire.detectors.findings import Finding
 from graywire.detectors.robust import group_median
 
@@ -47,11 +47,23 @@ class NcclStepTimeConfig:
     max_groups: int = 16384  # live groups at most; past it new groups are counted, not judged
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StepScores(Scores):
+    """Per judged group: the shift and the windows it was measured on."""
+
+    shift: np.ndarray  # recent median minus the reference (log seconds)
+    ref_level: np.ndarray
+    n: np.ndarray  # samples held
+    n_recent: np.ndarray  # of which in the recent window (the newest)
+    n_ref: np.ndarray  # samples in the reference
+    recent: np.ndarray  # ring positions of the recent window, per group
+
+
 class NcclStepTime:
     """Two-window median shift of each communicator group's step time, rolled up per job.
 
     State is arrays with a row per live group (a ring of its last ``max_samples`` per-poll
-    levels, and its decision counters), judged for all of a poll's groups at once. A group
+    levels, and its hysteresis), scored and decided for all of a poll's groups at once. A group
     quiet for ``expire_s`` gives its row back; past ``max_groups`` live groups, new groups'
     rows are left out and counted in :attr:`over_capacity`, never judged on half a history.
     """
@@ -72,9 +84,7 @@ class NcclStepTime:
         self._head = np.zeros(0, dtype=np.int64)  # next ring position
         self._n = np.zeros(0, dtype=np.int64)  # samples held
         self._level = np.zeros(0)  # frozen reference while open (NaN otherwise)
-        self._open = np.zeros(0, dtype=bool)
-        self._bad = np.zeros(0, dtype=np.int64)
-        self._good = np.zeros(0, dtype=np.int64)
+        self.hyst = Hysteresis(HysteresisConfig(self.cfg.open_after, self.cfg.close_after))
         self._last = np.zeros(0)
         self._jobs: list[str] = []
         self._evidence: dict[int, dict[str, Any]] = {}
@@ -97,10 +107,10 @@ class NcclStepTime:
         self._flag = np.vstack([self._flag, np.zeros((new, k), dtype=bool)])
         for name, fill, dtype in (
             ("_head", 0, np.int64), ("_n", 0, np.int64), ("_level", np.nan, np.float64),
-            ("_open", False, bool), ("_bad", 0, np.int64), ("_good", 0, np.int64),
             ("_last", 0.0, np.float64),
         ):  # fmt: skip
             setattr(self, name, np.concatenate([getattr(self, name), np.full(new, fill, dtype=dtype)]))
+        self.hyst.grow(have + new)
         self._jobs.extend([""] * new)
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
@@ -136,7 +146,8 @@ class NcclStepTime:
                 for j, job in zip(fresh.tolist(), jobs, strict=True):
                     self._jobs[int(used[j])] = str(job)
             finite = np.isfinite(level)
-            out += self._step(used[finite], level[finite], t, now)
+            scores = self._score(used[finite], level[finite], t)
+            out += self._changes(self.hyst.decide(scores), scores, now)
         return out
 
     def _expire(self, t: float, now: datetime, keep: np.ndarray) -> list[Finding]:
@@ -153,13 +164,14 @@ class NcclStepTime:
         if not quiet.any():
             return []
         out: list[Finding] = []
-        for g in np.flatnonzero(quiet & self._open[:n]).tolist():
+        for g in np.flatnonzero(quiet & self.hyst.is_open[:n]).tolist():
             out += self._roll_up(g, "cleared", now, expired=True)
         stay = ~quiet
         new_id = np.cumsum(stay) - 1
         self.index.keep(stay)
-        for name in ("_t", "_x", "_flag", "_head", "_n", "_level", "_open", "_bad", "_good", "_last"):
+        for name in ("_t", "_x", "_flag", "_head", "_n", "_level", "_last"):
             setattr(self, name, getattr(self, name)[:n][stay])
+        self.hyst.keep(stay)
         self._jobs = [j for j, s in zip(self._jobs[:n], stay.tolist(), strict=True) if s]
         self._evidence = {int(new_id[g]): ev for g, ev in self._evidence.items() if stay[g]}
         self.job_open = {job: {int(new_id[g]) for g in rows} for job, rows in self.job_open.items()}
@@ -219,12 +231,14 @@ class NcclStepTime:
         )
         return names, inv
 
-    def _step(self, g: np.ndarray, x: np.ndarray, t: float, now: datetime) -> list[Finding]:
-        """Add this poll's level to each group's ring, then judge all of them at once."""
+    def _score(self, g: np.ndarray, x: np.ndarray, t: float) -> _StepScores:
+        """Add this poll's level to each group's ring, then score all of them at once: the
+        recent median's shift over the reference (frozen while open)."""
         cfg = self.cfg
         k = cfg.max_samples
         pos = self._head[g]
-        self._t[g, pos], self._x[g, pos], self._flag[g, pos] = t, x, self._open[g]
+        is_open = self.hyst.is_open[g]
+        self._t[g, pos], self._x[g, pos], self._flag[g, pos] = t, x, is_open
         self._head[g] = (pos + 1) % k
         self._last[g] = t
         age = (self._head[g][:, None] - 1 - np.arange(k)[None, :]) % k  # 0: the newest sample
@@ -244,40 +258,40 @@ class NcclStepTime:
         xs = self._x[g]
         recent_med = _row_median(xs, recent)
         ref_med, n_ref = _row_median(xs, ref), ref.sum(axis=1)
-        is_open = self._open[g]
         ref_level = np.where(is_open, self._level[g], ref_med)
         judged = (n > n_recent) & (is_open | (n_ref >= cfg.min_ref))
         shift = recent_med - ref_level
-        bad = judged & (shift >= np.where(is_open, math.log1p(cfg.close_shift), math.log1p(cfg.open_shift)))
-        self._bad[g] = np.where(judged, np.where(bad, self._bad[g] + 1, 0), self._bad[g])
-        self._good[g] = np.where(judged, np.where(bad, 0, self._good[g] + 1), self._good[g])
-        opening = np.flatnonzero(judged & ~is_open & (self._bad[g] >= cfg.open_after))
-        closing = np.flatnonzero(judged & is_open & (self._good[g] >= cfg.close_after))
+        j = judged
+        return _StepScores(ids=g[j], bad=shift[j] >= math.log1p(cfg.open_shift),
+                           holding=shift[j] >= math.log1p(cfg.close_shift), shift=shift[j],
+                           ref_level=ref_level[j], n=n[j], n_recent=n_recent[j], n_ref=n_ref[j],
+                           recent=recent[j])  # fmt: skip
+
+    def _changes(self, decision: Decision, s: _StepScores, now: datetime) -> list[Finding]:
+        """Freeze an opening group's reference (its slow samples never enter one), and roll the
+        openings and closings up into per-job findings."""
+        k = self.cfg.max_samples
         out: list[Finding] = []
-        for i in opening.tolist():  # rare: a few groups a day, in Python
-            row = int(g[i])
-            self._open[row] = True
-            self._level[row] = ref_level[i]
-            # The samples that moved the median are not normal: keep them out of any baseline.
-            self._flag[row, recent[i]] = True
-            at = (self._head[row] - 1 - np.arange(n[i] - 1, -1, -1)) % k  # held samples, oldest first
-            last = at[-2 * int(n_recent[i]) :]
-            self._evidence[row] = self._describe(
-                row,
-                self._t[row, last],
-                self._x[row, last],
-                float(ref_level[i]),
-                int(n_ref[i]),
-                float(shift[i]),
-            )
-            out += self._roll_up(row, "firing", now)
-        for i in closing.tolist():
-            row = int(g[i])
-            self._open[row] = False
-            self._level[row] = np.nan
-            ev = self._evidence.get(row, {})
-            self._evidence[row] = {**ev, "after_median_seconds": math.exp(ref_level[i] + shift[i])}
-            out += self._roll_up(row, "cleared", now)
+        for status, row, i in decision.changes():  # rare: a few groups a day, in Python
+            if status == "firing":
+                self._level[row] = s.ref_level[i]
+                # The samples that moved the median are not normal: keep them out of any baseline.
+                self._flag[row, s.recent[i]] = True
+                at = (self._head[row] - 1 - np.arange(s.n[i] - 1, -1, -1)) % k  # held samples, oldest first
+                last = at[-2 * int(s.n_recent[i]) :]
+                self._evidence[row] = self._describe(
+                    row,
+                    self._t[row, last],
+                    self._x[row, last],
+                    float(s.ref_level[i]),
+                    int(s.n_ref[i]),
+                    float(s.shift[i]),
+                )
+            else:
+                self._level[row] = np.nan
+                ev = self._evidence.get(row, {})
+                self._evidence[row] = {**ev, "after_median_seconds": math.exp(s.ref_level[i] + s.shift[i])}
+            out += self._roll_up(row, status, now)
         return out
 
     def _describe(

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow
+from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow, Scores
 from graywire.detectors.findings import Finding
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
@@ -87,6 +87,23 @@ def _first_index(inv: np.ndarray, n: int) -> np.ndarray:
     return first
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StragglerScores(Scores):
+    """Per judged cell: its scores and the evidence a finding shows."""
+
+    x: np.ndarray  # this poll's deficit
+    wmed: np.ndarray  # windowed deficit
+    z: np.ndarray
+    peer_center: np.ndarray  # the group's median windowed deficit
+    peer_scale: np.ndarray
+    peers: np.ndarray
+    inst_count: np.ndarray  # instances the cell was in this poll
+    last: np.ndarray  # of which it arrived last
+    inst_med: np.ndarray  # median duration of its first instance
+    skew: np.ndarray  # median start skew (NaN: no start times)
+    first_row: np.ndarray  # its first value in the poll's _PerRank
+
+
 class NcclStraggler:
     """The rank persistently last to arrive: shortest own durations, every peer waiting for it."""
 
@@ -115,7 +132,6 @@ class NcclStraggler:
             self.hyst.grow(n)
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
-        cfg = self.cfg
         if batch.num_rows == 0:
             return []
         dur = batch.column("duration_seconds").to_numpy(zero_copy_only=False)
@@ -130,6 +146,35 @@ class NcclStraggler:
         if per is None:
             return []
         self.polls += 1
+        scores = self._score(per)
+        if scores is None:
+            return self._expire(now)
+        decision = self.hyst.decide(scores)
+        out = self._expire(now)
+        if not decision:
+            return out
+        s = scores
+        for status, c, j in decision.changes():
+            r = int(s.first_row[j])
+            stats = {
+                "deficit": float(s.x[j]),
+                "windowed_deficit": float(s.wmed[j]),
+                "robust_z": float(s.z[j]),
+                "peer_median_deficit": float(s.peer_center[j]),
+                "peer_spread": float(s.peer_scale[j]),
+                "peers": int(s.peers[j]),
+                "instances": int(s.inst_count[j]),
+                "last_to_arrive_share": float(s.last[j] / max(1, s.inst_count[j])),
+                "instance_median_seconds": float(s.inst_med[j]),
+                "start_skew_seconds": None if math.isnan(s.skew[j]) else float(s.skew[j]),
+            }
+            out += self._roll_up(status, c, now, per.describe(r), stats)
+        return out
+
+    def _score(self, per: _PerRank) -> _StragglerScores | None:
+        """Each cell's windowed deficit against its group's other ranks (robust z), judged once
+        its window is full and the group has ``min_peers``; None when no instance is usable."""
+        cfg = self.cfg
         # Per instance: the ranks' median duration and arrival; each rank's deficit and skew.
         n_inst = int(per.inst.max()) + 1
         present = np.bincount(per.inst, minlength=n_inst)
@@ -142,7 +187,7 @@ class NcclStraggler:
             skew[has_start] = per.start[has_start] - s_med[per.inst[has_start]]
         usable = present[per.inst] >= cfg.min_ranks
         if not usable.any():
-            return self._expire(now)
+            return None
         if self.polls % cfg.expire_polls == 0 or self._crowded:
             self._compact()
         # Per cell (group, rank): the poll's median over its instances.
@@ -160,7 +205,7 @@ class NcclStraggler:
             self._crowded = True  # compact at the next poll: stale rows may make room
             usable &= cell >= 0
             if not usable.any():
-                return self._expire(now)
+                return None
         cell, deficit, skew, rows = cell[usable], deficit[usable], skew[usable], np.flatnonzero(usable)
         ids, c_inv = np.unique(cell, return_inverse=True)
         self._grow(self.cells.n)
@@ -181,7 +226,8 @@ class NcclStraggler:
         full = self.windows.full(ids)
         wmed = self.windows.median(ids)
         # Peers: the other ranks of the same group, by their windowed deficits.
-        group_of_cell = g_ids[per.group_of[rows[_first_index(c_inv, ids.size)]]]
+        first_row = rows[_first_index(c_inv, ids.size)]
+        group_of_cell = g_ids[per.group_of[first_row]]
         used_g, gc_inv = np.unique(group_of_cell, return_inverse=True)
         center = np.full(used_g.size, np.nan)
         spread = np.full(used_g.size, np.nan)
@@ -193,31 +239,13 @@ class NcclStraggler:
         enough = full & (peers[gc_inv] >= cfg.min_peers)
         opening = (z >= cfg.open_z) & (wmed >= cfg.open_deficit)
         holding = (z >= cfg.close_z) & (wmed >= cfg.close_deficit)
-        bad = np.where(self.hyst.is_open[ids], holding, opening) & enough
-        opened, closed = self.hyst.update(ids[enough], bad[enough])
-        out = self._expire(now)
-        if not opened.size and not closed.size:
-            return out
-        pos = {int(c): j for j, c in enumerate(ids.tolist())}
-        first_row = rows[_first_index(c_inv, ids.size)]
-        for status, cells in (("firing", opened), ("cleared", closed)):
-            for c in cells.tolist():
-                j = pos[c]
-                r = int(first_row[j])
-                stats = {
-                    "deficit": float(x[j]),
-                    "windowed_deficit": float(wmed[j]),
-                    "robust_z": float(z[j]),
-                    "peer_median_deficit": float(np.nan_to_num(center[gc_inv[j]], nan=0.0)),
-                    "peer_spread": float(scale[gc_inv[j]]),
-                    "peers": int(peers[gc_inv[j]]),
-                    "instances": int(inst_count[j]),
-                    "last_to_arrive_share": float(last[j] / max(1, inst_count[j])),
-                    "instance_median_seconds": float(med[per.inst[r]]),
-                    "start_skew_seconds": None if math.isnan(skew_cell[j]) else float(skew_cell[j]),
-                }
-                out += self._roll_up(status, c, now, per.describe(r), stats)
-        return out
+        e = enough
+        return _StragglerScores(
+            ids=ids[e], bad=opening[e], holding=holding[e], x=x[e], wmed=wmed[e], z=z[e],
+            peer_center=np.nan_to_num(center[gc_inv], nan=0.0)[e], peer_scale=scale[gc_inv][e],
+            peers=peers[gc_inv][e], inst_count=inst_count[e], last=last[e],
+            inst_med=med[per.inst[first_row]][e], skew=skew_cell[e], first_row=first_row[e],
+        )  # fmt: skip
 
     # -- incidents ------------------------------------------------------------------------------------
     def _roll_up(

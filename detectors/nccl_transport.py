@@ -42,7 +42,12 @@ def _strings(arr: pa.Array) -> list[str | None]:
 
 
 class NcclTransportDetector:
-    """Per-rank transport choices against the communicator's peers, localized to the host."""
+    """Per-rank transport choices against the communicator's peers, localized to the host.
+
+    It scores (:meth:`_judge`) and decides (:meth:`_diff`) apart, but not through the shared
+    hysteresis: a transport is chosen once, at communicator init, so one view is the verdict
+    with nothing to debounce, and an open finding fires again when its ranks change.
+    """
 
     name = "nccl_transport"
     version = "1"

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from graywire.collectors.counters import ERROR_COLUMNS, IBA_COUNTERS
 from graywire.collectors.model import Fabric
-from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, column
+from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, Scores, column
 from graywire.detectors.findings import Finding
 from graywire.detectors.rates import SATURATION_COLUMNS
 
@@ -31,6 +31,11 @@ class SaturationConfig:
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=1, close_after=2)
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _SaturationScores(Scores):
+    mask: np.ndarray  # saturated_counters bitmask per judged port
 
 
 class CounterSaturationDetector:
@@ -47,27 +52,34 @@ class CounterSaturationDetector:
         self.mask = np.zeros(fabric.n_ports, dtype=np.uint32)  # saturated counters when it fired
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
-        if batch.num_rows == 0 or "saturated_counters" not in batch.schema.names:
+        scores = self._score(batch)
+        if scores is None:
             return []
+        decision = self.hyst.decide(scores)
+        if not decision:
+            return []
+        now = batch.column("time")[0].as_py()
+        out: list[Finding] = []
+        for status, e, j in decision.changes():
+            if status == "firing":
+                self.mask[e] = scores.mask[j]
+                out.append(self._finding(e, status, now, int(scores.mask[j])))
+            else:
+                out.append(self._finding(e, status, now, int(self.mask[e])))
+                self.mask[e] = 0
+        return out
+
+    def _score(self, batch: pa.RecordBatch) -> _SaturationScores | None:
+        """Bad: any error counter (or xmit wait) saturated. Judged: rows with a counter reading
+        (an interval), or a saturated reading of any age."""
+        if batch.num_rows == 0 or "saturated_counters" not in batch.schema.names:
+            return None
         idx = self.port_index(batch.column("port"))
         mask = batch.column("saturated_counters").to_numpy(zero_copy_only=False).astype(np.uint32)
-        # Judged: rows with a counter reading (an interval), or a saturated reading of any age.
         has_data = np.isfinite(column(batch, "interval_seconds")) | (mask > 0)
         ok = (idx >= 0) & has_data
         p, m = idx[ok], mask[ok]
-        opened, closed = self.hyst.update(p, m > 0)
-        out: list[Finding] = []
-        if not opened.size and not closed.size:
-            return out
-        now = batch.column("time")[0].as_py()
-        row_of = dict(zip(p.tolist(), m.tolist(), strict=True))
-        for e in opened.tolist():
-            self.mask[e] = row_of[e]
-            out.append(self._finding(e, "firing", now, int(row_of[e])))
-        for e in closed.tolist():
-            out.append(self._finding(e, "cleared", now, int(self.mask[e])))
-            self.mask[e] = 0
-        return out
+        return _SaturationScores(ids=p, bad=m > 0, mask=m)
 
     def _finding(self, port: int, status: str, now: datetime, mask: int) -> Finding:
         f = self.fabric
