@@ -18,6 +18,7 @@ import yaml
 from graywire.service.auth import Auth
 from graywire.service.cli import build_parser, main
 from graywire.service.config import ApiToken
+from graywire.service.schedsync.cli import with_environment
 from graywire.service.schedsync.k8s import TAINT_KEY
 from tests.deploy.test_manifests import k8s, parses, settings_from_text, unit
 from tests.service.schedsync.conftest import DrainApi, drain_api, drain_entry  # noqa: F401 (fixture)
@@ -110,7 +111,9 @@ def test_k8s_sync_token_is_one_the_cli_sends_and_the_service_accepts(
     token = secret_env(m, c, "GRAYWIRE_TOKEN")
     ApiToken(name="k8s-sync", role="reader", token=token)  # long enough for the service
     monkeypatch.setenv("GRAYWIRE_TOKEN", token)
-    assert build_parser().parse_args(c["args"]).token == token, "the CLI reads GRAYWIRE_TOKEN"
+    assert with_environment(build_parser().parse_args(c["args"])).token == token, (
+        "the CLI reads GRAYWIRE_TOKEN"
+    )
     # The service reads the same Secret key from the file its Deployment mounts it as.
     settings = settings_from_text(m["ConfigMap/graywire-config"]["data"]["graywire.yaml"], tmp_path)
     (api_token,) = [t for t in settings.auth.tokens if t.name == "k8s-sync"]
