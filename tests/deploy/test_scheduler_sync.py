@@ -248,9 +248,10 @@ def test_slurm_sync_env_names_are_the_ones_the_cli_reads(
     values, commented = env_file(deploy_dir / "systemd/graywire-slurm-sync.env.example")
     assert {"GRAYWIRE_URL", "GRAYWIRE_TOKEN", "GRAYWIRE_SYNC_ARGS"} <= set(values)
     for name in sorted((set(values) | commented) - set(NOT_CLI)):
-        plain = vars(build_parser().parse_args(["slurm-sync"]))
+        plain = vars(with_environment(build_parser().parse_args(["slurm-sync"])))
         monkeypatch.setenv(name, "sentinel-value-for-the-test")
-        changed = {k for k, v in vars(build_parser().parse_args(["slurm-sync"])).items() if plain[k] != v}
+        args = with_environment(build_parser().parse_args(["slurm-sync"]))
+        changed = {k for k, v in vars(args).items() if plain[k] != v}
         monkeypatch.delenv(name)
         assert changed, f"{name} is not read by `graywire slurm-sync`"
     assert (
