@@ -27,7 +27,7 @@ from graywire.detectors.ber_thresholds import (
     ThresholdTable,
     lane_class_codes,
 )
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 
 LEVELS = ("ok", "rising", "warning", "error")
 SEVERITY = {1: "info", 2: "warning", 3: "critical"}
@@ -101,7 +101,7 @@ class BerDetector:
     name = "ber"
     version = "1"
     consumes = "port_rates"
-    kinds = ("ber_degradation",)
+    kinds = (Kind.BER_DEGRADATION,)
 
     def __init__(
         self, fabric: Fabric, table: ThresholdTable | None = None, cfg: BerConfig | None = None
@@ -377,7 +377,7 @@ class BerDetector:
         else:
             summary = f"{place['port']} BER back under its levels"
         return Finding(
-            kind="ber_degradation",
+            kind=Kind.BER_DEGRADATION,
             entity=str(place["entity"]),
             status=status,  # type: ignore[arg-type]
             time=now,

@@ -29,7 +29,7 @@ import pyarrow as pa
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
 from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 from graywire.detectors.robust import MAD_TO_SIGMA
 
 
@@ -51,7 +51,7 @@ class PfcStormDetector:
     name = "pfc_storm"
     version = "1"
     consumes = "port_rates"
-    kinds = ("pfc_storm",)
+    kinds = (Kind.PFC_STORM,)
 
     def __init__(self, fabric: Fabric, cfg: PfcStormConfig | None = None) -> None:
         self.fabric = fabric
@@ -98,7 +98,7 @@ class PfcStormDetector:
         else:
             summary = f"{key} PFC pauses back to normal"
         return Finding(
-            kind="pfc_storm",
+            kind=Kind.PFC_STORM,
             entity=key,
             status=status,  # type: ignore[arg-type]
             time=now,
@@ -143,7 +143,7 @@ class EcnHotspotDetector:
     name = "ecn_hotspot"
     version = "1"
     consumes = "port_rates"
-    kinds = ("ecn_hotspot",)
+    kinds = (Kind.ECN_HOTSPOT,)
 
     def __init__(self, fabric: Fabric, cfg: EcnHotspotConfig | None = None) -> None:
         self.fabric = fabric
@@ -226,7 +226,7 @@ class EcnHotspotDetector:
             else f"{key} ECN marking back in line with its peers"
         )
         return Finding(
-            kind="ecn_hotspot",
+            kind=Kind.ECN_HOTSPOT,
             entity=key,
             status=status,  # type: ignore[arg-type]
             time=now,
@@ -282,7 +282,7 @@ class XmitWaitDetector:
     name = "xmit_wait_hotspot"
     version = "1"
     consumes = "port_rates"
-    kinds = ("xmit_wait_hotspot",)
+    kinds = (Kind.XMIT_WAIT_HOTSPOT,)
 
     def __init__(self, fabric: Fabric, cfg: XmitWaitConfig | None = None) -> None:
         self.fabric = fabric
@@ -409,7 +409,7 @@ class XmitWaitDetector:
         else:
             summary = f"{waiting} xmit_wait back in line with its peers"
         return Finding(
-            kind="xmit_wait_hotspot",
+            kind=Kind.XMIT_WAIT_HOTSPOT,
             entity=str(place["entity"]),
             status=status,  # type: ignore[arg-type]
             time=now,

@@ -28,24 +28,24 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.findings import SEVERITY_RANK
+from graywire.detectors.findings import SEVERITY_RANK, Kind
 
 LINK_KINDS = frozenset(
     {
-        "speed_downgrade",
-        "width_downgrade",
-        "link_flap",
-        "ber_degradation",
-        "pfc_storm",
-        "xmit_wait_hotspot",
+        Kind.SPEED_DOWNGRADE,
+        Kind.WIDTH_DOWNGRADE,
+        Kind.LINK_FLAP,
+        Kind.BER_DEGRADATION,
+        Kind.PFC_STORM,
+        Kind.XMIT_WAIT_HOTSPOT,
     }
 )
 #: A port's stuck error counters: evidence about its cable, but a watch at most (a legacy
 #: counter may have saturated long ago), never switch blame; info ones (xmit wait) no verdict.
-SATURATION_KINDS = frozenset({"counter_saturated"})
-PATH_KINDS = frozenset({"nccl_path_slow"})
-NCCL_TIMING_KINDS = frozenset({"nccl_channel_slow"})
-HOP_KINDS = frozenset({"nccl_hop_slow"})
+SATURATION_KINDS = frozenset({Kind.COUNTER_SATURATED})
+PATH_KINDS = frozenset({Kind.NCCL_PATH_SLOW})
+NCCL_TIMING_KINDS = frozenset({Kind.NCCL_CHANNEL_SLOW})
+HOP_KINDS = frozenset({Kind.NCCL_HOP_SLOW})
 
 Side = Literal["host", "link", "network"]
 

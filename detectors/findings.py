@@ -4,13 +4,65 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 
-Severity = Literal["info", "warning", "critical"]
-#: Every severity, least to most: a severity's index is its rank.
-SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
+
+class Severity(StrEnum):
+    """How bad, ordered: ``Severity.INFO < Severity.WARNING < Severity.CRITICAL``.
+
+    A ``StrEnum``: each member is its plain string too, so stored rows, JSON and config files
+    carry ``"critical"`` and compare equal to it.
+    """
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return SEVERITY_RANK[self]
+
+    def __lt__(self, other: object) -> bool:
+        return self.rank < Severity(other).rank
+
+    def __le__(self, other: object) -> bool:
+        return self.rank <= Severity(other).rank
+
+    def __gt__(self, other: object) -> bool:
+        return self.rank > Severity(other).rank
+
+    def __ge__(self, other: object) -> bool:
+        return self.rank >= Severity(other).rank
+
+
+#: Every severity as plain text, least to most: a severity's index is its rank.
+SEVERITIES: tuple[str, ...] = tuple(s.value for s in Severity)
 SEVERITY_RANK: dict[str, int] = {name: rank for rank, name in enumerate(SEVERITIES)}
 Status = Literal["firing", "cleared"]
+
+
+class Kind(StrEnum):
+    """Every finding kind a detector emits: the names incidents, alerts and the drain policy key on."""
+
+    SPEED_DOWNGRADE = "speed_downgrade"
+    WIDTH_DOWNGRADE = "width_downgrade"
+    LINK_FLAP = "link_flap"
+    BER_DEGRADATION = "ber_degradation"
+    PFC_STORM = "pfc_storm"
+    ECN_HOTSPOT = "ecn_hotspot"
+    XMIT_WAIT_HOTSPOT = "xmit_wait_hotspot"
+    COUNTER_SATURATED = "counter_saturated"
+    PORT_ANOMALY = "port_anomaly"
+    NCCL_CHANNEL_SLOW = "nccl_channel_slow"
+    NCCL_PATH_SLOW = "nccl_path_slow"
+    NCCL_HOP_SLOW = "nccl_hop_slow"
+    NCCL_STRAGGLER = "nccl_straggler"
+    NCCL_JOB_SLOWDOWN = "nccl_job_slowdown"
+    NCCL_TRANSPORT_FALLBACK = "nccl_transport_fallback"
+    NCCL_GDRDMA_MISSING = "nccl_gdrdma_missing"
+    NCCL_CHANNELS_REDUCED = "nccl_channels_reduced"
+
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open
 #: incident marks its port, an ``info`` one too (something is open there). The one rule that

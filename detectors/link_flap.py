@@ -20,7 +20,7 @@ import pyarrow as pa
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
 from graywire.detectors.base import LinkEntities, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 
 HISTORY = 16  # outage times kept per link
 MAX_SOURCES = 8  # distinct source names whose port state is tracked apart (more share the last slot)
@@ -57,7 +57,7 @@ class LinkFlapDetector:
     name = "link_flap"
     version = "1"
     consumes = "port_rates"
-    kinds = ("link_flap",)
+    kinds = (Kind.LINK_FLAP,)
 
     def __init__(self, fabric: Fabric, cfg: LinkFlapConfig | None = None) -> None:
         self.fabric = fabric
@@ -170,7 +170,7 @@ class LinkFlapDetector:
             else f"{place['link'] or place['port']} stable for {mins:g} min"
         )
         return Finding(
-            kind="link_flap",
+            kind=Kind.LINK_FLAP,
             entity=str(place["entity"]),
             status=status,  # type: ignore[arg-type]
             time=now,

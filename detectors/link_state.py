@@ -25,7 +25,7 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
 from graywire.collectors.units import format_speed
 from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +108,14 @@ class LinkDowngradeDetector:
     name = "link_downgrade"
     version = "1"
     consumes = "port_rates"
-    kinds = ("speed_downgrade", "width_downgrade")
+    kinds = (Kind.SPEED_DOWNGRADE, Kind.WIDTH_DOWNGRADE)
 
     def __init__(self, fabric: Fabric, cfg: LinkDowngradeConfig | None = None) -> None:
         self.fabric = fabric
         self.cfg = cfg or LinkDowngradeConfig()
         self.links = LinkEntities(fabric)
         self.port_index = PortIndexer(fabric)
-        self.kinds = ("width_downgrade", "speed_downgrade")
+        self.kinds = (Kind.WIDTH_DOWNGRADE, Kind.SPEED_DOWNGRADE)
         self.hyst = {k: Hysteresis(self.cfg.hysteresis, fabric.n_ports) for k in self.kinds}
         self.since = {k: np.zeros(fabric.n_ports, dtype="datetime64[us]") for k in self.kinds}
         n = fabric.n_ports
@@ -231,7 +231,7 @@ class LinkDowngradeDetector:
         n = f.n_ports
         ids = np.flatnonzero(np.bincount(ent[judged], minlength=n) > 0)
         out = []
-        for kind, bad_rows in (("width_downgrade", width_bad), ("speed_downgrade", speed_bad)):
+        for kind, bad_rows in ((Kind.WIDTH_DOWNGRADE, width_bad), (Kind.SPEED_DOWNGRADE, speed_bad)):
             bad_ent = np.bincount(ent[bad_rows], minlength=n) > 0
             out.append((kind, _DowngradeScores(ids=ids, bad=bad_ent[ids], idx=idx, known=known,
                                                speed=speed, width=width)))  # fmt: skip
@@ -259,7 +259,7 @@ class LinkDowngradeDetector:
             else:
                 readings[f.keys[p]] = None
         exp_s, exp_w = int(self.exp_speed[main]), int(self.exp_width[main])
-        source = _FROM[int(self.width_from[main] if kind == "width_downgrade" else self.speed_from[main])]
+        source = _FROM[int(self.width_from[main] if kind == Kind.WIDTH_DOWNGRADE else self.speed_from[main])]
         actual = readings.get(f.keys[main]) or next((v for v in readings.values() if v), {})
         since = self.since[kind][ent].astype(datetime).replace(tzinfo=UTC)
         peer_txt = ""
@@ -271,7 +271,7 @@ class LinkDowngradeDetector:
                 peer_txt = f"; other end {f.keys[ends[1]]} agrees"
             else:
                 peer_txt = f"; other end {f.keys[ends[1]]} reads {other}"
-        if kind == "width_downgrade":
+        if kind == Kind.WIDTH_DOWNGRADE:
             what = f"negotiated {actual.get('width')}x, expected {exp_w}x"
         else:
             what = f"negotiated {format_speed(actual.get('speed_bps') or 0)}, expected {format_speed(exp_s)}"

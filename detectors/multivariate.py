@@ -22,7 +22,7 @@ from sklearn.ensemble import IsolationForest
 
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 from graywire.detectors.robust import MAD_TO_SIGMA
 
 PAUSE_COLUMNS = tuple(f"pfc{p}_{d}_pause_seconds_per_second" for p in range(8) for d in ("rx", "tx"))
@@ -73,7 +73,7 @@ class MultivariateOutlier:
     name = "multivariate_outlier"
     version = "1"
     consumes = "port_rates"
-    kinds = ("port_anomaly",)
+    kinds = (Kind.PORT_ANOMALY,)
 
     def __init__(self, fabric: Fabric, cfg: MultivariateConfig | None = None) -> None:
         self.fabric = fabric
@@ -223,7 +223,7 @@ class MultivariateOutlier:
             else f"{key} back among its peers"
         )
         return Finding(
-            kind="port_anomaly",
+            kind=Kind.PORT_ANOMALY,
             entity=key,
             status=status,  # type: ignore[arg-type]
             time=now,

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow, Scores
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 
@@ -55,7 +55,7 @@ class NcclChannelOutlier:
     name = "nccl_channel_outlier"
     version = "2"
     consumes = "nccl_timing"
-    kinds = ("nccl_channel_slow", "nccl_path_slow")
+    kinds = (Kind.NCCL_CHANNEL_SLOW, Kind.NCCL_PATH_SLOW)
 
     def __init__(self, fabric: Fabric | None = None, cfg: NcclChannelConfig | None = None) -> None:
         self.fabric = fabric
@@ -359,7 +359,7 @@ class NcclChannelOutlier:
                     del self.path_open[path]
                     what = f"slow path via {path[1]} in {comm}"
                     ent = self._path_entity(path)
-                    out.append(self._expired_finding("nccl_path_slow", ent, now, what, path[1], None))
+                    out.append(self._expired_finding(Kind.NCCL_PATH_SLOW, ent, now, what, path[1], None))
                 continue
             channels = self.rank_open.get((g_id, rank), set())
             channels.discard(chan)
@@ -367,7 +367,7 @@ class NcclChannelOutlier:
                 continue
             self.rank_open.pop((g_id, rank), None)
             host, port = self._where.pop((g_id, rank), (None, None))
-            out.append(self._expired_finding("nccl_channel_slow", self.entity_name(e), now,
+            out.append(self._expired_finding(Kind.NCCL_CHANNEL_SLOW, self.entity_name(e), now,
                                              f"rank {rank} of {comm}", host, port))  # fmt: skip
         return out
 
@@ -442,7 +442,7 @@ class NcclChannelOutlier:
         else:
             summary = f"rank {rec['rank']} of {rec['communicator']} ({host}) back in line with its peers"
         return Finding(
-            kind="nccl_channel_slow",
+            kind=Kind.NCCL_CHANNEL_SLOW,
             entity=self.entity_name(ent),
             status=status,  # type: ignore[arg-type]
             time=now,
@@ -492,7 +492,7 @@ class NcclChannelOutlier:
         where = f"via {leaf}" if node else "across hosts (switch unknown: no fabric model)"
         if status == "cleared":
             return Finding(
-                kind="nccl_path_slow", entity=self._path_entity(key), status="cleared", time=now,
+                kind=Kind.NCCL_PATH_SLOW, entity=self._path_entity(key), status="cleared", time=now,
                 severity="warning", summary=f"slow path {where} in {comm} back in line with its peers",
                 detector=f"{self.name}/{self.version}", node=node,
             )  # fmt: skip
@@ -531,7 +531,7 @@ class NcclChannelOutlier:
         z_med = float(np.median(zs)) if zs else 0.0
         which = f"channel {chans[0]}" if len(chans) == 1 else f"channels {', '.join(map(str, chans))}"
         return Finding(
-            kind="nccl_path_slow",
+            kind=Kind.NCCL_PATH_SLOW,
             entity=self._path_entity(key),
             status="firing",
             time=now,

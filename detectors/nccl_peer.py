@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow, Scores
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 _SIDES = ("send", "recv")
@@ -102,7 +102,7 @@ class NcclHopDetector:
     name = "nccl_hop"
     version = "1"
     consumes = "nccl_proxy"
-    kinds = ("nccl_hop_slow",)
+    kinds = (Kind.NCCL_HOP_SLOW,)
 
     def __init__(self, fabric: Fabric | None = None, cfg: NcclHopConfig | None = None) -> None:
         self.fabric = fabric
@@ -505,7 +505,7 @@ class NcclHopDetector:
         else:
             summary = f"NCCL hop {ends} (rank {src} -> {dst} of {name}) back in line with the other hops"
         return Finding(
-            kind="nccl_hop_slow",
+            kind=Kind.NCCL_HOP_SLOW,
             entity=self._entity(comm, src, dst),
             status=status,  # type: ignore[arg-type]
             time=now,
@@ -540,7 +540,7 @@ class NcclHopDetector:
             where = self._where.pop(key, {})
             out.append(
                 Finding(
-                    kind="nccl_hop_slow",
+                    kind=Kind.NCCL_HOP_SLOW,
                     entity=self._entity(comm, src, dst),
                     status="cleared",
                     time=now,

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.detectors.base import Decision, EntityIndex, Hysteresis, HysteresisConfig, Scores
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 from graywire.detectors.robust import group_median
 
 
@@ -71,7 +71,7 @@ class NcclStepTime:
     name = "nccl_step_time"
     version = "2"
     consumes = "nccl_timing"
-    kinds = ("nccl_job_slowdown",)
+    kinds = (Kind.NCCL_JOB_SLOWDOWN,)
 
     def __init__(self, cfg: NcclStepTimeConfig | None = None) -> None:
         self.cfg = cfg or NcclStepTimeConfig()
@@ -347,7 +347,7 @@ class NcclStepTime:
             summary = f"job {job}: {why}"
         return [
             Finding(
-                kind="nccl_job_slowdown",
+                kind=Kind.NCCL_JOB_SLOWDOWN,
                 entity=job,
                 status=status,  # type: ignore[arg-type]
                 time=now,

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow, Scores
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 
@@ -110,7 +110,7 @@ class NcclStraggler:
     name = "nccl_straggler"
     version = "1"
     consumes = "nccl_timing"
-    kinds = ("nccl_straggler",)
+    kinds = (Kind.NCCL_STRAGGLER,)
 
     def __init__(self, cfg: NcclStragglerConfig | None = None) -> None:
         self.cfg = cfg or NcclStragglerConfig()
@@ -289,7 +289,7 @@ class NcclStraggler:
         else:
             summary = f"rank {rank} of {comm} ({host}) arrives with its peers again"
         return Finding(
-            kind="nccl_straggler",
+            kind=Kind.NCCL_STRAGGLER,
             entity=f"{comm}|rank {rank}",
             status=status,  # type: ignore[arg-type]
             time=now,

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 
-KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing", "nccl_channels_reduced")
+KINDS = (Kind.NCCL_TRANSPORT_FALLBACK, Kind.NCCL_GDRDMA_MISSING, Kind.NCCL_CHANNELS_REDUCED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,18 +101,18 @@ class NcclTransportDetector:
             if cfg.expected_net:
                 plugin = cfg.expected_net.removeprefix("NET/")
                 fall |= np.array([x is not None and x != plugin for x in v["network"]], dtype=bool)
-            self._add(bad, "nccl_transport_fallback", comm, v, fall, want, {"peer_share": share})
+            self._add(bad, Kind.NCCL_TRANSPORT_FALLBACK, comm, v, fall, want, {"peer_share": share})
             ib = has_net & (v["net"] == "NET/IB") & (v["conns"] > 0)
             full = ib & (v["gdr"] >= v["conns"])
             gdr_share = float(full.sum() / ib.sum()) if ib.any() else 0.0
             if cfg.expect_gdr or (cfg.expect_gdr is None and gdr_share >= cfg.gdr_peer_share):
-                self._add(bad, "nccl_gdrdma_missing", comm, v, ib & ~full, "NET/IB/<nic>/GDRDMA",
+                self._add(bad, Kind.NCCL_GDRDMA_MISSING, comm, v, ib & ~full, "NET/IB/<nic>/GDRDMA",
                           {"peer_share_with_gdrdma": gdr_share})  # fmt: skip
         ch = v["channels"]
         known = np.isfinite(ch)
         if known.sum() >= cfg.min_peers and n:
             med = float(np.median(ch[known]))
-            self._add(bad, "nccl_channels_reduced", comm, v, known & (ch < med), f"{med:g} channels",
+            self._add(bad, Kind.NCCL_CHANNELS_REDUCED, comm, v, known & (ch < med), f"{med:g} channels",
                       {"peer_median_channels": med, "ranks_judged": int(known.sum())})  # fmt: skip
         return bad
 
@@ -135,9 +135,11 @@ class NcclTransportDetector:
             )  # fmt: skip
             ev["ranks"].append(int(v["rank"][i]))
             actual = {
-                "nccl_transport_fallback": v["net"][i] or f"network {v['network'][i]}",
-                "nccl_gdrdma_missing": f"{int(v['gdr'][i])} of {int(v['conns'][i])} connections with GDRDMA",
-                "nccl_channels_reduced": f"{v['channels'][i]:g} channels",
+                Kind.NCCL_TRANSPORT_FALLBACK: v["net"][i] or f"network {v['network'][i]}",
+                Kind.NCCL_GDRDMA_MISSING: (
+                    f"{int(v['gdr'][i])} of {int(v['conns'][i])} connections with GDRDMA"
+                ),
+                Kind.NCCL_CHANNELS_REDUCED: f"{v['channels'][i]:g} channels",
             }[kind]
             ev["actual"].append(actual)
             if v["port"][i]:
@@ -175,9 +177,9 @@ class NcclTransportDetector:
             else f"{len(ranks)} ranks ({', '.join(map(str, ranks[:8]))})"
         )
         what = {
-            "nccl_transport_fallback": f"uses {ev['actual'][0]} where its peers use {ev['expected']}",
-            "nccl_gdrdma_missing": f"runs NET/IB without GPUDirect RDMA ({ev['actual'][0]})",
-            "nccl_channels_reduced": f"has {ev['actual'][0]} where its peers have {ev['expected']}",
+            Kind.NCCL_TRANSPORT_FALLBACK: f"uses {ev['actual'][0]} where its peers use {ev['expected']}",
+            Kind.NCCL_GDRDMA_MISSING: f"runs NET/IB without GPUDirect RDMA ({ev['actual'][0]})",
+            Kind.NCCL_CHANNELS_REDUCED: f"has {ev['actual'][0]} where its peers have {ev['expected']}",
         }[kind]
         return f"{host}, {who} of {comm}: {what}"
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 from graywire.collectors.counters import ERROR_COLUMNS, IBA_COUNTERS
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 from graywire.detectors.rates import SATURATION_COLUMNS
 
 #: Column -> legacy width, for the evidence (saturating sources are the legacy IBA fields).
@@ -42,7 +42,7 @@ class CounterSaturationDetector:
     name = "counter_saturation"
     version = "1"
     consumes = "port_rates"
-    kinds = ("counter_saturated",)
+    kinds = (Kind.COUNTER_SATURATED,)
 
     def __init__(self, fabric: Fabric, cfg: SaturationConfig | None = None) -> None:
         self.fabric = fabric
@@ -99,7 +99,7 @@ class CounterSaturationDetector:
             else f"{key}: error counters no longer saturated (cleared)"
         )
         return Finding(
-            kind="counter_saturated",
+            kind=Kind.COUNTER_SATURATED,
             entity=key,
             status=status,  # type: ignore[arg-type]
             time=now,

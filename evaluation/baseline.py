@@ -19,7 +19,7 @@ import pyarrow as pa
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
 from graywire.detectors.base import PortIndexer, column
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,16 +38,16 @@ class StaticRules:
     version = "1"
     consumes = "port_rates"
     kinds = (
-        "speed_downgrade",
-        "width_downgrade",
-        "ber_degradation",
-        "link_flap",
-        "pfc_storm",
-        "ecn_hotspot",
-        "xmit_wait_hotspot",
-        "nccl_channel_slow",
-        "nccl_job_slowdown",
-        "nccl_transport_fallback",
+        Kind.SPEED_DOWNGRADE,
+        Kind.WIDTH_DOWNGRADE,
+        Kind.BER_DEGRADATION,
+        Kind.LINK_FLAP,
+        Kind.PFC_STORM,
+        Kind.ECN_HOTSPOT,
+        Kind.XMIT_WAIT_HOTSPOT,
+        Kind.NCCL_CHANNEL_SLOW,
+        Kind.NCCL_JOB_SLOWDOWN,
+        Kind.NCCL_TRANSPORT_FALLBACK,
     )
     port_kinds = kinds[:7]
 
@@ -81,13 +81,13 @@ class StaticRules:
         for q in PFC_PRIORITIES:
             pauses = pauses + rate(f"pfc{q}_tx_pause_frames")
         conditions = {
-            "speed_downgrade": speed < f.expected_speed_bps[p],
-            "width_downgrade": (width > 0) & (width < f.expected_width[p]),
-            "ber_degradation": errors > 0,
-            "link_flap": rate("link_downed") > 0,
-            "pfc_storm": pauses > cfg.pause_frames_per_second,
-            "ecn_hotspot": rate("ecn_marked_packets") > cfg.ecn_marks_per_second,
-            "xmit_wait_hotspot": rate("xmit_wait_ticks") > cfg.xmit_wait_ticks_per_second,
+            Kind.SPEED_DOWNGRADE: speed < f.expected_speed_bps[p],
+            Kind.WIDTH_DOWNGRADE: (width > 0) & (width < f.expected_width[p]),
+            Kind.BER_DEGRADATION: errors > 0,
+            Kind.LINK_FLAP: rate("link_downed") > 0,
+            Kind.PFC_STORM: pauses > cfg.pause_frames_per_second,
+            Kind.ECN_HOTSPOT: rate("ecn_marked_packets") > cfg.ecn_marks_per_second,
+            Kind.XMIT_WAIT_HOTSPOT: rate("xmit_wait_ticks") > cfg.xmit_wait_ticks_per_second,
         }
         now = batch.column("time")[0].as_py()
         out = []
@@ -118,11 +118,11 @@ class StaticRules:
             i = next(j for j in np.flatnonzero(slow).tolist() if (comm[j], rank[j], chan[j]) == key)
             ent = f"{key[0]}|rank {key[1]}|channel {key[2]}"
             out.append(
-                self._finding("nccl_channel_slow", ent, "firing", now, host[i], f"{host[i]}/mlx5_{dev[i]}")
+                self._finding(Kind.NCCL_CHANNEL_SLOW, ent, "firing", now, host[i], f"{host[i]}/mlx5_{dev[i]}")
             )
         for key in self.nccl_active - current:
             ent = f"{key[0]}|rank {key[1]}|channel {key[2]}"
-            out.append(self._finding("nccl_channel_slow", ent, "cleared", now, None, None))
+            out.append(self._finding(Kind.NCCL_CHANNEL_SLOW, ent, "cleared", now, None, None))
         self.nccl_active = current
         return out + self._step(batch, dur, now) + self._socket(batch, comm, host, now)
 
@@ -142,10 +142,10 @@ class StaticRules:
             self.step_history[job] = [*hist, (t, med)]
             if slow and job not in self.slow_jobs:
                 self.slow_jobs.add(job)
-                out.append(self._finding("nccl_job_slowdown", job, "firing", now, None, None, job))
+                out.append(self._finding(Kind.NCCL_JOB_SLOWDOWN, job, "firing", now, None, None, job))
             elif not slow and job in self.slow_jobs:
                 self.slow_jobs.discard(job)
-                out.append(self._finding("nccl_job_slowdown", job, "cleared", now, None, None, job))
+                out.append(self._finding(Kind.NCCL_JOB_SLOWDOWN, job, "cleared", now, None, None, job))
         return out
 
     def _socket(self, batch: pa.RecordBatch, comm: list, host: list, now: datetime) -> list[Finding]:
@@ -160,9 +160,9 @@ class StaticRules:
         current = {(comm[i], host[i]) for i in rows.tolist()}
         out = []
         for c, h in sorted(current - self.socket_hosts):
-            out.append(self._finding("nccl_transport_fallback", f"{c}|{h}", "firing", now, h, None))
+            out.append(self._finding(Kind.NCCL_TRANSPORT_FALLBACK, f"{c}|{h}", "firing", now, h, None))
         for c, h in sorted(self.socket_hosts - current):
-            out.append(self._finding("nccl_transport_fallback", f"{c}|{h}", "cleared", now, h, None))
+            out.append(self._finding(Kind.NCCL_TRANSPORT_FALLBACK, f"{c}|{h}", "cleared", now, h, None))
         self.socket_hosts = current
         return out
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from graywire.detectors.ber_thresholds import ThresholdTable
+from graywire.detectors.findings import Kind
 from graywire.detectors.pipeline import Pipeline, default_detectors
 from graywire.detectors.rates import CounterRates
 from graywire.evaluation.baseline import StaticRules
@@ -32,19 +33,19 @@ from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
 
 MAGNITUDES: dict[str, tuple[float, ...]] = {
-    "speed_downgrade": (0.5, 0.25),
-    "width_downgrade": (0.5, 0.25),
+    Kind.SPEED_DOWNGRADE: (0.5, 0.25),
+    Kind.WIDTH_DOWNGRADE: (0.5, 0.25),
     "ber_ramp": (3.0, 10.0, 30.0),
-    "pfc_storm": (1.0,),
-    "ecn_hotspot": (100.0, 300.0, 1000.0),
-    "link_flap": (5.0, 8.0, 12.0),
+    Kind.PFC_STORM: (1.0,),
+    Kind.ECN_HOTSPOT: (100.0, 300.0, 1000.0),
+    Kind.LINK_FLAP: (5.0, 8.0, 12.0),
     "slow_channel": (0.1, 0.2, 0.5),
     "slow_nic": (0.1, 0.3),
     "straggler": (0.05, 0.1, 0.2),
     "nccl_slow_path": (0.1, 0.3, 0.5),
     "job_slowdown": (0.1, 0.2, 0.5),
-    "nccl_transport_fallback": (0.5, 1.0),
-    "nccl_gdrdma_missing": (0.1, 0.3),
+    Kind.NCCL_TRANSPORT_FALLBACK: (0.5, 1.0),
+    Kind.NCCL_GDRDMA_MISSING: (0.1, 0.3),
     "credit_starvation": (0.02, 0.1, 0.5),
     "slow_hop": (0.2, 0.5, 1.0),
 }
