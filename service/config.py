@@ -114,7 +114,7 @@ class DrainSettings(BaseModel):
     #: A node that returned to service is only watched, not drained, for this long.
     cooldown: Duration = timedelta(minutes=30)
     #: Host and link verdicts at or above this severity drain; below it they are watched.
-    min_severity: Severity = "warning"
+    min_severity: Severity = Severity.WARNING
     #: Timings a job pushed (``POST /api/v1/ingest/nccl``) are the least trusted input: alone
     #: they only put a host on watch. True lets them drain like collected data.
     trust_pushed: bool = False

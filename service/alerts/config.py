@@ -136,7 +136,7 @@ class AlertsSettings(BaseModel):
     #: Base URL of this service as on-call reaches it (generatorURL, links in messages).
     external_url: str | None = None
     #: Incidents below this severity are not sent anywhere.
-    min_severity: Severity = "warning"
+    min_severity: Severity = Severity.WARNING
     alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
     receivers: list[ReceiverConfig] = Field(default_factory=list)
     retry: RetryConfig = Field(default_factory=RetryConfig)
