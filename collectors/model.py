@@ -8,6 +8,7 @@ vectorized hash join (:meth:`Fabric.lookup`), never a Python loop per sample.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,6 +24,10 @@ from graywire.collectors.keys import normalize_guid, port_key, split_port_key
 from graywire.collectors.units import parse_speed
 
 ROLES = ("host", "leaf", "spine", "core")
+#: What a host NIC carries (``purpose`` in the inventory).
+PURPOSES = ("compute", "storage", "management")
+
+log = logging.getLogger("graywire.inventory")
 
 
 #: The fabric model's file name beside a simulation or an archive (``graywire replay`` reads it).
@@ -41,6 +46,7 @@ class PortSpec:
     rail: int | None = None
     media: str | None = None
     num: int | None = None  # port number on its node (IB port number, ifIndex-like)
+    purpose: str | None = None  # compute, storage or management (host NICs)
 
     @property
     def key(self) -> str:
@@ -63,6 +69,9 @@ class Fabric:
     guids: list[str | None] = field(default_factory=list)  # port GUID (HCA) or node GUID (switch)
     media: list[str | None] = field(default_factory=list)
     port_num: np.ndarray | None = None  # int16 port number on its node, 0 = unknown
+    purpose: list[str | None] = field(default_factory=list)
+    #: What loading found worth a look but not wrong (a host on fewer rails than its peers).
+    warnings: list[str] = field(default_factory=list)
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -112,6 +121,7 @@ class Fabric:
             guids=[p.guid for p in ports],
             media=[p.media for p in ports],
             port_num=np.array([p.num or 0 for p in ports], dtype=np.int16),
+            purpose=[p.purpose for p in ports],
         )
 
     # -- derived views --------------------------------------------------------------------------
@@ -208,6 +218,8 @@ class Fabric:
                 entry["media"] = self.media[i]
             if self.port_num is not None and self.port_num[i]:
                 entry["num"] = int(self.port_num[i])
+            if self.purpose and self.purpose[i]:
+                entry["purpose"] = self.purpose[i]
             by_node.setdefault(int(self.node_of_port[i]), []).append(entry)
         nodes = [
             {"name": n, "role": r, "ports": by_node.get(j, [])}
@@ -221,18 +233,67 @@ class Fabric:
 
 
 def load_inventory(path: str | Path) -> Fabric:
-    """Load an inventory file (JSON or YAML; see docs/inventory.md)."""
+    """Load an inventory file (JSON or YAML; see docs/inventory.md).
+
+    Errors name the file and where in it (``line N`` in YAML, the JSON path in JSON); warnings
+    are logged and kept in :attr:`Fabric.warnings`.
+    """
     path = Path(path)
     text = path.read_text()
+    where: _Where
     try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        if path.suffix == ".json":
+            doc, where = json.loads(text), _Where()
+        else:
+            loader = _LineLoader(text)
+            try:
+                doc = loader.get_single_data()
+            finally:
+                loader.dispose()
+            where = _Where(loader.lines, loader.items)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise ValueError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: {e}") from e
     try:
-        return fabric_from_inventory(doc)
+        fabric = fabric_from_inventory(doc, where)
     except (ValueError, KeyError, TypeError) as e:
         msg = f"missing key {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
         raise ValueError(f"{path}: {msg}") from e
+    for w in fabric.warnings:
+        log.warning("%s: %s", path, w)
+    return fabric
+
+
+class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """A safe loader that remembers the line of every mapping and of every sequence item."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.lines: dict[int, int] = {}
+        self.items: dict[int, list[int]] = {}
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        obj = super().construct_object(node, deep)
+        if isinstance(node, yaml.MappingNode):
+            self.lines[id(obj)] = node.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            self.lines[id(obj)] = node.start_mark.line + 1
+            self.items[id(obj)] = [c.start_mark.line + 1 for c in node.value]
+        return obj
+
+
+class _Where:
+    """Where a part of an inventory document is: its YAML line, else its JSON path."""
+
+    def __init__(self, lines: dict[int, int] | None = None, items: dict[int, list[int]] | None = None):
+        self.lines = lines
+        self.items = items or {}
+
+    def at(self, parent: Any, index: int, path: str) -> str:
+        if self.lines is not None:
+            own = self.items.get(id(parent))
+            if own is not None and index < len(own):
+                return f"line {own[index]}"
+        return path
 
 
 def _speed_as_bps(level: Mapping[str, Any]) -> dict[str, Any]:
@@ -243,25 +304,45 @@ def _speed_as_bps(level: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def fabric_from_inventory(doc: Mapping[str, Any]) -> Fabric:
-    """Build a :class:`Fabric` from a parsed inventory document."""
+def fabric_from_inventory(doc: Mapping[str, Any], where: _Where | None = None) -> Fabric:
+    """Build a :class:`Fabric` from a parsed inventory document.
+
+    Problems a person has to fix (a GUID on two ports, a cable naming an unknown port, a port on
+    two cables, ...) are all collected and raised as one ValueError, each with its place in the
+    file; the first is first in the message.
+    """
+    where = where or _Where()
     if not isinstance(doc, Mapping) or "nodes" not in doc:
         raise ValueError("inventory must be a mapping with a 'nodes' list")
     defaults = _speed_as_bps(doc.get("defaults") or {})
     nodes: dict[str, str] = {}
+    node_at: dict[str, str] = {}
     ports: list[PortSpec] = []
-    for n in doc["nodes"]:
+    port_at: list[str] = []
+    errors: list[str] = []
+    for j, n in enumerate(doc["nodes"]):
         name = str(n["name"])
+        at = where.at(doc["nodes"], j, f"nodes[{j}]")
         if name in nodes:
-            raise ValueError(f"node {name} declared twice")
+            errors.append(f"node {name} declared twice ({at}; first at {node_at[name]})")
+            continue
         nodes[name] = str(n.get("role", "host"))
+        node_at[name] = at
         node_defaults = {**defaults, **_speed_as_bps(n.get("port_defaults") or {})}
-        for p in n.get("ports", []):
+        plist = n.get("ports", [])
+        for k, p in enumerate(plist):
             own = _speed_as_bps(p) if isinstance(p, Mapping) else {"label": p}
             if "label" not in own:
-                raise ValueError(f"node {name}: a port has no 'label'")
+                raise ValueError(
+                    f"node {name}: a port has no 'label' ({where.at(plist, k, f'nodes[{j}].ports[{k}]')})"
+                )
             p = {**node_defaults, **own}
             speed = p.get("speed_bps")
+            purpose = p.get("purpose")
+            if purpose is not None and purpose not in PURPOSES:
+                raise ValueError(
+                    f"port {name}/{p['label']}: purpose must be one of {PURPOSES}, not {purpose!r}"
+                )
             ports.append(
                 PortSpec(
                     node=name,
@@ -272,11 +353,102 @@ def fabric_from_inventory(doc: Mapping[str, Any]) -> Fabric:
                     rail=int(p["rail"]) if p.get("rail") is not None else None,
                     media=p.get("media"),
                     num=int(p["num"]) if p.get("num") is not None else None,
+                    purpose=purpose,
                 )
             )
+            port_at.append(where.at(plist, k, f"nodes[{j}].ports[{k}]"))
+    index: dict[str, int] = {}
+    for i, p in enumerate(ports):
+        first = index.setdefault(p.key, i)
+        if first != i:
+            errors.append(f"duplicate ports in inventory: {[p.key]} ({port_at[first]} and {port_at[i]})")
+    errors += _guid_errors(ports, port_at)
     links = []
-    for pair in doc.get("links", []):
+    linked: dict[int, str] = {}
+    raw_links = doc.get("links", [])
+    for k, pair in enumerate(raw_links):
+        at = where.at(raw_links, k, f"links[{k}]")
         if not isinstance(pair, list | tuple) or len(pair) != 2:
-            raise ValueError(f"a link must be a pair of port keys, not {pair!r}")
-        links.append((str(pair[0]), str(pair[1])))
-    return Fabric.from_specs(nodes, ports, links)
+            raise ValueError(f"a link must be a pair of port keys, not {pair!r} ({at})")
+        a, b = str(pair[0]), str(pair[1])
+        missing = [x for x in (a, b) if x not in index]
+        if missing:
+            errors.append(f"link {a} <-> {b} names an undeclared port {missing[0]} ({at})")
+            continue
+        ia, ib = index[a], index[b]
+        if ia == ib:
+            errors.append(f"link {a} <-> {b}: a port can be on one link only, not joined to itself ({at})")
+            continue
+        again = [x for x, i in ((a, ia), (b, ib)) if i in linked]
+        if again:
+            errors.append(
+                f"link {a} <-> {b}: a port can be on one link only: {again[0]} is already "
+                f"on the link at {linked[index[again[0]]]} ({at})"
+            )
+            continue
+        linked[ia] = linked[ib] = at
+        links.append((a, b))
+    if errors:
+        more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+        raise ValueError("\n  ".join(errors[:10]) + more)
+    fabric = Fabric.from_specs(nodes, ports, links)
+    fabric.warnings.extend(_rail_warnings(fabric, node_at))
+    return fabric
+
+
+def _guid_errors(ports: Sequence[PortSpec], port_at: Sequence[str]) -> list[str]:
+    """A GUID names one port: an HCA port's own, or a switch's ports told apart by number.
+
+    Two ports on different nodes with one GUID, or on one node with one GUID and one port
+    number, make GUID-addressed sources (UFM, perfquery) put one port's data on the other.
+    """
+    errors: list[str] = []
+    owner: dict[str, int] = {}
+    by_num: dict[tuple[str, int], int] = {}
+    for i, p in enumerate(ports):
+        if not p.guid:
+            continue
+        first = owner.setdefault(p.guid, i)
+        if ports[first].node != p.node:
+            errors.append(
+                f"duplicate GUID {p.guid}: {ports[first].key} ({port_at[first]}) and {p.key} ({port_at[i]})"
+            )
+            continue
+        if p.num is not None:
+            j = by_num.setdefault((p.guid, p.num), i)
+            if j != i:
+                errors.append(
+                    f"duplicate GUID {p.guid} port {p.num}: {ports[j].key} ({port_at[j]}) and "
+                    f"{p.key} ({port_at[i]})"
+                )
+    return errors
+
+
+def _rail_warnings(fabric: Fabric, node_at: Mapping[str, str]) -> list[str]:
+    """Hosts whose compute NICs sit on fewer rails than most hosts' do (a NIC down or miscabled)."""
+    host = fabric.host_port & (fabric.rail >= 0)
+    if fabric.purpose:
+        host &= np.array([p in (None, "compute") for p in fabric.purpose], dtype=bool)
+    if not host.any():
+        return []
+    node = fabric.node_of_port[host].astype(np.int64)
+    rail = fabric.rail[host].astype(np.int64)
+    pairs = np.unique(node * (int(rail.max()) + 1) + rail)
+    per_node = np.bincount(pairs // (int(rail.max()) + 1), minlength=len(fabric.node_names))
+    hosts = np.unique(node)
+    counts = per_node[hosts]
+    values, freq = np.unique(counts, return_counts=True)
+    usual = int(values[np.argmax(freq)])
+    all_rails = set(np.unique(rail).tolist())
+    out = []
+    few = hosts[counts < usual]
+    for j in few[:20].tolist():
+        name = fabric.node_names[j]
+        mine = set(rail[node == j].tolist())
+        out.append(
+            f"host {name} ({node_at.get(name, '?')}) has compute NICs on {int(per_node[j])} rails, most "
+            f"hosts on {usual}: no NIC on rail(s) {sorted(all_rails - mine)}"
+        )
+    if few.size > 20:
+        out.append(f"... and {few.size - 20} more hosts on fewer than {usual} rails")
+    return out

@@ -306,6 +306,101 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ufm_topology(args: argparse.Namespace) -> tuple[Any, Any]:
+    """UFM REST ports and links, fetched with the UFM source's own settings and HTTP client."""
+    import asyncio
+    import os
+
+    from graywire.collectors.ufm import UfmRestCollector, UfmSourceConfig
+
+    raw: dict[str, Any] = {"url": args.ufm, "auth": args.auth, "verify": not args.insecure}
+    for key, value in (
+        ("username", args.username),
+        ("password_file", args.password_file),
+        ("token_file", args.token_file),
+        ("ca_file", args.ca_file),
+    ):
+        if value is not None:
+            raw[key] = value
+    for key, env, path_key in (
+        ("password", "GRAYWIRE_UFM_PASSWORD", "password_file"),
+        ("token", "GRAYWIRE_UFM_TOKEN", "token_file"),
+    ):
+        if os.environ.get(env) and path_key not in raw:
+            raw[key] = os.environ[env]
+    try:
+        cfg = UfmSourceConfig.model_validate(raw)
+    except Exception as e:  # pydantic's ValidationError: say it as a usage error
+        raise ValueError(f"--ufm: {e}") from None
+    collector = UfmRestCollector(cfg.url or args.ufm, None, cfg.http_settings())
+
+    async def fetch() -> tuple[Any, Any]:
+        try:
+            out = []
+            for resource in ("ports", "links"):
+                body, _ = await collector.http.get_bytes(f"{collector.prefix}/resources/{resource}")
+                out.append(json.loads(body))
+            return out[0], out[1]
+        finally:
+            await collector.aclose()
+
+    try:
+        return asyncio.run(fetch())
+    except Exception as e:  # httpx errors, UfmHttpError, bad JSON: one line for the operator
+        raise ValueError(f"UFM {collector.target}: {e}") from None
+
+
+def cmd_inventory_discover(args: argparse.Namespace) -> int:
+    from graywire.collectors.discovery import (
+        ExpectRule,
+        PurposeRule,
+        discover,
+        facts_from_ibnetdiscover,
+        facts_from_ufm,
+    )
+    from graywire.collectors.ibnetdiscover import parse_ibnetdiscover
+
+    if (args.ibnetdiscover is None) == (args.ufm is None):
+        raise ValueError("give one of --ibnetdiscover FILE (or -) and --ufm URL")
+    purpose = [PurposeRule.parse(r) for r in args.purpose]
+    expect = [ExpectRule.parse(r) for r in args.expect]
+    if args.ibnetdiscover is not None:
+        name = "stdin" if args.ibnetdiscover == "-" else args.ibnetdiscover
+        text = sys.stdin.read() if args.ibnetdiscover == "-" else Path(args.ibnetdiscover).read_text()
+        parsed = parse_ibnetdiscover(text)
+        if not parsed.ports:
+            raise ValueError(f"{name}: no ibnetdiscover port lines (run ibnetdiscover or ibnetdiscover -p)")
+        facts, links, notes = facts_from_ibnetdiscover(parsed)
+        fmt = " and ".join(sorted(parsed.formats))
+        source = f"ibnetdiscover ({fmt} format) {name}"
+        for reason, count in parsed.skipped.items():
+            notes.append(f"{count} line(s) skipped ({reason}), first at line(s) {parsed.skipped_lines}")
+    else:
+        ports, cables = _ufm_topology(args)
+        facts, links, notes, skipped = facts_from_ufm(ports, cables)
+        source = f"UFM REST {args.ufm}"
+        for reason, count in skipped.items():
+            notes.append(f"{count} UFM record(s) skipped ({reason})")
+    result = discover(facts, links, purpose_rules=purpose, expect_rules=expect, source=source)
+    result.notes[:0] = notes
+    text = result.to_yaml()
+    f = result.fabric
+    if args.out in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text)
+    print(
+        f"discovered {len(f.node_names)} nodes, {f.n_ports} ports, {len(f.link_a)} cables from {source}"
+        + (f" -> {args.out}" if args.out not in (None, "-") else ""),
+        file=sys.stderr,
+    )
+    for n in result.notes:
+        print(f"  note: {n}", file=sys.stderr)
+    if result.port_notes:
+        print(f"  {len(result.port_notes)} port(s) to check: search the file for CHECK", file=sys.stderr)
+    return 0
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
@@ -429,6 +524,45 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--agent-hosts", type=int, default=4, help="hosts that get an agent")
     s.add_argument("--service-port", type=int, default=8000, help="port written into graywire.yaml")
     s.set_defaults(func=cmd_fakes)
+
+    s = sub.add_parser("inventory", help="inventory files: discover one from a real fabric")
+    isub = s.add_subparsers(dest="inventory_command", required=True)
+    d = isub.add_parser(
+        "discover",
+        help="write an inventory from ibnetdiscover output or UFM REST (docs/inventory.md, Discovery)",
+    )
+    d.add_argument(
+        "--ibnetdiscover", metavar="FILE", help="ibnetdiscover or ibnetdiscover -p output ('-': stdin)"
+    )
+    d.add_argument(
+        "--ufm", metavar="URL", help="UFM base URL (https://ufm.example.com); reads ports and links"
+    )
+    d.add_argument(
+        "--auth", choices=["basic", "token"], default="basic", help="UFM authentication (default basic)"
+    )
+    d.add_argument(
+        "--username", help="UFM user (basic auth); password from --password-file or $GRAYWIRE_UFM_PASSWORD"
+    )
+    d.add_argument("--password-file", type=Path)
+    d.add_argument("--token-file", type=Path, help="UFM access token file (or $GRAYWIRE_UFM_TOKEN)")
+    d.add_argument("--ca-file", type=Path, help="CA (or self-signed certificate) to verify UFM's TLS with")
+    d.add_argument("--insecure", action="store_true", help="do not verify UFM's TLS certificate")
+    d.add_argument(
+        "--purpose",
+        action="append",
+        default=[],
+        metavar="GLOB=PURPOSE",
+        help="host port labels matching GLOB are compute, storage or management (e.g. 'mlx5_[89]=storage')",
+    )
+    d.add_argument(
+        "--expect",
+        action="append",
+        default=[],
+        metavar="SELECTORS:SPEED[/WIDTH]",
+        help="expected speed/width of matching ports, first rule wins (role=host,purpose=compute:800G/4)",
+    )
+    d.add_argument("--out", help="inventory file to write (default: stdout)")
+    d.set_defaults(func=cmd_inventory_discover)
 
     from graywire.service.schedsync.cli import add_sync_commands
 

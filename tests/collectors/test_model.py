@@ -270,3 +270,66 @@ def test_docs_inventory_examples_load(tmp_path: Path) -> None:
         assert getattr(a, name) == getattr(b, name), name
     for name in ("expected_speed_bps", "expected_width", "rail", "link_a", "link_b"):
         assert getattr(a, name).tolist() == getattr(b, name).tolist(), name
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "nodes:\n  - name: h1\n    ports:\n      - {label: a, guid: '0x1'}\n"
+            "  - name: h2\n    ports:\n      - {label: a, guid: '0x01'}\n",
+            r"inv\.yaml: duplicate GUID 0x0000000000000001: h1/a \(line 4\) and h2/a \(line 7\)",
+        ),
+        (
+            "nodes:\n  - name: sw\n    ports:\n      - {label: p1, guid: '0x5', num: 1}\n"
+            "      - {label: p2, guid: '0x5', num: 1}\n",
+            r"duplicate GUID 0x0000000000000005 port 1: sw/p1 \(line 4\) and sw/p2 \(line 5\)",
+        ),
+        (
+            "nodes:\n  - {name: h, ports: [a, b]}\nlinks:\n  - [h/a, h/b]\n  - [h/a, h/zz]\n",
+            r"link h/a <-> h/zz names an undeclared port h/zz \(line 5\)",
+        ),
+        (
+            "nodes:\n  - {name: h, ports: [a, b, c]}\nlinks:\n  - [h/a, h/b]\n  - [h/c, h/a]\n",
+            r"a port can be on one link only: h/a is already on the link at line 4 \(line 5\)",
+        ),
+        (
+            "nodes:\n  - {name: h, ports: [a]}\n  - {name: h, ports: [b]}\n",
+            r"node h declared twice \(line 3; first at line 2\)",
+        ),
+    ],
+)
+def test_inventory_errors_name_the_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_inventory(path)
+
+
+def test_json_errors_name_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "inv.json"
+    doc = {"nodes": [{"name": "h", "ports": ["a"]}], "links": [["h/a", "h/b"]]}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(
+        ValueError, match=r"inv\.json: link h/a <-> h/b names an undeclared port h/b \(links\[0\]\)"
+    ):
+        load_inventory(path)
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("nodes:\n  - {name: h, ports: [a, a]}\nlinks:\n  - [h/a, h/x]\n")
+    with pytest.raises(
+        ValueError, match=r"(?s)duplicate ports.*\n  link h/a <-> h/x names an undeclared port"
+    ):
+        load_inventory(path)
+
+
+def test_purpose_is_read_and_written(tmp_path: Path) -> None:
+    doc = {"nodes": [{"name": "h", "ports": [{"label": "mlx5_8", "purpose": "storage"}, "mlx5_0"]}]}
+    f = fabric_from_inventory(doc)
+    assert f.purpose == ["storage", None]
+    assert f.to_inventory()["nodes"][0]["ports"][0]["purpose"] == "storage"
+    doc["nodes"][0]["ports"][0]["purpose"] = "gpu"
+    with pytest.raises(ValueError, match="purpose must be one of"):
+        fabric_from_inventory(doc)

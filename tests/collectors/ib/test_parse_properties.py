@@ -2,8 +2,7 @@
 whatever a line says, the parse raises only its documented ValueError (a field before any
 header: not perfquery output) or gives blocks that build a valid batch.
 
-ibnetdiscover output is not parsed by graywire (links come from UFM or the inventory), so it
-has no property here.
+ibnetdiscover's property is in test_ibnetdiscover.py.
 """
 
 from __future__ import annotations
