@@ -203,38 +203,31 @@ def has_lldp(tables: Tables) -> bool:
     return any(tables.get(c) for c in LLDP_COLUMNS)
 
 
-def _local_port_map(tables: Tables, ports: Sequence[tuple[int, str]]) -> dict[int, str]:
-    """lldpLocPortNum -> the selected port's label, by the order in the module docstring."""
-    labels = dict(ports)
+def _local_port_map(tables: Tables) -> dict[int, int]:
+    """lldpLocPortNum -> ifIndex, by the order in the module docstring (unmapped: absent)."""
     by_name: dict[str, int] = {}
+    known: set[int] = set()
     for col in (O.IF_NAME, O.IF_DESCR):  # ifName wins over ifDescr for a text both carry
         for sub, value in tables.get(col, {}).items():
             text = _text(value)
-            if len(sub) == 1 and text is not None:
-                by_name.setdefault(text, sub[0])
-    out: dict[int, str] = {}
+            if len(sub) == 1:
+                known.add(sub[0])
+                if text is not None:
+                    by_name.setdefault(text, sub[0])
+    out: dict[int, int] = {}
     loc_id, loc_desc = tables.get(O.LLDP_LOC_PORT_ID, {}), tables.get(O.LLDP_LOC_PORT_DESC, {})
     nums = {s[0] for col in (loc_id, loc_desc) for s in col if len(s) == 1}
     nums |= {s[1] for s in tables.get(O.LLDP_REM_PORT_ID, {}) if len(s) == 3}
     for num in nums:
-        index = None
         for col in (loc_id, loc_desc):
             text = _text(col.get((num,)))
             if text is not None and text in by_name:
-                index = by_name[text]
+                out[num] = by_name[text]
                 break
-        if index is None:
-            index = num
-        label = labels.get(index)
-        if label is not None:
-            out[num] = label
+        else:
+            if num in known:
+                out[num] = num
     return out
-
-
-def _known_interface(tables: Tables, num: int) -> bool:
-    return any((num,) in tables.get(c, {}) for c in (O.IF_NAME, O.IF_DESCR)) or any(
-        _text(tables.get(c, {}).get((num,))) for c in (O.LLDP_LOC_PORT_ID, O.LLDP_LOC_PORT_DESC)
-    )
 
 
 def _mgmt_addresses(tables: Tables) -> dict[tuple[int, int, int], str]:
@@ -269,7 +262,7 @@ def parse_lldp(
     ``ports`` are the (ifIndex, label) pairs the source reports (``PortSelector.ports``).
     """
     skips: Skips = skipped if skipped is not None else Counter()
-    local = _local_port_map(tables, ports)
+    local, labels = _local_port_map(tables), dict(ports)
     chassis_sub = tables.get(O.LLDP_REM_CHASSIS_ID_SUBTYPE, {})
     chassis = tables.get(O.LLDP_REM_CHASSIS_ID, {})
     port_sub = tables.get(O.LLDP_REM_PORT_ID_SUBTYPE, {})
@@ -289,11 +282,12 @@ def parse_lldp(
         if chassis_id is None or port_id is None:
             skips[MALFORMED_LINE] += 1
             continue
-        label = local.get(num)
+        if num not in local:
+            skips[BAD_PORT] += 1  # a port number no IF-MIB interface answers to
+            continue
+        label = labels.get(local[num])
         if label is None:
-            if not _known_interface(tables, num):
-                skips[BAD_PORT] += 1  # a port number the switch names nowhere
-            continue  # else an interface the source does not report (management, LAG)
+            continue  # an interface the source does not report (management, LAG)
         sys_name = _text(names.get(sub))
         node = _node_name(sys_name) or _node_name(chassis_id)
         if node is None:

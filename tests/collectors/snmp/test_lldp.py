@@ -134,12 +134,14 @@ def test_bad_rows_are_skipped_and_counted_never_raised() -> None:
         rem(0, 2, 1, cs=4, chassis=bytes.fromhex("b8cef6000002"), ps=5, name=b"gpu-0002"),  # no port id
         rem(0, 3, 1, ps=5, port=b"mlx5_0", name=b"gpu-0003"),  # no chassis id
         rem(0, 77, 1, cs=7, chassis=b"x", ps=5, port=b"p1", name=b"x"),  # port 77: no such interface
+        {O.LLDP_LOC_PORT_ID: {(55,): b"00:11:22:33:44:55"}},  # named by a MAC, and no ifIndex 55
+        rem(0, 55, 1, cs=7, chassis=b"y", ps=5, port=b"p1", name=b"y"),
         {O.LLDP_REM_PORT_ID: {(1, 4): b"short-index"}},  # index is not (time mark, port, index)
         rem(0, 9, 1, cs=7, chassis=b"oob", ps=5, port=b"p1", name=b"oob"),  # on mgmt0: not reported
         {O.LLDP_REM_CHASSIS_ID_SUBTYPE: {(0, 4, 1): b"garbage"}, O.LLDP_REM_CHASSIS_ID: {(0, 4, 1): 12}},
     ))  # fmt: skip
     assert [r["remote_port"] for r in rows] == ["gpu-0001/mlx5_0"]
-    assert skipped == Counter({MALFORMED_LINE: 4, BAD_PORT: 1})
+    assert skipped == Counter({MALFORMED_LINE: 4, BAD_PORT: 2})
 
 
 def test_duplicates_and_neighbours_without_a_system_name() -> None:
