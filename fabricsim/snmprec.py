@@ -15,7 +15,13 @@ GETNEXT/GETBULK from that order). Types: 2 INTEGER, 4 OCTET STRING, 6 OBJECT IDE
 - ifXTable with ifName = the port label, Counter64 HC octets and unicast packets, ifHighSpeed
   in Mb/s (the negotiated speed when up, the configured speed when down), ifAlias = the peer;
 - PFC pause frames in one PFC MIB: IEEE8021-PFC-MIB (per port, Counter32, the frames of
-  ``ieee_priority``), ARISTA-PFC-MIB or CISCO-PFC-EXT-MIB (per port and priority, Counter64).
+  ``ieee_priority``), ARISTA-PFC-MIB or CISCO-PFC-EXT-MIB (per port and priority, Counter64);
+- LLDP-MIB (unless ``lldp=False``): the local chassis (subtype local = the switch name) and
+  system name, ``lldpLocPortTable`` with lldpLocPortNum = ifIndex and the port label as an
+  interfaceName id, and one ``lldpRemTable`` row (time mark 0, lldpRemIndex 1) per cabled port:
+  the other end's node name as chassis id (subtype local) and system name, its port label as
+  port id (subtype interfaceName) and description, as lldpd on a host NIC or a switch's own LLDP
+  agent sends them. The rows stand for the cabling, whatever the port's state.
 
 Counters the batch has as null are left out, as a switch without them would.
 """
@@ -40,6 +46,8 @@ PfcMib = Literal["ieee", "arista", "cisco"]
 SWITCH_ROLES = ("leaf", "spine", "core")
 SYS_OBJECT_ID = "1.3.6.1.4.1.8072.3.2.10"  # NET-SNMP-TC linux: the agent of SONiC/Cumulus switches
 ETHERNET_CSMACD = 6
+LLDP_IF_NAME = 5  # LldpPortIdSubtype interfaceName
+LLDP_CHASSIS_LOCAL = 7  # LldpChassisIdSubtype local
 U32 = 2**32
 
 # Type tags of the snmprec format.
@@ -112,6 +120,7 @@ def render_snmprec(
     ieee_priority: int = 3,
     nodes: Iterable[str] | None = None,
     boot: datetime = EPOCH,
+    lldp: bool = True,
 ) -> dict[str, str]:
     """``{switch name: recording text}`` for the leaf/spine switches in one ``port_sample`` poll."""
     if pfc_mib not in ("ieee", "arista", "cisco"):
@@ -192,7 +201,47 @@ def render_snmprec(
             prio = np.full(n, p)
             rec.add(req, COUNTER64, node, u64(f"pfc{p}_tx_pause_frames"), ifindex, prio)
             rec.add(ind, COUNTER64, node, u64(f"pfc{p}_rx_pause_frames"), ifindex, prio)
+    if lldp:
+        _lldp(rec, fabric, nodes_here, names, node, ifindex, labels, peer)
     return {fabric.node_names[c]: text for c, text in rec.texts(len(fabric.node_names)).items()}
+
+
+def _lldp(
+    rec: _Records,
+    fabric: Fabric,
+    nodes_here: np.ndarray,
+    names: pa.Array,
+    node: np.ndarray,
+    ifindex: np.ndarray,
+    labels: pa.Array,
+    peer: np.ndarray,
+) -> None:
+    """LLDP-MIB rows: the switches' own identity and ports, and the far end of every cable."""
+    zero = np.zeros(nodes_here.size, np.int64)
+    local = pa.array(np.full(nodes_here.size, LLDP_CHASSIS_LOCAL))
+    rec.add(O.LLDP_LOC_CHASSIS_ID_SUBTYPE, INTEGER, nodes_here, local, zero)
+    rec.add(O.LLDP_LOC_CHASSIS_ID, OCTETS, nodes_here, names, zero)
+    rec.add(O.LLDP_LOC_SYS_NAME, OCTETS, nodes_here, names, zero)
+    n = node.size
+    rec.add(O.LLDP_LOC_PORT_ID_SUBTYPE, INTEGER, node, pa.array(np.full(n, LLDP_IF_NAME)), ifindex)
+    rec.add(O.LLDP_LOC_PORT_ID, OCTETS, node, labels, ifindex)
+    rec.add(O.LLDP_LOC_PORT_DESC, OCTETS, node, labels, ifindex)
+    cabled = np.flatnonzero(peer >= 0)
+    if cabled.size == 0:
+        return
+    ends = pc.split_pattern(fabric.key_array.take(pa.array(peer[cabled])), "/", max_splits=1)
+    peer_node, peer_port = pc.list_element(ends, 0), pc.list_element(ends, 1)
+    on, at, one = node[cabled], ifindex[cabled], np.ones(cabled.size, np.int64)
+
+    def rem(col: O.Oid, tag: str, values: pa.Array) -> None:
+        rec.add((*col, 0), tag, on, values, at, one)  # index (lldpRemTimeMark 0, port, lldpRemIndex 1)
+
+    rem(O.LLDP_REM_CHASSIS_ID_SUBTYPE, INTEGER, pa.array(np.full(cabled.size, LLDP_CHASSIS_LOCAL)))
+    rem(O.LLDP_REM_CHASSIS_ID, OCTETS, peer_node)
+    rem(O.LLDP_REM_PORT_ID_SUBTYPE, INTEGER, pa.array(np.full(cabled.size, LLDP_IF_NAME)))
+    rem(O.LLDP_REM_PORT_ID, OCTETS, peer_port)
+    rem(O.LLDP_REM_PORT_DESC, OCTETS, peer_port)
+    rem(O.LLDP_REM_SYS_NAME, OCTETS, peer_node)
 
 
 def _if_index(fabric: Fabric, pidx: np.ndarray, node: np.ndarray) -> np.ndarray:
@@ -217,6 +266,7 @@ def write_snmprec(
     ieee_priority: int = 3,
     nodes: Iterable[str] | None = None,
     boot: datetime = EPOCH,
+    lldp: bool = True,
 ) -> dict[str, Path]:
     """Write ``<out_dir>/<switch>.snmprec`` for each switch in the poll; returns the paths.
 
@@ -227,7 +277,7 @@ def write_snmprec(
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     texts = render_snmprec(
-        batch, fabric, pfc_mib=pfc_mib, ieee_priority=ieee_priority, nodes=nodes, boot=boot
+        batch, fabric, pfc_mib=pfc_mib, ieee_priority=ieee_priority, nodes=nodes, boot=boot, lldp=lldp
     )
     for name, text in texts.items():
         path = out / f"{name}.snmprec"

@@ -15,6 +15,8 @@ from pysnmp.hlapi.v3arch.asyncio import ContextData, UdpTransportTarget
 from graywire.collectors.base import ScrapeResult, Skips, failed
 from graywire.collectors.model import Fabric
 from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
+from graywire.collectors.snmp.lldp import LLDP_COLUMNS, parse_lldp
+from graywire.collectors.snmp.oids import Oid
 from graywire.collectors.snmp.parse import PortSelector, build_batch, columns_to_walk, sys_name
 from graywire.collectors.snmp.walk import SnmpError, SnmpSession, Tables, auth_data, walk_columns
 
@@ -29,7 +31,10 @@ class SnmpCollector:
     """Polls one switch: bulk walks of IF-MIB and PFC tables -> one ``port_sample`` batch.
 
     A poll waits for a slot of the source's concurrency bound, then must finish within
-    ``timeout_s``; pysnmp never retries (``retries=0``), the service runner does.
+    ``timeout_s``; pysnmp never retries (``retries=0``), the service runner does. With ``lldp``
+    the first poll, and then the first one ``lldp_every`` after the last that read it, also walks
+    LLDP-MIB in the same requests and adds a ``link`` batch of the switch's cables (none when the
+    agent has no LLDP-MIB: that is not news that every cable is gone).
     """
 
     source = SOURCE
@@ -50,6 +55,8 @@ class SnmpCollector:
         self._auth = auth_data(cfg, target)
         self._context = ContextData(contextName=target.context)
         self._columns = columns_to_walk(cfg, need_sys_name=target.name is None)
+        self._lldp_columns = sorted({*self._columns, *LLDP_COLUMNS})
+        self._lldp_at: datetime | None = None
         self._selector = PortSelector(cfg)
         self._port_dict: pa.Array | None = None
         v3 = cfg.v3 if cfg.version == "3" else None
@@ -57,7 +64,12 @@ class SnmpCollector:
         if v3 is not None and v3.priv_key is not None and importlib.util.find_spec("cryptography") is None:
             self._config_error = "SNMPv3 privacy (priv_key) needs the 'cryptography' package (not installed)"
 
-    async def _walk(self) -> Tables:
+    def _lldp_due(self, now: datetime) -> bool:
+        if not self.cfg.lldp:
+            return False
+        return self._lldp_at is None or now - self._lldp_at >= self.cfg.lldp_every or now < self._lldp_at
+
+    async def _walk(self, columns: list[Oid] | None = None) -> Tables:
         transport = await UdpTransportTarget.create(
             (self.spec.host, self.spec.port), timeout=self.cfg.request_timeout_s, retries=0
         )
@@ -66,7 +78,7 @@ class SnmpCollector:
             self._auth,
             transport,
             self._context,
-            self._columns,
+            self._columns if columns is None else columns,
             max_repetitions=self.cfg.max_repetitions,
             max_varbinds=self.cfg.max_varbinds,
         )
@@ -82,9 +94,10 @@ class SnmpCollector:
         try:
             async with self.session.semaphore():
                 now = self.clock()
+                lldp = self._lldp_due(now)
                 try:
                     async with asyncio.timeout(self.cfg.timeout_s):
-                        tables = await self._walk()
+                        tables = await (self._walk(self._lldp_columns) if lldp else self._walk())
                 except TimeoutError:
                     return failed(
                         SOURCE, self.target, f"no complete answer within {self.cfg.timeout_s:g} s",
@@ -102,14 +115,21 @@ class SnmpCollector:
             batch = await asyncio.to_thread(
                 build_batch, tables, switch, ports, now, self.cfg, self._port_dict, skipped
             )
+            batches: tuple[pa.RecordBatch, ...] = (batch,)
+            if lldp:
+                view = await asyncio.to_thread(parse_lldp, tables, switch, ports, skipped)
+                if view.has_lldp:
+                    batches += (view.links,)
         except SnmpError as e:
             return failed(SOURCE, self.target, f"SNMP: {e}", time.perf_counter() - t0)
         except Exception as e:  # a collector never raises: garbage in is a failed scrape
             return failed(SOURCE, self.target, e, time.perf_counter() - t0)
         self._port_dict = batch.column("port").dictionary
+        if lldp:
+            self._lldp_at = now
         elapsed = time.perf_counter() - t0
         return ScrapeResult(
-            SOURCE, self.target, ok=True, batches=(batch,), duration_s=elapsed, skipped=dict(skipped)
+            SOURCE, self.target, ok=True, batches=batches, duration_s=elapsed, skipped=dict(skipped)
         )
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from graywire.collectors.snmp.oids import PHYSICAL_IF_TYPES
+from graywire.collectors.units import PositiveDuration
 
 #: Interfaces that are ifType ethernetCsmacd but not fabric ports: management ports (Arista
 #: Management1, NX-OS mgmt0, Junos re0:mgmt-0/em0/fxp0, SONiC/Cumulus eth0), Linux bonds,
@@ -98,6 +100,10 @@ class SnmpSourceConfig(BaseModel):
     #: IEEE8021-PFC-MIB counts PFC frames per port, not per priority; they are reported on this
     #: priority (the lossless RoCE priority), or ignored when null.
     ieee_pfc_priority: int | None = Field(3, ge=0, le=7)
+    #: Also walk LLDP-MIB and send the cables it shows as a ``link`` batch (source ``lldp``).
+    lldp: bool = False
+    #: How often: LLDP tables change when cables do, so every poll would re-read the same rows.
+    lldp_every: PositiveDuration = timedelta(minutes=10)
 
     @field_validator("include", "exclude")
     @classmethod

@@ -1,8 +1,9 @@
 """The OIDs the SNMP collector walks, with the MIB each comes from.
 
 Every OID here was checked against the MIB module text (IF-MIB: RFC 2863; ARISTA-PFC-MIB,
-CISCO-PFC-EXT-MIB and IEEE8021-PFC-MIB: their published modules). Tables are walked column
-by column, so only columns are listed; the instance suffix is the table index.
+CISCO-PFC-EXT-MIB and IEEE8021-PFC-MIB: their published modules; LLDP-MIB: IEEE 802.1AB-2005).
+Tables are walked column by column, so only columns are listed; the instance suffix is the
+table index.
 """
 
 from __future__ import annotations
@@ -68,6 +69,29 @@ CISCO_PFC_INDICATIONS = (*CISCO_PFC_ENTRY, 3)
 IEEE_PFC_ENTRY = oid("1.3.111.2.802.1.1.21.1.1.1")
 IEEE_PFC_REQUESTS = (*IEEE_PFC_ENTRY, 2)
 IEEE_PFC_INDICATIONS = (*IEEE_PFC_ENTRY, 3)
+
+# LLDP-MIB (IEEE 802.1AB-2005, lldpMIB 1.0.8802.1.1.2), the local system's scalars (instance .0).
+LLDP_LOC = oid("1.0.8802.1.1.2.1.3")
+LLDP_LOC_CHASSIS_ID_SUBTYPE = (*LLDP_LOC, 1)
+LLDP_LOC_CHASSIS_ID = (*LLDP_LOC, 2)
+LLDP_LOC_SYS_NAME = (*LLDP_LOC, 3)
+# lldpLocPortTable, index lldpLocPortNum.
+LLDP_LOC_PORT_ENTRY = (*LLDP_LOC, 7, 1)
+LLDP_LOC_PORT_ID_SUBTYPE = (*LLDP_LOC_PORT_ENTRY, 2)
+LLDP_LOC_PORT_ID = (*LLDP_LOC_PORT_ENTRY, 3)
+LLDP_LOC_PORT_DESC = (*LLDP_LOC_PORT_ENTRY, 4)
+# lldpRemTable, index (lldpRemTimeMark, lldpRemLocalPortNum, lldpRemIndex).
+LLDP_REM_ENTRY = oid("1.0.8802.1.1.2.1.4.1.1")
+LLDP_REM_CHASSIS_ID_SUBTYPE = (*LLDP_REM_ENTRY, 4)
+LLDP_REM_CHASSIS_ID = (*LLDP_REM_ENTRY, 5)
+LLDP_REM_PORT_ID_SUBTYPE = (*LLDP_REM_ENTRY, 6)
+LLDP_REM_PORT_ID = (*LLDP_REM_ENTRY, 7)
+LLDP_REM_PORT_DESC = (*LLDP_REM_ENTRY, 8)
+LLDP_REM_SYS_NAME = (*LLDP_REM_ENTRY, 9)
+# lldpRemManAddrTable, index (lldpRemTimeMark, lldpRemLocalPortNum, lldpRemIndex,
+# lldpRemManAddrSubtype, lldpRemManAddr as length + octets): the address is in the index.
+LLDP_REM_MAN_ADDR_ENTRY = oid("1.0.8802.1.1.2.1.4.2.1")
+LLDP_REM_MAN_ADDR_IF_SUBTYPE = (*LLDP_REM_MAN_ADDR_ENTRY, 3)
 
 #: ifOperStatus values (IF-MIB).
 OPER_UP, OPER_DOWN, OPER_TESTING, OPER_UNKNOWN, OPER_DORMANT, OPER_NOT_PRESENT, OPER_LOWER_DOWN = range(1, 8)

@@ -136,7 +136,12 @@ def test_write_snmprec_files(tmp_path: Path, downgraded: tuple[FabricSim, SimSte
     assert paths == {LEAF: tmp_path / f"{LEAF}.snmprec", "spine-0000": tmp_path / "spine-0000.snmprec"}
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{LEAF}.snmprec", "spine-0000.snmprec"]
     text = paths[LEAF].read_text()
-    assert text.startswith(f"1.3.6.1.2.1.1.1.0|4|graywire fabricsim switch {LEAF}\n") and text.endswith("\n")
+    # LLDP-MIB (iso.0.8802) sorts before the system group (iso.3.6.1).
+    assert text.startswith("1.0.8802.1.1.2.1.3.1.0|2|7\n") and text.endswith("\n")
+    assert f"\n1.3.6.1.2.1.1.1.0|4|graywire fabricsim switch {LEAF}\n" in text
+    bare = render_snmprec(step.port_sample, sim.fabric, nodes=[LEAF], lldp=False)[LEAF]
+    assert bare.startswith(f"1.3.6.1.2.1.1.1.0|4|graywire fabricsim switch {LEAF}\n")
+    assert "1.0.8802." not in bare
     with pytest.raises(ValueError, match="pfc_mib"):
         render_snmprec(step.port_sample, sim.fabric, pfc_mib="juniper")  # type: ignore[arg-type]
 
@@ -149,3 +154,32 @@ def test_every_switch_port_of_a_large_fabric_is_recorded() -> None:
     switch_ports = int(np.isin(sim.fabric.port_role, ("leaf", "spine")).sum())
     assert len(texts) == 64 + 32  # 64 leaves (8 rails x 8 groups of 32 hosts), 32 spines of radix 64
     assert sum(t.count("\n1.3.6.1.2.1.31.1.1.1.15.") for t in texts.values()) == switch_ports
+
+
+def test_lldp_rows_name_the_other_end_of_every_cable(downgraded: tuple[FabricSim, SimStep]) -> None:
+    sim, step = downgraded
+    texts = render_snmprec(step.port_sample, sim.fabric)
+    leaf, spine = parse(texts[LEAF]), parse(texts["spine-0000"])
+    assert value(leaf, O.LLDP_LOC_SYS_NAME, 0) == ("4", LEAF)
+    assert value(leaf, O.LLDP_LOC_CHASSIS_ID_SUBTYPE, 0) == ("2", "7")  # local: the name
+    assert value(leaf, O.LLDP_LOC_PORT_ID_SUBTYPE, LEAF_PORT) == ("2", "5")  # interfaceName
+    assert value(leaf, O.LLDP_LOC_PORT_ID, LEAF_PORT) == ("4", f"p{LEAF_PORT}")  # lldpLocPortNum = ifIndex
+    # lldpRemTable index (time mark 0, lldpRemLocalPortNum, lldpRemIndex 1): the host NIC.
+    host, nic = NIC.split("/")
+    assert value(leaf, O.LLDP_REM_SYS_NAME, 0, LEAF_PORT, 1) == ("4", host)
+    assert value(leaf, O.LLDP_REM_CHASSIS_ID, 0, LEAF_PORT, 1) == ("4", host)
+    assert value(leaf, O.LLDP_REM_PORT_ID_SUBTYPE, 0, LEAF_PORT, 1) == ("2", "5")
+    assert value(leaf, O.LLDP_REM_PORT_ID, 0, LEAF_PORT, 1) == ("4", nic)
+    assert value(leaf, O.LLDP_REM_PORT_DESC, 0, LEAF_PORT, 1) == ("4", nic)
+    # An uplink names the spine port, and the spine names the leaf port back.
+    up = [
+        k for k in leaf if k[: len(O.LLDP_REM_SYS_NAME)] == O.LLDP_REM_SYS_NAME and leaf[k][1] == "spine-0000"
+    ]
+    uplink = up[0]
+    far = leaf[(*O.LLDP_REM_PORT_ID, *uplink[len(O.LLDP_REM_SYS_NAME) :])][1]
+    at = int(far.removeprefix("p"))
+    assert spine[(*O.LLDP_REM_SYS_NAME, 0, at, 1)] == ("4", LEAF)
+    assert spine[(*O.LLDP_REM_PORT_ID, 0, at, 1)] == ("4", f"p{uplink[-2]}")
+    # One neighbour per cabled switch port: every port of this fabric has a cable.
+    rows = sum(k[: len(O.LLDP_REM_PORT_ID)] == O.LLDP_REM_PORT_ID for k in leaf)
+    assert rows == 16

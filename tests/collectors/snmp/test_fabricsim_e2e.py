@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from graywire.collectors.base import ScrapeResult
 from graywire.collectors.schemas import COUNTER_BITS_KEY
 from graywire.collectors.snmp import SnmpCollector, SnmpSession, SnmpSourceConfig
+from graywire.collectors.snmp.lldp import walk_lldp
 from graywire.detectors.pipeline import Pipeline
 from graywire.fabricsim.sim import FabricSim, SimConfig
 from graywire.fabricsim.snmprec import render_snmprec, write_snmprec
@@ -159,3 +160,42 @@ def test_speed_downgrade_end_to_end(tmp_path: Path, start_snmpsim: Any) -> None:
     # Every switch port of the fabric was polled, under the fabric's own port keys.
     switch_ports = set(np.array(fabric.keys)[np.isin(fabric.port_role, ("leaf", "spine"))].tolist())
     assert seen == switch_ports and len(seen) == 8 * 8 + 32
+
+
+def test_lldp_walk_gives_back_exactly_the_simulated_cables(tmp_path: Path, start_snmpsim: Any) -> None:
+    """fabricsim's recordings through snmpsim and the LLDP walk: every cable of the fabric, once."""
+    sim = make_sim()
+    fabric = sim.fabric
+    switches = [n for n, r in zip(fabric.node_names, fabric.node_roles, strict=True) if r != "host"]
+    step = sim.step()
+    write_snmprec(step.port_sample, fabric, tmp_path / "data")
+    agent = start_snmpsim(tmp_path / "data", "spine-0000")
+    # Named by sysName (no 'name'), as discovery of an unknown fabric would.
+    cfg = SnmpSourceConfig(
+        targets=[{"host": "127.0.0.1", "port": agent.port, "community": s} for s in switches], timeout_s=20
+    )
+    found = walk_lldp(cfg)
+    assert found.errors == {} and found.skipped == {} and found.without_lldp == ()
+
+    def cables(a: list[str], b: list[str]) -> set[frozenset[str]]:
+        return {frozenset(pair) for pair in zip(a, b, strict=True)}
+
+    truth = fabric.links_table("fabricsim")
+    expected = cables(truth["a_port"].to_pylist(), truth["b_port"].to_pylist())
+    assert len(expected) == 4 * 8 + 8 * 4  # 32 host NICs to leaves, 32 leaf uplinks to the spine
+    got = cables(found.links["a_port"].to_pylist(), found.links["b_port"].to_pylist())
+    assert got == expected and found.links.num_rows == len(expected)  # leaf-spine cables once, not twice
+    # Neighbours: one per switch port (a leaf-spine cable from both ends), hosts by name and NIC.
+    n = found.neighbors.to_pylist()
+    assert len(n) == 8 * 8 + 32
+    nic = next(r for r in n if r["remote_port"] == NIC)
+    assert (nic["local_port"], nic["sys_name"], nic["port_id"], nic["port_id_subtype"]) == (
+        LEAF_PORT, "gpu-0003", "mlx5_2", 5,
+    )  # fmt: skip
+    # Interfaces: every switch port at the speed the fabric expects of it.
+    speeds = dict(
+        zip(found.interfaces["port"].to_pylist(), found.interfaces["speed_bps"].to_pylist(), strict=True)
+    )
+    idx = fabric.lookup(pa.array(list(speeds)))
+    assert (idx >= 0).all()
+    assert list(speeds.values()) == fabric.expected_speed_bps[idx].tolist()
