@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,9 @@ from graywire.collectors.model import Fabric, PortSpec
 from graywire.collectors.schemas import LINK
 from graywire.collectors.ufm.rest import port_speed_bps, speed_name_gbps, width_lanes
 from graywire.collectors.units import format_speed, parse_speed
+
+if TYPE_CHECKING:  # pysnmp loads only when LLDP is walked
+    from graywire.collectors.snmp.lldp import LldpDiscovery
 
 #: What a source knows about each port it saw. ``kind`` is ``host`` (a CA port) or ``switch``;
 #: ``speed_bps``/``width`` are what the port negotiated (null when down or unknown);
@@ -240,6 +243,42 @@ def facts_from_ibnetdiscover(parsed: IbnetdiscoverResult) -> tuple[pa.Table, pa.
     table, key_of = _named(facts.rows, notes)
     links = _links_table([(key_of[a], key_of[b]) for a, b in facts.cables], "ibnetdiscover")
     return table, links, notes
+
+
+def facts_from_lldp(found: LldpDiscovery) -> tuple[pa.Table, pa.Table, list[str]]:
+    """Port facts, ``link`` records and notes from switches' LLDP neighbours (Ethernet/RoCE).
+
+    Switch ports are the walked interfaces that are cabled or up, at the speed IF-MIB gives
+    (ifHighSpeed: the configured speed of a port that is down too). A neighbour that is not a
+    walked switch port is a host NIC, keyed as it names itself (``lldpRemSysName`` /
+    ``lldpRemPortId``), at its switch port's speed: both ends of a cable run at one speed.
+    LLDP carries no lane count, so widths stay unset.
+    """
+    notes = [f"{t}: not walked ({why})" for t, why in sorted(found.errors.items())]
+    notes += [f"{t}: no LLDP-MIB answered; its cables are unknown" for t in found.without_lldp]
+    links = found.links.select(["a_port", "b_port", "source"]).cast(LINK)
+    cabled = set(links["a_port"].to_pylist()) | set(links["b_port"].to_pylist())
+    iface = found.interfaces.to_pylist()
+    speed_of = {r["port"]: r["speed_bps"] for r in iface}
+    rows: dict[str, dict[str, Any]] = {}
+    for r in iface:
+        if r["port"] in cabled or r["oper_up"]:
+            node, _, label = r["port"].partition("/")
+            rows[r["port"]] = {"port": r["port"], "node": node, "label": label, "kind": "switch",
+                               "speed_bps": r["speed_bps"] if r["port"] in cabled else None}  # fmt: skip
+    for n in found.neighbors.to_pylist():
+        key = n["remote_port"]
+        if key in rows or key in speed_of:
+            continue
+        node, _, label = key.partition("/")
+        rows[key] = {"port": key, "node": node, "label": label, "kind": "host",
+                     "speed_bps": speed_of.get(n["local_port"])}  # fmt: skip
+    if any(n["sys_name"] is None for n in found.neighbors.to_pylist()):
+        notes.append("some neighbours send no system name: their ports are keyed by chassis id, rename them")
+    table = pa.Table.from_pylist([{k: r.get(k) for k in PORT_FACTS.names} for r in rows.values()], PORT_FACTS)
+    known = pa.array(list(rows), pa.string())
+    both = pc.and_(pc.is_in(links["a_port"], known), pc.is_in(links["b_port"], known))
+    return table, links.filter(both), notes
 
 
 def _max_of(speeds: Any, widths: Any) -> tuple[int | None, int | None]:

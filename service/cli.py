@@ -350,6 +350,30 @@ def _ufm_topology(args: argparse.Namespace) -> tuple[Any, Any]:
         raise ValueError(f"UFM {collector.target}: {e}") from None
 
 
+def _lldp_topology(config: Path) -> tuple[Any, Any, list[str], str]:
+    """Walk LLDP on the switches of every SNMP source of a service config (its targets and
+    credentials, as ``graywire serve`` would poll them)."""
+    import pyarrow as pa
+
+    from graywire.collectors.discovery import facts_from_lldp
+    from graywire.collectors.snmp import SnmpSourceConfig, walk_lldp
+    from graywire.service.config import load_settings
+
+    sources = [s for s in load_settings(config).sources if isinstance(s, SnmpSourceConfig)]
+    if not sources:
+        raise ValueError(f"{config}: no snmp source to walk")
+    parts = [facts_from_lldp(walk_lldp(s)) for s in sources]
+    facts = pa.concat_tables([f for f, _, _ in parts])
+    links = pa.concat_tables([lk for _, lk, _ in parts])
+    targets = sum(len(s.targets) for s in sources)
+    return (
+        facts,
+        links,
+        [n for _, _, ns in parts for n in ns],
+        f"LLDP over SNMP, {targets} switch(es) of {config}",
+    )
+
+
 def cmd_inventory_discover(args: argparse.Namespace) -> int:
     from graywire.collectors.discovery import (
         ExpectRule,
@@ -360,8 +384,9 @@ def cmd_inventory_discover(args: argparse.Namespace) -> int:
     )
     from graywire.collectors.ibnetdiscover import parse_ibnetdiscover
 
-    if (args.ibnetdiscover is None) == (args.ufm is None):
-        raise ValueError("give one of --ibnetdiscover FILE (or -) and --ufm URL")
+    given = [a for a in (args.ibnetdiscover, args.ufm, args.snmp) if a is not None]
+    if len(given) != 1:
+        raise ValueError("give one of --ibnetdiscover FILE (or -), --ufm URL and --snmp CONFIG")
     purpose = [PurposeRule.parse(r) for r in args.purpose]
     expect = [ExpectRule.parse(r) for r in args.expect]
     if args.ibnetdiscover is not None:
@@ -375,6 +400,8 @@ def cmd_inventory_discover(args: argparse.Namespace) -> int:
         source = f"ibnetdiscover ({fmt} format) {name}"
         for reason, count in parsed.skipped.items():
             notes.append(f"{count} line(s) skipped ({reason}), first at line(s) {parsed.skipped_lines}")
+    elif args.snmp is not None:
+        facts, links, notes, source = _lldp_topology(args.snmp)
     else:
         ports, cables = _ufm_topology(args)
         facts, links, notes, skipped = facts_from_ufm(ports, cables)
@@ -529,7 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
     isub = s.add_subparsers(dest="inventory_command", required=True)
     d = isub.add_parser(
         "discover",
-        help="write an inventory from ibnetdiscover output or UFM REST (docs/inventory.md, Discovery)",
+        help="write an inventory from ibnetdiscover output, UFM REST or LLDP over SNMP "
+        "(docs/inventory.md, Discovery)",
     )
     d.add_argument(
         "--ibnetdiscover", metavar="FILE", help="ibnetdiscover or ibnetdiscover -p output ('-': stdin)"
@@ -546,6 +574,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--password-file", type=Path)
     d.add_argument("--token-file", type=Path, help="UFM access token file (or $GRAYWIRE_UFM_TOKEN)")
     d.add_argument("--ca-file", type=Path, help="CA (or self-signed certificate) to verify UFM's TLS with")
+    d.add_argument(
+        "--snmp",
+        metavar="CONFIG",
+        type=Path,
+        help="walk LLDP-MIB on the switches of CONFIG's snmp sources (Ethernet/RoCE fabrics)",
+    )
     d.add_argument("--insecure", action="store_true", help="do not verify UFM's TLS certificate")
     d.add_argument(
         "--purpose",

@@ -199,3 +199,41 @@ def test_lldp_walk_gives_back_exactly_the_simulated_cables(tmp_path: Path, start
     idx = fabric.lookup(pa.array(list(speeds)))
     assert (idx >= 0).all()
     assert list(speeds.values()) == fabric.expected_speed_bps[idx].tolist()
+
+
+def test_inventory_discover_over_lldp_rebuilds_the_simulated_fabric(
+    tmp_path: Path, start_snmpsim: Any
+) -> None:
+    """`graywire inventory discover --snmp CONFIG`: LLDP through snmpsim to an inventory the
+    service loads, with the simulated cables, roles, rails and expected speeds."""
+    import yaml
+
+    from graywire.collectors.model import load_inventory
+    from graywire.service.cli import main
+
+    sim = make_sim()
+    fabric = sim.fabric
+    switches = [n for n, r in zip(fabric.node_names, fabric.node_roles, strict=True) if r != "host"]
+    write_snmprec(sim.step().port_sample, fabric, tmp_path / "data")
+    agent = start_snmpsim(tmp_path / "data", "spine-0000")
+    config = tmp_path / "graywire.yaml"
+    targets = [{"host": "127.0.0.1", "port": agent.port, "community": s} for s in switches]
+    config.write_text(yaml.safe_dump({"sources": [{"type": "snmp", "targets": targets, "timeout_s": 20}]}))
+    out = tmp_path / "inventory.yaml"
+    assert main(["inventory", "discover", "--snmp", str(config), "--out", str(out)]) == 0
+    found = load_inventory(out)
+
+    def cables(f: Any) -> set[frozenset[str]]:
+        t = f.links_table("x")
+        return {frozenset(p) for p in zip(t["a_port"].to_pylist(), t["b_port"].to_pylist(), strict=True)}
+
+    assert cables(found) == cables(fabric)
+    roles = dict(zip(found.node_names, found.node_roles, strict=True))
+    assert roles == dict(zip(fabric.node_names, fabric.node_roles, strict=True))
+    idx = fabric.lookup(pa.array(found.keys))
+    assert (idx >= 0).all()
+    # Every cabled port expects the speed the simulated fabric does (from ifHighSpeed), and each
+    # host NIC's rail is the one the simulator wired it for.
+    assert found.expected_speed_bps.tolist() == fabric.expected_speed_bps[idx].tolist()
+    host = np.asarray(found.port_role) == "host"
+    assert found.rail[host].tolist() == fabric.rail[idx][host].tolist()
