@@ -308,10 +308,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 def _ufm_topology(args: argparse.Namespace) -> tuple[Any, Any]:
     """UFM REST ports and links, fetched with the UFM source's own settings and HTTP client."""
-    import asyncio
     import os
 
-    from graywire.collectors.ufm import UfmRestCollector, UfmSourceConfig
+    from graywire.collectors.ufm import UfmSourceConfig
 
     raw: dict[str, Any] = {"url": args.ufm, "auth": args.auth, "verify": not args.insecure}
     for key, value in (
@@ -332,46 +331,22 @@ def _ufm_topology(args: argparse.Namespace) -> tuple[Any, Any]:
         cfg = UfmSourceConfig.model_validate(raw)
     except Exception as e:  # pydantic's ValidationError: say it as a usage error
         raise ValueError(f"--ufm: {e}") from None
-    collector = UfmRestCollector(cfg.url or args.ufm, None, cfg.http_settings())
+    from graywire.service.discovery import ufm_topology
 
-    async def fetch() -> tuple[Any, Any]:
-        try:
-            out = []
-            for resource in ("ports", "links"):
-                body, _ = await collector.http.get_bytes(f"{collector.prefix}/resources/{resource}")
-                out.append(json.loads(body))
-            return out[0], out[1]
-        finally:
-            await collector.aclose()
-
-    try:
-        return asyncio.run(fetch())
-    except Exception as e:  # httpx errors, UfmHttpError, bad JSON: one line for the operator
-        raise ValueError(f"UFM {collector.target}: {e}") from None
+    return ufm_topology(cfg.model_copy(update={"url": cfg.url or args.ufm}))
 
 
 def _lldp_topology(config: Path) -> tuple[Any, Any, list[str], str]:
     """Walk LLDP on the switches of every SNMP source of a service config (its targets and
     credentials, as ``graywire serve`` would poll them)."""
-    import pyarrow as pa
-
-    from graywire.collectors.discovery import facts_from_lldp
-    from graywire.collectors.snmp import SnmpSourceConfig, walk_lldp
+    from graywire.collectors.snmp import SnmpSourceConfig
     from graywire.service.config import load_settings
+    from graywire.service.discovery import lldp_topology
 
     sources = [s for s in load_settings(config).sources if isinstance(s, SnmpSourceConfig)]
     if not sources:
         raise ValueError(f"{config}: no snmp source to walk")
-    parts = [facts_from_lldp(walk_lldp(s)) for s in sources]
-    facts = pa.concat_tables([f for f, _, _ in parts])
-    links = pa.concat_tables([lk for _, lk, _ in parts])
-    targets = sum(len(s.targets) for s in sources)
-    return (
-        facts,
-        links,
-        [n for _, _, ns in parts for n in ns],
-        f"LLDP over SNMP, {targets} switch(es) of {config}",
-    )
+    return lldp_topology(sources, str(config))
 
 
 def cmd_inventory_discover(args: argparse.Namespace) -> int:

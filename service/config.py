@@ -31,6 +31,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from graywire.collectors.discovery import ExpectRule, PurposeRule
 from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.nccl import NcclSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
@@ -334,6 +335,30 @@ class ConfigFile(YamlConfigSettingsSource):
 ENV_PREFIX = "GRAYWIRE_"
 
 
+class DiscoverySettings(BaseModel):
+    """Rules for ``inventory: discover`` (the same as ``graywire inventory discover``'s flags)."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: ``GLOB=PURPOSE``: host port labels matching GLOB are compute, storage or management.
+    purpose: list[str] = Field(default_factory=list)
+    #: ``SELECTORS:SPEED[/WIDTH]``: expected speed/width of matching ports, first rule wins.
+    expect: list[str] = Field(default_factory=list)
+
+    @field_validator("purpose")
+    @classmethod
+    def _purpose(cls, v: list[str]) -> list[str]:
+        for rule in v:
+            PurposeRule.parse(rule)
+        return v
+
+    @field_validator("expect")
+    @classmethod
+    def _expect(cls, v: list[str]) -> list[str]:
+        for rule in v:
+            ExpectRule.parse(rule)
+        return v
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", yaml_file=None
@@ -363,7 +388,9 @@ class Settings(BaseSettings):
     max_backoff: PositiveDuration = timedelta(minutes=5)
     #: A target's ports are stale once its last good scrape is older than this many polls.
     stale_after_polls: int = Field(1, ge=1)
-    inventory: Path | None = None
+    #: The fabric model: an inventory file, or ``discover`` to build it from the sources.
+    inventory: Literal["discover"] | Path | None = None
+    discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
     #: NVIDIA's field BER thresholds CSV (UFM PDR plugin's Field_BER_Thresholds.csv).
     ber_thresholds: Path | None = None
     #: Add the IsolationForest port-outlier detector (opt-in, see docs/detectors.md).

@@ -13,18 +13,22 @@ from graywire.collectors.nccl import NcclSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
 from graywire.service.config import FabricSimSource, Settings
+from graywire.service.discovery import discovered_fabric
 from graywire.service.simulated import FabricSimCollector
 
 
 def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
     """The fabric model and one collector per configured target.
 
-    The model comes from the inventory file when one is set, else from the synthetic fabric;
-    real sources without an inventory have nothing to judge expected speeds against.
+    The model comes from the inventory file when one is set, from the sources themselves with
+    ``inventory: discover``, else from the synthetic fabric; real sources without a model have
+    nothing to judge expected speeds against.
     """
     collectors: list[Collector] = []
     fabric: Fabric | None = None
-    if settings.inventory is not None:
+    if settings.inventory == "discover":
+        fabric = discovered_fabric(settings)
+    elif settings.inventory is not None:
         fabric = load_inventory(Path(settings.inventory))
     for cfg in settings.sources:
         if isinstance(cfg, FabricSimSource):
@@ -32,7 +36,10 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
             fabric = fabric or sim.fabric
             collectors.append(sim)
     if fabric is None:
-        raise ValueError("no fabric model: set `inventory:` to an inventory file (docs/inventory.md)")
+        raise ValueError(
+            "no fabric model: set `inventory:` to an inventory file, or to `discover` to build it "
+            "from the ufm or snmp sources (docs/inventory.md)"
+        )
     for cfg in settings.sources:
         if isinstance(cfg, NcclSourceConfig):
             collectors.extend(nccl.build_collectors(cfg, fabric))

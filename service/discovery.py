@@ -1,0 +1,112 @@
+"""The fabric model from what the configured sources say: ``inventory: discover``.
+
+The same discovery as ``graywire inventory discover`` (``collectors/discovery.py``), fed by the
+service's own UFM source (REST ports and links) or, failing one, its SNMP sources' LLDP
+neighbours, with the operator's ``discovery.expect`` and ``discovery.purpose`` rules.
+
+The first start writes what it found to ``<data_dir>/inventory.discovered.yaml`` (reviewable,
+like a discovered file) and later starts load that file instead of discovering again, so the
+model a restart judges against is the one the fabric had when graywire first saw it: a cable
+that moves afterwards is a ``cabling_changed`` finding, not a silent change of the model.
+Delete the file to take the fabric as it is now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from graywire.collectors.discovery import (
+    Discovery,
+    ExpectRule,
+    PurposeRule,
+    discover,
+    facts_from_lldp,
+    facts_from_ufm,
+)
+from graywire.collectors.model import Fabric, load_inventory
+from graywire.collectors.snmp import SnmpSourceConfig, walk_lldp
+from graywire.collectors.ufm import UfmRestCollector, UfmSourceConfig
+from graywire.service.config import Settings
+
+log = logging.getLogger("graywire.discovery")
+
+DISCOVERED = "inventory.discovered.yaml"
+
+
+def ufm_topology(cfg: UfmSourceConfig) -> tuple[Any, Any]:
+    """UFM REST ports and links, fetched with the UFM source's own settings and HTTP client."""
+    collector = UfmRestCollector(cfg.url or "", None, cfg.http_settings())
+
+    async def fetch() -> tuple[Any, Any]:
+        try:
+            out = []
+            for resource in ("ports", "links"):
+                body, _ = await collector.http.get_bytes(f"{collector.prefix}/resources/{resource}")
+                out.append(json.loads(body))
+            return out[0], out[1]
+        finally:
+            await collector.aclose()
+
+    try:
+        return asyncio.run(fetch())
+    except Exception as e:  # httpx errors, UfmHttpError, bad JSON: one line for the operator
+        raise ValueError(f"UFM {collector.target}: {e}") from None
+
+
+def lldp_topology(sources: list[SnmpSourceConfig], where: str) -> tuple[pa.Table, pa.Table, list[str], str]:
+    """LLDP neighbours of the switches of ``sources``, as port facts and cables."""
+    parts = [facts_from_lldp(walk_lldp(s)) for s in sources]
+    facts = pa.concat_tables([f for f, _, _ in parts])
+    links = pa.concat_tables([lk for _, lk, _ in parts])
+    targets = sum(len(s.targets) for s in sources)
+    notes = [n for _, _, ns in parts for n in ns]
+    return facts, links, notes, f"LLDP over SNMP, {targets} switch(es) of {where}"
+
+
+def discover_from(
+    settings: Settings, purpose: list[PurposeRule], expect: list[ExpectRule], where: str = "the config"
+) -> Discovery:
+    """Discover from the first UFM source, else from every SNMP source's LLDP."""
+    ufm = [s for s in settings.sources if isinstance(s, UfmSourceConfig) and s.url]
+    snmp = [s for s in settings.sources if isinstance(s, SnmpSourceConfig)]
+    if ufm:
+        ports, cables = ufm_topology(ufm[0])
+        facts, links, notes, skipped = facts_from_ufm(ports, cables)
+        source = f"UFM REST {ufm[0].url}"
+        notes += [f"{n} UFM record(s) skipped ({reason})" for reason, n in skipped.items()]
+    elif snmp:
+        facts, links, notes, source = lldp_topology(snmp, where)
+    else:
+        raise ValueError("inventory: discover needs a ufm source with a url, or snmp sources with LLDP")
+    result = discover(facts, links, purpose_rules=purpose, expect_rules=expect, source=source)
+    result.notes[:0] = notes
+    return result
+
+
+def discovered_fabric(settings: Settings) -> Fabric:
+    """The model of ``inventory: discover``: the file a first start wrote, else discovered now."""
+    path = settings.data_dir / DISCOVERED
+    if path.exists():
+        log.info("fabric model from %s (discovered earlier; delete it to discover again)", path)
+        return load_inventory(path)
+    d = settings.discovery
+    result = discover_from(settings, [PurposeRule.parse(r) for r in d.purpose],
+                           [ExpectRule.parse(r) for r in d.expect])  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(result.to_yaml())
+    tmp.replace(path)
+    f = result.fabric
+    log.warning(
+        "discovered %d nodes, %d ports, %d cables; wrote %s: review it (CHECK marks doubts)",
+        len(f.node_names), f.n_ports, len(f.link_a), path,
+    )  # fmt: skip
+    for note in result.notes:
+        log.warning("discovery: %s", note)
+    return load_inventory(path)
