@@ -49,6 +49,9 @@ class FakesConfig:
     agent_port: int = 9470  # first agent; the next hosts take the next ports
     agent_hosts: int = 4
     service_port: int = 8000
+    #: Write ``inventory: discover`` into graywire.yaml: the service builds its model from the
+    #: fake UFM, as it would from a real one (inventory.json stays beside it, as the truth).
+    discover: bool = False
 
 
 @contextlib.contextmanager
@@ -129,7 +132,7 @@ def service_config(cfg: FakesConfig, switches: list[str], agent_urls: list[str])
         "port": cfg.service_port,
         "data_dir": str(cfg.out / "graywire-data"),
         "poll_interval": f"{cfg.interval_s:g}s",
-        "inventory": str(cfg.out / "inventory.json"),
+        "inventory": "discover" if cfg.discover else str(cfg.out / "inventory.json"),
         "sources": [
             {
                 "type": "ufm",

@@ -279,6 +279,7 @@ def cmd_fakes(args: argparse.Namespace) -> int:
         out=Path(args.out), hosts=args.hosts, seed=args.seed, faults=args.faults,
         interval_s=parse_duration(args.interval), ufm_port=args.ufm_port, snmp_port=args.snmp_port,
         agent_port=args.agent_port, agent_hosts=args.agent_hosts, service_port=args.service_port,
+        discover=args.discover,
     )  # fmt: skip
     try:
         run_fakes(cfg, say=lambda line: print(line, flush=True))
@@ -525,6 +526,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--agent-port", type=int, default=9470, help="first agent's port; the next hosts count up")
     s.add_argument("--agent-hosts", type=int, default=4, help="hosts that get an agent")
     s.add_argument("--service-port", type=int, default=8000, help="port written into graywire.yaml")
+    s.add_argument(
+        "--discover",
+        action="store_true",
+        help="graywire.yaml says `inventory: discover`: the service builds its model from the fake UFM",
+    )
     s.set_defaults(func=cmd_fakes)
 
     s = sub.add_parser("inventory", help="inventory files: discover one from a real fabric")

@@ -40,7 +40,10 @@ def free_run(n: int) -> int:
 
 
 @pytest.mark.slow
-def test_serve_reads_every_fake_source_and_finds_the_downgrade(tmp_path: Path) -> None:
+@pytest.mark.parametrize("discover", [False, True], ids=["inventory-file", "inventory-discover"])
+def test_serve_reads_every_fake_source_and_finds_the_downgrade(tmp_path: Path, discover: bool) -> None:
+    """With the fakes' inventory file, or with none (``inventory: discover``: the model and its
+    expected speeds come from the fake UFM), the same sources answer and the same fault is found."""
     try:
         snmpsim_binary()
     except RuntimeError as e:
@@ -54,6 +57,7 @@ def test_serve_reads_every_fake_source_and_finds_the_downgrade(tmp_path: Path) -
         snmp_port=free_port(socket.SOCK_DGRAM),
         agent_port=free_run(4),
         agent_hosts=4,
+        discover=discover,
     )
     state: dict[str, Any] = {}
 
@@ -82,6 +86,10 @@ def test_serve_reads_every_fake_source_and_finds_the_downgrade(tmp_path: Path) -
         ]
         text = client.get("/metrics").text
         assert 'graywire_scrape_success{source="snmp",target="leaf-r2-000@127.0.0.1:' in text
+        everything = client.get("/api/v1/incidents").json()["items"]
+        assert {i["kind"] for i in everything} <= {"speed_downgrade", "nccl_channel_slow", "nccl_path_slow"}
+        discovered = cfg.out / "graywire-data" / "inventory.discovered.yaml"
+        assert discovered.exists() == discover
     finally:
         if "client" in state:
             state["client"].__exit__(None, None, None)
