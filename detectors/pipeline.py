@@ -9,12 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.model import Fabric
-from graywire.collectors.schemas import record_kind
+from graywire.collectors.schemas import TS, record_kind
 from graywire.detectors.base import Detector
 from graywire.detectors.ber import BerDetector
 from graywire.detectors.ber_thresholds import ThresholdTable
@@ -30,6 +32,7 @@ from graywire.detectors.nccl_straggler import NcclStraggler
 from graywire.detectors.nccl_transport import NcclTransportDetector
 from graywire.detectors.rates import CounterRates
 from graywire.detectors.saturation import CounterSaturationDetector
+from graywire.detectors.topology import TopologyDetector
 
 
 def default_detectors(
@@ -51,6 +54,7 @@ def default_detectors(
         *nccl_timing_detectors(fabric),
         NcclTransportDetector(),
         NcclHopDetector(fabric),
+        TopologyDetector(fabric),
     ]
     if multivariate:
         detectors.append(MultivariateOutlier(fabric))
@@ -94,6 +98,8 @@ class Pipeline:
     stats: dict[str, StageStats] = field(default_factory=dict)
     #: The dictionaries of the last joined view per (record, column): reused when unchanged.
     _dicts: dict[tuple[str, str], pa.Array] = field(default_factory=dict, repr=False)
+    #: The latest poll time seen: a ``link`` view carries none and is dated by its poll.
+    _poll_time: datetime | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.detectors:
@@ -137,8 +143,13 @@ class Pipeline:
         wiring: list[pa.RecordBatch] = []
         proxy: list[pa.RecordBatch] = []
         capabilities: list[pa.RecordBatch] = []
+        links: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
+            if kind != "link" and batch.num_rows and "time" in batch.schema.names:
+                t = batch.column("time")[0].as_py()
+                if t is not None and (self._poll_time is None or t > self._poll_time):
+                    self._poll_time = t
             if kind == "port_sample":
                 t0 = time.perf_counter()
                 try:
@@ -155,8 +166,10 @@ class Pipeline:
                 proxy.append(batch)
             elif kind == "port_capability":
                 capabilities.append(batch)
+            elif kind == "link":
+                links.append(batch)
             else:
-                takes = "port_sample, port_capability, nccl_timing, nccl_transport or nccl_proxy"
+                takes = "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy or link"
                 result.dropped.append((kind, batch.num_rows, f"the pipeline takes {takes}, not {kind}"))
         # One view at a time, in the order the sources sent them (a port a view leaves out keeps
         # what an earlier one said).
@@ -164,8 +177,10 @@ class Pipeline:
             for det in self.detectors:
                 if isinstance(det, CapabilityConsumer):
                     det.set_capabilities(view)
+        views = [self._dated_links(links)] if links else []
         routes = (
-            ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy)
+            ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy),
+            ("link", views),
         )  # fmt: skip
         for consumes, parts in routes:
             if not parts:
@@ -185,6 +200,22 @@ class Pipeline:
         if len(batches) == 1 and result.dropped:
             raise ValueError(result.dropped[0][2])
         return result
+
+    def _dated_links(self, parts: list[pa.RecordBatch]) -> pa.RecordBatch:
+        """Every source's ``link`` view of the poll as one batch, with the poll's ``time``.
+
+        A link record has no time of its own; it is dated by the poll's other records (the
+        latest seen so far), so findings about cables sit on the same clock as the rest.
+        """
+        table = pa.Table.from_batches([p.select(["a_port", "b_port", "source"]) for p in parts])
+        table = table.combine_chunks()
+        n = table.num_rows
+        when = self._poll_time
+        if when is None:
+            return table.to_batches()[0] if n else pa.RecordBatch.from_pylist([], schema=table.schema)
+        stamp = pa.array(np.full(n, np.datetime64(when.astimezone(UTC).replace(tzinfo=None), "us")), TS)
+        table = table.append_column("time", stamp)
+        return table.to_batches()[0] if n else pa.RecordBatch.from_pylist([], schema=table.schema)
 
     def _stable_dictionaries(self, consumes: str, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Give a joined view last poll's dictionary objects when their contents are unchanged.

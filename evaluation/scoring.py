@@ -99,8 +99,15 @@ def _where(f: Any) -> set[str]:
     return places
 
 
+#: Ports a fault's ``extra`` names that are part of it: a moved cable's new port and the cable
+#: pulled to make room for it (which is missing until the moved one is plugged in).
+EXTRA_PLACES = ("to", "displaced")
+
+
 def _fault_places(fault: dict[str, Any]) -> set[str]:
     places = {p for p in (fault.get("port"), fault.get("peer"), fault.get("node")) if p}
+    extra = fault.get("extra") or {}
+    places.update(extra[k] for k in EXTRA_PLACES if extra.get(k))
     if fault.get("job"):
         places.add(f"job:{fault['job']}")  # an NCCL fault slows its job: a job-wide finding is true
     return places

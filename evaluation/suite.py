@@ -28,7 +28,7 @@ from graywire.evaluation.baseline import StaticRules
 from graywire.evaluation.scoring import Report, score
 from graywire.fabricsim.faults import FAULT_KINDS
 from graywire.fabricsim.nccl_views import NCCL_VIEWS
-from graywire.fabricsim.port_views import PORT_VIEWS
+from graywire.fabricsim.port_views import PORT_VIEWS, UfmLinksView
 from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
 
@@ -48,6 +48,9 @@ MAGNITUDES: dict[str, tuple[float, ...]] = {
     Kind.NCCL_GDRDMA_MISSING: (0.1, 0.3),
     "credit_starvation": (0.02, 0.1, 0.5),
     "slow_hop": (0.2, 0.5, 1.0),
+    "cable_moved": (20.0, 40.0),
+    "cable_missing": (0.0,),
+    "rail_miscabled": (0.0,),
 }
 BENIGN = (
     "counter_reset@{a}+5m,counter_wrap@{b},short_retrain@{c},collector_outage@{d}+90s,checkpoint_burst@{e}+2m,"
@@ -247,6 +250,8 @@ def run_scenario(
     variant = variant_of(sc.variant)
     port_view = PORT_VIEWS[variant.port](sim.fabric)
     nccl_view = NCCL_VIEWS[variant.nccl]()
+    # The cables: the simulator's own view, or UFM's links list read back by its parser.
+    link_view = None if variant.port == "rich" else UfmLinksView(sim.fabric)
     pipe = Pipeline(sim.fabric, default_detectors(sim.fabric, table))
     base_rates = CounterRates()
     base = StaticRules(sim.fabric)
@@ -254,9 +259,12 @@ def run_scenario(
     try:
         for step in sim.run():
             port = port_view.apply(step.port_sample)
+            links = step.links if link_view is None or step.links is None else link_view.apply(step.links)
             if port is not None:
-                found += pipe.process(port)
+                found += pipe.process_poll([port] if links is None else [port, links]).findings
                 base_found += base.observe(base_rates.observe(port))
+            elif links is not None:
+                found += pipe.process(links)
             nccl = nccl_view.apply(step.nccl_timing) if step.nccl_timing is not None else None
             if nccl is not None:
                 found += pipe.process(nccl)

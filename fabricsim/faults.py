@@ -35,6 +35,9 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "nccl_transport_fallback": ("nccl_transport_fallback",),
     "nccl_gdrdma_missing": ("nccl_gdrdma_missing",),
     "slow_hop": ("nccl_hop_slow",),
+    "cable_moved": ("cabling_changed",),
+    "cable_missing": ("link_missing",),
+    "rail_miscabled": ("rail_miscabled",),
 }
 #: Events that happen on healthy fabrics and must not raise a finding.
 BENIGN_KINDS = (
@@ -42,8 +45,12 @@ BENIGN_KINDS = (
 )  # fmt: skip
 #: NCCL faults that change how a host's ranks are wired (what NCCL_DEBUG lines show).
 TRANSPORT_KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing")
+#: Faults that change the cabling (what the sources' ``link`` views and port states show). Not in
+#: ``default``: its spread of the other kinds stays as it was; name them to inject them.
+CABLING_KINDS = ("cable_moved", "cable_missing", "rail_miscabled")
 OWN_STREAM_KINDS = frozenset(
     {
+        *CABLING_KINDS,
         "nccl_slow_path",
         "job_slowdown",
         "slow_step",
@@ -74,6 +81,9 @@ DEFAULT_MAGNITUDE = {
     "nccl_gdrdma_missing": 0.1,  # a host's ranks on NET/IB without GPUDirect RDMA
     "slow_hop": 0.5,  # one ring hop (sender NIC -> receiver NIC) this much slower on the wire
     "slow_step": 1.0,  # one poll of one job this much slower (a checkpoint step)
+    "cable_moved": 20.0,  # seconds the cable is out before it is plugged into its new port
+    "cable_missing": 0.0,
+    "rail_miscabled": 0.0,
     "counter_reset": 0.0,
     "counter_wrap": 0.0,
     "short_retrain": 20.0,  # seconds the link is down
@@ -213,6 +223,9 @@ def resolve_faults(
         rng = own if r.kind in OWN_STREAM_KINDS else base_rng
         start = r.start_s if r.start_s is not None else float(rng.uniform(0.1, 0.5) * duration_s)
         dur = r.duration_s if r.duration_s is not None else max(10 * interval_s, 0.3 * duration_s)
+        if r.kind == "rail_miscabled":
+            # Cabled so from the start: the spec's start is ignored; it lasts the run unless told.
+            start, dur = 0.0, r.duration_s if r.duration_s is not None else duration_s
         if r.kind == "short_retrain":
             # The magnitude is the outage length; `+D` alone says the same thing.
             mag = r.magnitude if r.magnitude is not None else (r.duration_s or DEFAULT_MAGNITUDE[r.kind])
@@ -303,6 +316,8 @@ def _place(
         return _place_path(f, target, fabric, used, jobs, channels, rng)
     if f.kind == "slow_hop":
         return _place_hop(f, target, fabric, used, jobs, gpus, channels, rng)
+    if f.kind in CABLING_KINDS:
+        return _place_cable(f, target, fabric, host_nics, used, gpus, rng)
     if f.kind in TRANSPORT_KINDS:
         if target:
             if target not in fabric.node_names:
@@ -418,3 +433,52 @@ def _place_hop(
     src, dst = pos * gpus + gpu, nxt * gpus + gpu
     return replace(f, port=fabric.keys[a], peer=fabric.keys[b], job=job, rank=src, channel=ch,
                    extra={"dst_rank": dst, "hosts": [names[hs[pos]], names[hs[nxt]]]})  # fmt: skip
+
+
+def _place_cable(
+    f: Fault,
+    target: str | None,
+    fabric: Fabric,
+    host_nics: np.ndarray,
+    used: set[int],
+    gpus: int,
+    rng: np.random.Generator,
+) -> Fault:
+    """A host NIC's cable: unplugged (``cable_missing``), moved to the down port of another host
+    NIC of its rail, preferably on another leaf, whose cable is pulled to make room
+    (``cable_moved``), or swapped with the host's next-rail NIC (``rail_miscabled``)."""
+    if target:
+        nic = int(fabric.lookup(pa.array([target]))[0])
+        if nic < 0 or not fabric.host_port[nic] or fabric.peer[nic] < 0:
+            raise ValueError(f"{f.kind}: {target!r} is not a cabled host NIC")
+        used.update((nic, int(fabric.peer[nic])))
+    else:
+        nic = _pick_nic(host_nics, used, rng, fabric)
+    old = int(fabric.peer[nic])
+    base = replace(f, port=fabric.keys[nic], peer=fabric.keys[old], node=fabric.node_of(nic))
+    if f.kind == "cable_missing":
+        return base
+    rail = fabric.rail
+    if f.kind == "rail_miscabled":
+        host = fabric.node_of_port[nic]
+        other_rail = (int(rail[nic]) + 1) % max(gpus, 1)
+        mate = np.flatnonzero((fabric.node_of_port == host) & fabric.host_port & (rail == other_rail))
+        if not mate.size or int(mate[0]) == nic or fabric.peer[mate[0]] < 0 or int(mate[0]) in used:
+            raise ValueError(
+                f"{f.kind}: {fabric.keys[nic]} has no free NIC on rail {other_rail} to swap with"
+            )
+        m = int(mate[0])
+        used.update((m, int(fabric.peer[m])))
+        return replace(base, peer=fabric.keys[m], extra={"swapped_with": fabric.keys[m],
+                       "ports": [fabric.keys[int(fabric.peer[m])], fabric.keys[old]]})  # fmt: skip
+    same = np.flatnonzero(fabric.host_port & (rail == rail[nic]) & (fabric.peer >= 0))
+    same = same[(same != nic) & ~np.isin(same, list(used)) & ~np.isin(fabric.peer[same], list(used))]
+    if not same.size:
+        raise ValueError("fabric too small for that many faults")
+    leaf = fabric.node_of_port[old]
+    other_leaf = same[fabric.node_of_port[fabric.peer[same]] != leaf]
+    pool = other_leaf if other_leaf.size else same
+    y = int(pool[int(rng.integers(pool.size))])
+    q = int(fabric.peer[y])
+    used.update((y, q))
+    return replace(base, extra={"to": fabric.keys[q], "displaced": fabric.keys[y]})

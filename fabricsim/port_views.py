@@ -47,10 +47,10 @@ from graywire.collectors.perfquery import parse_perfquery, perfquery_batch
 from graywire.collectors.schemas import PHYS_LINK_UP, PORT_SAMPLE, make_batch
 from graywire.collectors.ufm.merge import merge_port_samples
 from graywire.collectors.ufm.ports import PortKeys, SpellingCache
-from graywire.collectors.ufm.rest import parse_ports
+from graywire.collectors.ufm.rest import parse_links, parse_ports
 from graywire.collectors.ufm.telemetry import parse_prometheus
 from graywire.fabricsim.hostfs import HostTreeWriter
-from graywire.fabricsim.ufm_server import FakeUfm, _Ports, prometheus_text
+from graywire.fabricsim.ufm_server import FakeUfm, _Ports, links_json, prometheus_text
 
 #: UFM Telemetry's default counters: canonical column -> (metric name, divisor to device units).
 UFM_DEFAULT: dict[str, tuple[str, int]] = {
@@ -271,6 +271,28 @@ class HostEthtoolView:
             if ufm is not None:
                 parts.append(ufm)
         return merge_port_samples(parts) if parts else None
+
+
+@dataclass
+class UfmLinksView:
+    """The simulator's cables as UFM REST's ``/resources/links`` lists them, read back by the
+    collector's parser (GUIDs and port numbers resolved through the inventory)."""
+
+    fabric: Fabric
+    name: str = "ufm_links"
+    _keys: PortKeys = field(init=False)
+    _ports: _Ports = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._keys = PortKeys(self.fabric)
+        self._ports = _Ports(self.fabric)
+
+    def apply(self, links: pa.RecordBatch) -> pa.RecordBatch:
+        width = self.fabric.expected_width.astype(np.uint64)
+        table = parse_links(links_json(self.fabric, self._ports, links, width), self._keys).combine_chunks()
+        return (
+            table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
+        )
 
 
 PORT_VIEWS: dict[str, Callable[[Fabric], PortView]] = {

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import (
+    LINK,
     LOGICAL_ACTIVE,
     LOGICAL_DOWN,
     NCCL_PROXY,
@@ -29,6 +30,7 @@ from graywire.collectors.schemas import (
     make_batch,
 )
 from graywire.fabricsim.faults import (
+    CABLING_KINDS,
     PROFILED_JOBS,
     TRANSPORT_KINDS,
     Fault,
@@ -85,6 +87,9 @@ class SimStep:
     nccl_transport: pa.RecordBatch | None = None
     #: The NCCL profiler's per-peer proxy steps of the profiled jobs (``PROFILED_JOBS``).
     nccl_proxy: pa.RecordBatch | None = None
+    #: The cables the subnet manager sees (``link``): every plugged cable whose link is up, as
+    #: UFM's links list shows it (a down link is not discovered), every poll.
+    links: pa.RecordBatch | None = None
 
 
 class FabricSim:
@@ -129,6 +134,9 @@ class FabricSim:
         self.pause_base = np.zeros_like(self.pause)
         self.wrap_off: dict[tuple[int, int], np.uint64] = {}
         self.last_down = np.zeros(L, dtype=bool)
+        #: Ports with a cable plugged in at the last step (their link can come up).
+        self._plugged = np.zeros(P, dtype=bool)
+        self._plugged[self.ends] = True
         # NCCL layout: one communicator per job; rank = host position * gpus + gpu.
         g, ch = cfg.topology.gpus, cfg.channels
         ranks_host, ranks_gpu, ranks_job, ranks_rank = [], [], [], []
@@ -202,7 +210,58 @@ class FabricSim:
         wiring = self._transport_batch(t, now) if k > 0 else None
         proxy = self._proxy_batch(t, now) if k > 0 else None
         nccl = self._hop_pacing(t, nccl)
-        return SimStep(k, now, port, nccl, wiring, proxy)
+        return SimStep(k, now, port, nccl, wiring, proxy, self._links_batch(t))
+
+    def _cabling(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per modelled link, the two ports its cable joins now and whether it is plugged in.
+
+        The cabling faults rewire it: a missing cable is unplugged; a moved cable is out for
+        ``magnitude`` seconds, then joins its NIC to the port of the cable pulled to make room
+        (that NIC and the moved cable's old port stay dark); a rail miscabling swaps the switch
+        ends of two NICs of one host.
+        """
+        f = self.fabric
+        a, b = f.link_a.copy(), f.link_b.copy()
+        plugged = np.ones(a.size, dtype=bool)
+        for fl in self.faults:
+            if fl.kind not in CABLING_KINDS or not fl.active(t):
+                continue
+            x = self._port_index(fl.port)
+            li = self._link_of_port(fl.port)
+            if fl.kind == "cable_missing":
+                plugged[li] = False
+            elif fl.kind == "rail_miscabled":
+                lj = self._link_of_port(fl.peer)
+                y = self._port_index(fl.peer)
+                px, py = int(f.peer[x]), int(f.peer[y])
+                a[li], b[li] = x, py
+                a[lj], b[lj] = y, px
+            else:  # cable_moved
+                lj = self._link_of_port(fl.extra["displaced"])
+                plugged[lj] = False
+                if t < fl.start_s + fl.magnitude:
+                    plugged[li] = False
+                else:
+                    a[li], b[li] = x, self._port_index(fl.extra["to"])
+        return a, b, plugged
+
+    def _links_batch(self, t: float) -> pa.RecordBatch:
+        a, b, plugged = self._cabling(t)
+        up, _, _, _ = self._link_state(t)
+        lit = np.flatnonzero(plugged & up)
+        keys = self.fabric.key_array
+        return pa.RecordBatch.from_arrays(
+            [keys.take(pa.array(a[lit])), keys.take(pa.array(b[lit])), pa.array(["fabricsim"] * lit.size)],
+            schema=LINK,
+        )
+
+    def _port_ends(self, t: float, per_link: np.ndarray, fill: float = 0) -> np.ndarray:
+        """A per-link value on both ends of each cable as plugged now (unplugged ports get ``fill``)."""
+        a, b, plugged = self._cabling(t)
+        out = np.full(self.fabric.n_ports, fill, dtype=per_link.dtype)
+        out[a[plugged]] = per_link[plugged]
+        out[b[plugged]] = per_link[plugged]
+        return out
 
     def _link_state(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per link: up now, up share of the last interval, speed, width."""
@@ -322,6 +381,15 @@ class FabricSim:
                     downs[li] += sum(1 for s, _ in _outages(fl) if t - dt < s <= t)
         inc[C["link_downed"], ends] = np.tile(downs, 2)
         inc[C["link_recovery"], ends] = np.tile(downs, 2)
+        # A port without a cable (unplugged, or its cable moved) moves nothing; pulling the
+        # cable counts one link down on it.
+        plugged = self._port_ends(t, np.ones(L, dtype=bool), False)
+        dark = np.flatnonzero(~plugged)
+        if dark.size:
+            inc[:, dark] = 0
+        pulled = self._plugged & ~plugged
+        inc[C["link_downed"], pulled] += 1
+        self._plugged = plugged
         host_only = [C[c] for c in HOST_ONLY]
         inc[np.ix_(host_only, np.flatnonzero(~self.is_host))] = 0
         self.cum += np.rint(inc).astype(np.uint64)
@@ -332,12 +400,9 @@ class FabricSim:
         f = self.fabric
         up, _, speed, width = self._link_state(t)
         P = f.n_ports
-        port_up = np.zeros(P, dtype=bool)
-        port_up[self.ends] = np.tile(up, 2)
-        port_speed = np.zeros(P, dtype=np.int64)
-        port_speed[self.ends] = np.tile(speed, 2).astype(np.int64)
-        port_width = np.zeros(P, dtype=np.uint8)
-        port_width[self.ends] = np.tile(width, 2).astype(np.uint8)
+        port_up = self._port_ends(t, up, False)
+        port_speed = self._port_ends(t, speed.astype(np.int64))
+        port_width = self._port_ends(t, width.astype(np.uint8))
         # Benign presentation effects: counter resets and 32-bit devices.
         for fl in self.faults:
             if fl.kind == "counter_reset" and fl.start_s <= t < fl.start_s + self.cfg.interval_s:

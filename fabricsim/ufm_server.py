@@ -162,6 +162,38 @@ class _Ports:
         return [f"{g:016x}" for g in self.guid.tolist()]
 
 
+def links_json(
+    fabric: Fabric, ports: _Ports, links: pa.RecordBatch | None, width: np.ndarray
+) -> list[dict[str, Any]]:
+    """UFM's ``/resources/links`` for a ``link`` batch (the model's cables when there is none)."""
+    f, p = fabric, ports
+    if links is None:
+        ends = zip(f.link_a.tolist(), f.link_b.tolist(), strict=True)
+    else:
+        ends = zip(
+            f.lookup(links.column("a_port")).tolist(), f.lookup(links.column("b_port")).tolist(), strict=True
+        )
+    out = []
+    for a, b in ends:
+        na, nb = int(p.num[a]), int(p.num[b])
+        out.append(
+            {
+                "name": f"{p.guid16[a]}_{na}:{p.guid16[b]}_{nb}",
+                "source_guid": p.guid16[a],
+                "source_port": str(na),
+                "source_port_dname": str(na),
+                "destination_guid": p.guid16[b],
+                "destination_port": str(nb),
+                "destination_port_dname": str(nb),
+                "width": f"{int(width[a]) or int(f.expected_width[a])}x",
+                "severity": "Info",
+                "capabilities": [],
+                "cable_info": {},
+            }
+        )
+    return out
+
+
 class FakeUfm:
     """A simulated fabric behind UFM's REST and telemetry endpoints.
 
@@ -268,27 +300,9 @@ class FakeUfm:
         return out
 
     def links_json(self) -> list[dict[str, Any]]:
-        f, p = self.fabric, self._ports
+        """The cables of the current step (a down or unplugged one is not listed), as UFM does."""
         width, _ = self._column("width")
-        out = []
-        for a, b in zip(f.link_a.tolist(), f.link_b.tolist(), strict=True):
-            na, nb = int(p.num[a]), int(p.num[b])
-            out.append(
-                {
-                    "name": f"{p.guid16[a]}_{na}:{p.guid16[b]}_{nb}",
-                    "source_guid": p.guid16[a],
-                    "source_port": str(na),
-                    "source_port_dname": str(na),
-                    "destination_guid": p.guid16[b],
-                    "destination_port": str(nb),
-                    "destination_port_dname": str(nb),
-                    "width": f"{int(width[a]) or int(f.expected_width[a])}x",
-                    "severity": "Info",
-                    "capabilities": [],
-                    "cable_info": {},
-                }
-            )
-        return out
+        return links_json(self.fabric, self._ports, self.step.links, width)
 
     # -- telemetry --------------------------------------------------------------------------------
     def _rows(self) -> np.ndarray:

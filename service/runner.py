@@ -197,7 +197,7 @@ class Runner:
     def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:
         t0 = time.perf_counter()
         newest = 0.0
-        judged, pushed = [], []
+        judged, pushed, links = [], [], []
         ahead_of = time.time() + self._max_skew
         n_collected = len(batches)
         ingested: Counter[str] = Counter()
@@ -208,7 +208,8 @@ class Runner:
         for i, batch in enumerate(batches):
             kind = record_kind(batch.schema)
             ingested[kind] += batch.num_rows
-            if kind == "link":  # discovered cables: counted, not judged (the inventory has the model)
+            if kind == "link":  # cables: judged against the model, not archived (no time of their own)
+                links.append(batch)
                 continue
             if batch.num_rows:
                 t = batch.column("time")[0].as_py().timestamp()
@@ -221,7 +222,7 @@ class Runner:
                     newest = max(newest, t)
             (judged if i < n_collected else pushed).append(batch)
         # One view of the fabric per poll: every source's batches reach the detectors together.
-        result = self.pipeline.process_poll(judged)
+        result = self.pipeline.process_poll(judged + links)
         for kind, rows, reason in result.dropped:
             log.error("dropped a %s batch of %d rows: %s", kind, rows, reason)
             dropped[kind] += rows

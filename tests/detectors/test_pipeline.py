@@ -9,7 +9,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pytest
 
-from graywire.collectors.schemas import LINK, PORT_CAPABILITY, PORT_SAMPLE, TS, make_batch
+from graywire.collectors.schemas import PORT_CAPABILITY, PORT_SAMPLE, TS, make_batch
 from graywire.detectors.base import PortIndexer
 from graywire.detectors.ber import BerDetector
 from graywire.detectors.ber_thresholds import ThresholdTable
@@ -25,8 +25,9 @@ from graywire.detectors.nccl_transport import NcclTransportDetector
 from graywire.detectors.pipeline import Pipeline, default_detectors
 from graywire.detectors.rates import CounterRates, rates_schema
 from graywire.detectors.saturation import CounterSaturationDetector
+from graywire.detectors.topology import TopologyDetector
 from graywire.evaluation.scoring import score
-from graywire.fabricsim.faults import BENIGN_KINDS, FAULT_KINDS
+from graywire.fabricsim.faults import BENIGN_KINDS, CABLING_KINDS, FAULT_KINDS
 from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
 
@@ -121,13 +122,13 @@ def test_capability_views_reach_their_consumers_before_the_samples_of_the_same_p
 
 def test_rejects_other_records() -> None:
     pipe = Pipeline(small_sim().fabric)
-    link = make_batch(
-        LINK, 1, {"a_port": pa.array(["a/1"]), "b_port": pa.array(["b/1"]), "source": pa.array(["x"])}
+    other = pa.RecordBatch.from_pydict({"node": ["leaf-1"]}).replace_schema_metadata(
+        {"graywire.record": "switch_inventory"}
     )
     with pytest.raises(
-        ValueError, match="port_sample, port_capability, nccl_timing, nccl_transport or nccl_proxy"
+        ValueError, match="port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy or link"
     ):
-        pipe.process(link)
+        pipe.process(other)
     bare = pa.RecordBatch.from_pydict({"time": [1]})
     with pytest.raises(ValueError, match="metadata"):
         pipe.process(bare)
@@ -151,9 +152,14 @@ def test_default_detectors() -> None:
         NcclStepTime,
         NcclTransportDetector,
         NcclHopDetector,
+        TopologyDetector,
     ]
     assert pipe.kinds == sorted(
         [
+            "link_missing",
+            "cabling_changed",
+            "link_unexpected",
+            "rail_miscabled",
             "speed_downgrade",
             "width_downgrade",
             "link_flap",
@@ -228,12 +234,14 @@ def _empty_required() -> dict[str, pa.Array]:
 def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     """64 hosts, one hour, one of every fault and benign event: every fault found, nothing else."""
     start = time.perf_counter()
-    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=64), duration_s=3600.0, seed=1, faults="default"))
+    # The cabling faults are named: `default` leaves them out (they rewire the fabric).
+    spec = "default,cable_moved@2000s+600s,cable_missing@2400s+600s,rail_miscabled"
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=64), duration_s=3600.0, seed=1, faults=spec))
     table = ThresholdTable.load(real_fixtures / "ufm" / "pdr_Field_BER_Thresholds.csv")
     pipe = Pipeline(sim.fabric, default_detectors(sim.fabric, table))
     findings: list[Finding] = []
     for s in sim.run():
-        findings += pipe.process(s.port_sample)
+        findings += pipe.process_poll([s.port_sample, s.links]).findings
         if s.nccl_timing is not None:
             findings += pipe.process(s.nccl_timing)
         if s.nccl_transport is not None:
@@ -243,7 +251,7 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     truth = truth_document(sim)
     report = score(findings, truth, pipe.kinds)
 
-    assert len(truth["faults"]) == 21
+    assert len(truth["faults"]) == 21 + len(CABLING_KINDS)
     assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
     covered = {k for k, s in report.by_fault.items() if s.covered}
     assert covered == set(FAULT_KINDS)
@@ -262,7 +270,8 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     firing_kinds = {f.kind for f in findings if f.status == "firing"}
     # No fabricsim fault cuts a rank's channels; that one is tested from NCCL_DEBUG lines.
     # The rich simulated counters are 64-bit: saturation only shows in the legacy port views.
-    assert firing_kinds == set(pipe.kinds) - {"nccl_channels_reduced", "counter_saturated"}
+    # No fabricsim fault plugs a cable between ports the model leaves free (unit-tested).
+    assert firing_kinds == set(pipe.kinds) - {"nccl_channels_reduced", "counter_saturated", "link_unexpected"}
     assert time.perf_counter() - start < 60
 
 

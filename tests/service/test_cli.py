@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from graywire.collectors.dataset import iter_polls
 from graywire.collectors.host.agent_wire import DEFAULT_AGENT_PORT
+from graywire.fabricsim.faults import CABLING_KINDS
 from graywire.service.cli import DEMO_FAULTS, ber_thresholds, build_parser, main
 from graywire.service.config import FabricSimSource
 from graywire.service.simulated import FabricSimCollector
@@ -37,6 +38,9 @@ def test_sim_then_replay_scores_against_truth(
     assert report["batches"] == 241 + 2 * 240 + views and views >= 1
     score = report["score"]
     for kind, s in score["by_fault"].items():
+        if kind in CABLING_KINDS:  # not in `default`, and a simulation archives no per-poll link views
+            assert s["faults"] == 0
+            continue
         assert (s["covered"], s["recall"], s["localization_top1"]) == (True, 1.0, 1.0), kind
     assert score["findings"]["false"] == 0
     assert score["findings"]["benign_alarms"] == 0
