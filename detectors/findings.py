@@ -62,6 +62,10 @@ class Kind(StrEnum):
     NCCL_TRANSPORT_FALLBACK = "nccl_transport_fallback"
     NCCL_GDRDMA_MISSING = "nccl_gdrdma_missing"
     NCCL_CHANNELS_REDUCED = "nccl_channels_reduced"
+    LINK_MISSING = "link_missing"
+    CABLING_CHANGED = "cabling_changed"
+    LINK_UNEXPECTED = "link_unexpected"
+    RAIL_MISCABLED = "rail_miscabled"
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

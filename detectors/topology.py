@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from graywire.collectors.keys import normalize_guid
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import Hysteresis, HysteresisConfig, KeyIndex, Scores
-from graywire.detectors.findings import Finding, Severity
+from graywire.detectors.findings import Finding, Kind, Severity
 
 #: Sources whose link view is the whole fabric (the subnet manager's or a full sweep's).
 WHOLE_FABRIC_SOURCES = frozenset({"ufm", "ibnetdiscover", "fabricsim"})
@@ -50,12 +50,12 @@ _LOW = np.int64((1 << 32) - 1)
 
 #: Kinds of a cable entity, by code.
 _CHANGED, _UNEXPECTED, _RAIL = 0, 1, 2
-_CABLE_KINDS = ("cabling_changed", "link_unexpected", "rail_miscabled")
+_CABLE_KINDS = (Kind.CABLING_CHANGED, Kind.LINK_UNEXPECTED, Kind.RAIL_MISCABLED)
 _SEVERITY: dict[str, Severity] = {
-    "link_missing": "critical",
-    "cabling_changed": "warning",
-    "link_unexpected": "warning",
-    "rail_miscabled": "critical",
+    Kind.LINK_MISSING: "critical",
+    Kind.CABLING_CHANGED: "warning",
+    Kind.LINK_UNEXPECTED: "warning",
+    Kind.RAIL_MISCABLED: "critical",
 }
 
 
@@ -98,7 +98,7 @@ class TopologyDetector:
     name = "topology"
     version = "1"
     consumes = "link"
-    kinds = ("link_missing", "cabling_changed", "link_unexpected", "rail_miscabled")
+    kinds = (Kind.LINK_MISSING, Kind.CABLING_CHANGED, Kind.LINK_UNEXPECTED, Kind.RAIL_MISCABLED)
 
     def __init__(
         self,
@@ -426,11 +426,11 @@ class TopologyDetector:
         else:
             summary = f"cable {label} reported again"
         return Finding(
-            kind="link_missing",
+            kind=Kind.LINK_MISSING,
             entity=label,
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity=_SEVERITY["link_missing"],
+            severity=_SEVERITY[Kind.LINK_MISSING],
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=f.node_of(main),
@@ -467,7 +467,7 @@ class TopologyDetector:
         evidence["expected_peer"] = was
         evidence["displaced"] = sorted(set(displaced))
         main_key, other_key = self.key_of(main), self.key_of(other)
-        if kind == "rail_miscabled" and main < P and other < P:
+        if kind == Kind.RAIL_MISCABLED and main < P and other < P:
             rail = int(f.rail[main])
             leaf = int(self.node[other])
             mp = int(self.model_peer[main])
@@ -486,7 +486,7 @@ class TopologyDetector:
             )
             exp = evidence["expected_leaf"]
             what = f"{main_key} cabled to {other_key}: {why}" + (f", expected on {exp}" if exp else "")
-        elif kind == "cabling_changed":
+        elif kind == Kind.CABLING_CHANGED:
             moved = [
                 f"{p} was cabled to {q}"
                 for p, q in was.items()
