@@ -390,6 +390,9 @@ class Settings(BaseSettings):
     stale_after_polls: int = Field(1, ge=1)
     #: The fabric model: an inventory file, or ``discover`` to build it from the sources.
     inventory: Literal["discover"] | Path | None = None
+    #: Beside a declared inventory: discover at start-up too and compare (the file stays the
+    #: model), and have the snmp sources send LLDP link views unless they say otherwise.
+    discover: bool = False
     discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
     #: NVIDIA's field BER thresholds CSV (UFM PDR plugin's Field_BER_Thresholds.csv).
     ber_thresholds: Path | None = None
@@ -406,6 +409,13 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
+
+    @model_validator(mode="after")
+    def _discover_has_an_inventory(self) -> Settings:
+        if self.discover and self.inventory is None:
+            raise ValueError("discover: true compares discovery with a declared inventory: set `inventory:` "
+                             "to the file, or to `discover` to take the model from discovery")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _scopes_have_their_scheduler(self) -> Settings:

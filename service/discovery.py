@@ -9,6 +9,11 @@ like a discovered file) and later starts load that file instead of discovering a
 model a restart judges against is the one the fabric had when graywire first saw it: a cable
 that moves afterwards is a ``cabling_changed`` finding, not a silent change of the model.
 Delete the file to take the fabric as it is now.
+
+Beside a declared inventory, ``discover: true`` discovers at every start and compares: the file
+stays the model (the intent), what the fabric has that it lacks is logged and written to
+``inventory.discovered.yaml`` for review, and cables that differ become findings of the
+topology detector from the sources' link views.
 """
 
 from __future__ import annotations
@@ -110,3 +115,56 @@ def discovered_fabric(settings: Settings) -> Fabric:
     for note in result.notes:
         log.warning("discovery: %s", note)
     return load_inventory(path)
+
+
+def lldp_on(sources: list[Any]) -> list[Any]:
+    """The sources with LLDP link views turned on for every snmp source that does not set
+    ``lldp`` itself (discovery needs the cables to compare)."""
+    return [
+        s.model_copy(update={"lldp": True})
+        if isinstance(s, SnmpSourceConfig) and "lldp" not in s.model_fields_set
+        else s
+        for s in sources
+    ]
+
+
+def compare_with_discovery(settings: Settings, declared: Fabric) -> dict[str, int] | None:
+    """Discover now and compare with the declared model; None when the sources cannot tell.
+
+    Never stops the service: a source that is away means the comparison is unknown, not that
+    the fabric matches (the topology detector judges the cables once views arrive).
+    """
+    d = settings.discovery
+    try:
+        result = discover_from(settings, [PurposeRule.parse(r) for r in d.purpose],
+                               [ExpectRule.parse(r) for r in d.expect])  # fmt: skip
+    except Exception as e:  # the sources' errors, said in one line
+        log.warning("discover: true, but discovery failed (%s); judging against the declared inventory", e)
+        return None
+    path = settings.data_dir / DISCOVERED
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(result.to_yaml())
+    found = result.fabric
+    declared_keys, found_keys = set(declared.keys), set(found.keys)
+
+    def cables(f: Fabric) -> set[frozenset[str]]:
+        return {frozenset((f.keys[a], f.keys[b])) for a, b in zip(f.link_a, f.link_b, strict=True)}
+
+    declared_cables, found_cables = cables(declared), cables(found)
+    diff = {
+        "undeclared_ports": len(found_keys - declared_keys),
+        "unseen_ports": len(declared_keys - found_keys),
+        "undeclared_cables": len(found_cables - declared_cables),
+        "unseen_cables": len(declared_cables - found_cables),
+    }
+    level = logging.WARNING if any(diff.values()) else logging.INFO
+    log.log(
+        level,
+        "discovery against the declared inventory: %d port(s) and %d cable(s) the file lacks, %d port(s) "
+        "and %d cable(s) not seen; review %s (the file stays the model)",
+        diff["undeclared_ports"], diff["undeclared_cables"],
+        diff["unseen_ports"], diff["unseen_cables"], path,
+    )  # fmt: skip
+    for key in sorted(found_keys - declared_keys)[:20]:
+        log.warning("discovered, not declared: %s", key)
+    return diff

@@ -13,7 +13,7 @@ from graywire.collectors.nccl import NcclSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
 from graywire.service.config import FabricSimSource, Settings
-from graywire.service.discovery import discovered_fabric
+from graywire.service.discovery import compare_with_discovery, discovered_fabric, lldp_on
 from graywire.service.simulated import FabricSimCollector
 
 
@@ -26,11 +26,18 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
     """
     collectors: list[Collector] = []
     fabric: Fabric | None = None
+    sources = (
+        lldp_on(settings.sources)
+        if settings.inventory == "discover" or settings.discover
+        else settings.sources
+    )
     if settings.inventory == "discover":
         fabric = discovered_fabric(settings)
     elif settings.inventory is not None:
         fabric = load_inventory(Path(settings.inventory))
-    for cfg in settings.sources:
+        if settings.discover:
+            compare_with_discovery(settings, fabric)
+    for cfg in sources:
         if isinstance(cfg, FabricSimSource):
             sim = FabricSimCollector(cfg, settings.poll_seconds)
             fabric = fabric or sim.fabric
@@ -40,7 +47,7 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
             "no fabric model: set `inventory:` to an inventory file, or to `discover` to build it "
             "from the ufm or snmp sources (docs/inventory.md)"
         )
-    for cfg in settings.sources:
+    for cfg in sources:
         if isinstance(cfg, NcclSourceConfig):
             collectors.extend(nccl.build_collectors(cfg, fabric))
         elif isinstance(cfg, AgentSourceConfig):

@@ -83,3 +83,46 @@ def test_bad_discovery_rules_are_refused_at_load(tmp_path: Path) -> None:
         load_settings(None, data_dir=tmp_path, inventory="discover", discovery={"expect": ["role=host"]})
     with pytest.raises(ValueError, match=r"discovery\.purpose: .*mlx5_8=gpu"):
         load_settings(None, data_dir=tmp_path, discovery={"purpose": ["mlx5_8=gpu"]})
+
+
+def test_discover_true_compares_with_the_declared_file_which_stays_the_model(tmp_path: Path) -> None:
+    import yaml
+
+    from graywire.service.discovery import compare_with_discovery
+
+    sim = _sim()
+    declared = tmp_path / "declared.yaml"
+    sim.fabric.write_inventory(declared)
+    doc = yaml.safe_load(declared.read_text())
+    doc["nodes"] = [n for n in doc["nodes"] if n["name"] != "gpu-0003"]
+    doc["links"] = [c for c in doc["links"] if not any(k.startswith("gpu-0003/") for k in c)]
+    declared.write_text(yaml.safe_dump(doc))
+    with serve(FakeUfm(sim, username="admin", password="pw").app) as url:
+        ufm = {"type": "ufm", "url": url, "username": "admin", "password": "pw"}
+        settings = load_settings(None, data_dir=tmp_path, inventory=declared, discover=True, sources=[ufm])
+        fabric, _ = build_sources(settings)
+        diff = compare_with_discovery(settings, fabric)
+    nics = [k for k in sim.fabric.keys if k.startswith("gpu-0003/")]
+    assert not any(k.startswith("gpu-0003/") for k in fabric.keys), "the declared file stays the model"
+    assert diff == {
+        "undeclared_ports": len(nics), "unseen_ports": 0, "undeclared_cables": len(nics), "unseen_cables": 0,
+    }  # fmt: skip
+    assert "gpu-0003" in (tmp_path / DISCOVERED).read_text()
+    # Sources away: the comparison is unknown, and the service still starts on the file.
+    gone = {"type": "ufm", "url": "http://127.0.0.1:9", "username": "a", "password": "b"}
+    away = load_settings(None, data_dir=tmp_path, inventory=declared, discover=True, sources=[gone])
+    assert compare_with_discovery(away, fabric) is None
+    assert build_sources(away)[0].n_ports == fabric.n_ports
+
+
+def test_discovery_turns_lldp_on_unless_a_source_says_otherwise(tmp_path: Path) -> None:
+    from graywire.collectors.snmp import SnmpSourceConfig
+    from graywire.service.discovery import lldp_on
+
+    quiet = {"type": "snmp", "targets": [{"host": "127.0.0.1", "name": "sw1"}]}
+    said = {**quiet, "lldp": False}
+    settings = load_settings(None, data_dir=tmp_path, sources=[quiet, said])
+    got = [s.lldp for s in lldp_on(settings.sources) if isinstance(s, SnmpSourceConfig)]
+    assert got == [True, False]
+    with pytest.raises(ValueError, match="discover: true compares"):
+        load_settings(None, data_dir=tmp_path, discover=True, sources=[quiet])
