@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.ibnetdiscover import IbEnd, IbnetdiscoverResult
-from graywire.collectors.keys import normalize_guid, port_key
+from graywire.collectors.keys import normalize_guid, normalize_mac, port_key
 from graywire.collectors.model import Fabric, PortSpec
 from graywire.collectors.schemas import LINK
 from graywire.collectors.ufm.rest import port_speed_bps, speed_name_gbps, width_lanes
@@ -245,18 +245,59 @@ def facts_from_ibnetdiscover(parsed: IbnetdiscoverResult) -> tuple[pa.Table, pa.
     return table, links, notes
 
 
-def facts_from_lldp(found: LldpDiscovery) -> tuple[pa.Table, pa.Table, list[str]]:
+def nic_aliases(ports: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """``host/netdev``, ``host/mac`` and the bare MAC -> the port's graywire key, from the host
+    agents' ``/v1/ports``: a NIC's LLDP agent names its port by netdev or MAC, graywire (and
+    NCCL, and the agent's samples) by RDMA device."""
+    out: dict[str, str] = {}
+    for p in ports:
+        key = p.get("port")
+        if not isinstance(key, str) or "/" not in key:
+            continue
+        host = key.partition("/")[0]
+        if p.get("netdev"):
+            out[f"{host}/{p['netdev']}"] = key
+        if mac := normalize_mac(p.get("mac")):
+            out[f"{host}/{mac}"] = key
+            out[mac] = key
+    return out
+
+
+def _renamer(aliases: Mapping[str, str]) -> Any:
+    def rename(key: str) -> str:
+        if key in aliases:
+            return aliases[key]
+        mac = normalize_mac(key.partition("/")[2])
+        return aliases.get(mac, key) if mac else key
+
+    return rename
+
+
+def facts_from_lldp(
+    found: LldpDiscovery, aliases: Mapping[str, str] | None = None
+) -> tuple[pa.Table, pa.Table, list[str]]:
     """Port facts, ``link`` records and notes from switches' LLDP neighbours (Ethernet/RoCE).
 
     Switch ports are the walked interfaces that are cabled or up, at the speed IF-MIB gives
     (ifHighSpeed: the configured speed of a port that is down too). A neighbour that is not a
     walked switch port is a host NIC, keyed as it names itself (``lldpRemSysName`` /
     ``lldpRemPortId``), at its switch port's speed: both ends of a cable run at one speed.
-    LLDP carries no lane count, so widths stay unset.
+    LLDP carries no lane count, so widths stay unset. ``aliases`` (:func:`nic_aliases`) renames
+    a NIC named by netdev or MAC to its RDMA device's key.
     """
     notes = [f"{t}: not walked ({why})" for t, why in sorted(found.errors.items())]
     notes += [f"{t}: no LLDP-MIB answered; its cables are unknown" for t in found.without_lldp]
     links = found.links.select(["a_port", "b_port", "source"]).cast(LINK)
+    rename = _renamer(aliases or {})
+    if aliases:
+        links = pa.table(
+            {
+                "a_port": [rename(k) for k in links["a_port"].to_pylist()],
+                "b_port": [rename(k) for k in links["b_port"].to_pylist()],
+                "source": links["source"],
+            },
+            schema=LINK,
+        )
     cabled = set(links["a_port"].to_pylist()) | set(links["b_port"].to_pylist())
     iface = found.interfaces.to_pylist()
     speed_of = {r["port"]: r["speed_bps"] for r in iface}
@@ -266,15 +307,24 @@ def facts_from_lldp(found: LldpDiscovery) -> tuple[pa.Table, pa.Table, list[str]
             node, _, label = r["port"].partition("/")
             rows[r["port"]] = {"port": r["port"], "node": node, "label": label, "kind": "switch",
                                "speed_bps": r["speed_bps"] if r["port"] in cabled else None}  # fmt: skip
+    unmatched = keyed_by_chassis = 0
     for n in found.neighbors.to_pylist():
-        key = n["remote_port"]
+        key = rename(n["remote_port"])
         if key in rows or key in speed_of:
             continue
+        if key == n["remote_port"]:  # a host NIC named only as its LLDP agent says
+            unmatched += 1
+            keyed_by_chassis += n["sys_name"] is None
         node, _, label = key.partition("/")
         rows[key] = {"port": key, "node": node, "label": label, "kind": "host",
                      "speed_bps": speed_of.get(n["local_port"])}  # fmt: skip
-    if any(n["sys_name"] is None for n in found.neighbors.to_pylist()):
-        notes.append("some neighbours send no system name: their ports are keyed by chassis id, rename them")
+    if aliases and unmatched:
+        notes.append(f"{unmatched} host NIC(s) match no host agent's netdev or MAC: named as LLDP says")
+    if keyed_by_chassis:
+        notes.append(
+            f"{keyed_by_chassis} neighbour(s) send no system name: their ports are keyed by chassis id, "
+            "rename them"
+        )
     table = pa.Table.from_pylist([{k: r.get(k) for k in PORT_FACTS.names} for r in rows.values()], PORT_FACTS)
     known = pa.array(list(rows), pa.string())
     both = pc.and_(pc.is_in(links["a_port"], known), pc.is_in(links["b_port"], known))

@@ -47,3 +47,17 @@ def split_port_key(key: str) -> tuple[str, str]:
     if not sep or not node or not label:
         raise ValueError(f"not a port key: {key!r}")
     return node, label
+
+
+_MAC_DIGITS = re.compile(r"[0-9a-f]{12}")
+
+
+def normalize_mac(mac: str | None) -> str | None:
+    """A MAC address as ``aa:bb:cc:dd:ee:ff`` from any usual spelling (``AA-BB-…``,
+    ``aabb.ccdd.eeff``, bare hex); None when it is not 48 bits of hex, or all zeros."""
+    if not mac:
+        return None
+    digits = re.sub(r"[:\-.\s]", "", mac.strip().lower())
+    if not _MAC_DIGITS.fullmatch(digits) or digits == "0" * 12:
+        return None
+    return ":".join(digits[i : i + 2] for i in range(0, 12, 2))

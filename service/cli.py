@@ -339,15 +339,18 @@ def _ufm_topology(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def _lldp_topology(config: Path) -> tuple[Any, Any, list[str], str]:
     """Walk LLDP on the switches of every SNMP source of a service config (its targets and
-    credentials, as ``graywire serve`` would poll them)."""
+    credentials, as ``graywire serve`` would poll them); its agent sources name the host NICs."""
+    from graywire.collectors.host.agent_client import AgentSourceConfig
     from graywire.collectors.snmp import SnmpSourceConfig
     from graywire.service.config import load_settings
     from graywire.service.discovery import lldp_topology
 
-    sources = [s for s in load_settings(config).sources if isinstance(s, SnmpSourceConfig)]
+    settings = load_settings(config)
+    sources = [s for s in settings.sources if isinstance(s, SnmpSourceConfig)]
     if not sources:
         raise ValueError(f"{config}: no snmp source to walk")
-    return lldp_topology(sources, str(config))
+    agents = [s for s in settings.sources if isinstance(s, AgentSourceConfig)]
+    return lldp_topology(sources, str(config), agents)
 
 
 def cmd_inventory_discover(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow as pa
 
 from graywire.collectors.discovery import (
@@ -33,7 +34,9 @@ from graywire.collectors.discovery import (
     discover,
     facts_from_lldp,
     facts_from_ufm,
+    nic_aliases,
 )
+from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.model import Fabric, load_inventory
 from graywire.collectors.snmp import SnmpSourceConfig, walk_lldp
 from graywire.collectors.ufm import UfmRestCollector, UfmSourceConfig
@@ -64,13 +67,61 @@ def ufm_topology(cfg: UfmSourceConfig) -> tuple[Any, Any]:
         raise ValueError(f"UFM {collector.target}: {e}") from None
 
 
-def lldp_topology(sources: list[SnmpSourceConfig], where: str) -> tuple[pa.Table, pa.Table, list[str], str]:
-    """LLDP neighbours of the switches of ``sources``, as port facts and cables."""
-    parts = [facts_from_lldp(walk_lldp(s)) for s in sources]
+async def _agent_ports(
+    urls: list[str], timeout: float, limit: int = 64
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every agent's ``/v1/ports``, at most ``limit`` at once; one note per agent that failed."""
+    gate = asyncio.Semaphore(limit)
+    async with httpx.AsyncClient(timeout=timeout) as client:
+
+        async def one(url: str) -> tuple[list[dict[str, Any]], str | None]:
+            async with gate:
+                try:
+                    r = await client.get(f"{url}/v1/ports")
+                    r.raise_for_status()
+                    body = r.json()
+                except (httpx.HTTPError, ValueError) as e:
+                    return [], f"agent {url}: {type(e).__name__}: {e}"
+                if not isinstance(body, list):
+                    return [], f"agent {url}: /v1/ports is not a list"
+                return [p for p in body if isinstance(p, dict)], None
+
+        results = await asyncio.gather(*(one(u) for u in urls))
+    return [p for ports, _ in results for p in ports], [n for _, n in results if n]
+
+
+def agent_aliases(sources: list[AgentSourceConfig], hosts: list[str]) -> tuple[dict[str, str], list[str]]:
+    """NIC names (netdev, MAC) -> graywire keys from the host agents of ``sources``; a
+    ``url_template`` is expanded over ``hosts`` (the names LLDP neighbours gave)."""
+    urls: list[str] = []
+    for s in sources:
+        urls += s.urls
+        if s.url_template is not None:
+            urls += [s.url_template.format(host=h) for h in hosts]
+    urls = list(dict.fromkeys(u.rstrip("/") for u in urls))
+    if not urls:
+        return {}, []
+    timeout = max(s.timeout for s in sources)
+    ports, notes = asyncio.run(_agent_ports(urls, timeout))
+    if len(notes) > 20:
+        notes = [*notes[:20], f"... and {len(notes) - 20} more agent(s) not answering"]
+    return nic_aliases(ports), notes
+
+
+def lldp_topology(
+    sources: list[SnmpSourceConfig], where: str, agents: list[AgentSourceConfig] | None = None
+) -> tuple[pa.Table, pa.Table, list[str], str]:
+    """LLDP neighbours of the switches of ``sources``, as port facts and cables; host NICs named
+    by their RDMA devices where ``agents`` say which netdev or MAC each one is."""
+    walked = [walk_lldp(s) for s in sources]
+    switches = {n for w in walked for n in w.interfaces["switch"].to_pylist()}
+    hosts = sorted({n for w in walked for n in w.neighbors["sys_name"].to_pylist() if n} - switches)
+    aliases, notes = agent_aliases(agents or [], hosts)
+    parts = [facts_from_lldp(w, aliases) for w in walked]
     facts = pa.concat_tables([f for f, _, _ in parts])
     links = pa.concat_tables([lk for _, lk, _ in parts])
     targets = sum(len(s.targets) for s in sources)
-    notes = [n for _, _, ns in parts for n in ns]
+    notes += [n for _, _, ns in parts for n in ns]
     return facts, links, notes, f"LLDP over SNMP, {targets} switch(es) of {where}"
 
 
@@ -86,7 +137,8 @@ def discover_from(
         source = f"UFM REST {ufm[0].url}"
         notes += [f"{n} UFM record(s) skipped ({reason})" for reason, n in skipped.items()]
     elif snmp:
-        facts, links, notes, source = lldp_topology(snmp, where)
+        agents = [s for s in settings.sources if isinstance(s, AgentSourceConfig)]
+        facts, links, notes, source = lldp_topology(snmp, where, agents)
     else:
         raise ValueError("inventory: discover needs a ufm source with a url, or snmp sources with LLDP")
     result = discover(facts, links, purpose_rules=purpose, expect_rules=expect, source=source)

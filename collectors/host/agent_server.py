@@ -27,8 +27,8 @@ from fastapi.responses import JSONResponse, Response
 from graywire.collectors.base import Skips
 from graywire.collectors.host.agent_wire import ARROW_STREAM, DEFAULT_AGENT_PORT, SKIPPED_KEY, SOURCE, to_ipc
 from graywire.collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
-from graywire.collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
-from graywire.collectors.keys import port_key
+from graywire.collectors.host.sysfs import PortReading, SysfsConfig, read_ports, read_text, readings_to_batch
+from graywire.collectors.keys import normalize_mac, port_key
 from graywire.collectors.perfquery import PerfqueryCommand, apply_perfquery
 
 log = logging.getLogger("graywire.agent")
@@ -102,6 +102,23 @@ class HostReader:
             batch = batch.replace_schema_metadata(meta)
         return batch
 
+    def ports(self) -> list[dict[str, Any]]:
+        """Each port's names: its key, RDMA device and port, netdev and that netdev's MAC.
+
+        What LLDP on the switches cannot say: a NIC's LLDP agent names its port by netdev or MAC,
+        graywire (and NCCL) by RDMA device; discovery maps the one to the other with this.
+        """
+        root = Path(self.cfg.sysfs_root) / "sys" / "class" / "net"
+        out = []
+        for r in read_ports(self.sysfs):
+            mac = read_text(root / r.netdev / "address") if r.netdev else None
+            out.append({
+                "port": port_key(self.cfg.hostname, r.label), "label": r.label, "device": r.device,
+                "port_num": r.port_num, "netdev": r.netdev, "mac": normalize_mac(mac),
+                "link_layer": r.link_layer,
+            })  # fmt: skip
+        return out
+
     def extra(self) -> dict[str, dict[str, int | None]]:
         _, readings = self.read()
         return {port_key(self.cfg.hostname, r.label): dict(sorted(r.extra.items())) for r in readings}
@@ -125,6 +142,11 @@ def create_agent_app(cfg: AgentConfig, clock: Callable[[], datetime] | None = No
             where = Path(cfg.sysfs_root) / "sys/class/infiniband"
             return JSONResponse({"error": f"no RDMA ports found under {where}"}, status_code=503)
         return Response(content=to_ipc(batch), media_type=ARROW_STREAM)
+
+    @app.get("/v1/ports")
+    def ports() -> list[dict[str, Any]]:
+        """Each port's names (key, RDMA device, netdev, MAC), for discovery over LLDP."""
+        return reader.ports()
 
     @app.get("/v1/port_extra")
     def port_extra() -> dict[str, dict[str, int | None]]:

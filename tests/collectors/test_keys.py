@@ -86,3 +86,18 @@ def test_split_port_key_inverts_port_key() -> None:
 def test_split_port_key_rejects(bad: str) -> None:
     with pytest.raises(ValueError, match="not a port key"):
         split_port_key(bad)
+
+
+def test_macs_in_every_usual_spelling() -> None:
+    from graywire.collectors.keys import normalize_mac
+
+    for spelling in (
+        "AA:BB:CC:DD:EE:0F",
+        "aa-bb-cc-dd-ee-0f",
+        "aabb.ccdd.ee0f",
+        "aabbccddee0f",
+        " aa:bb:cc:dd:ee:0f\n",
+    ):
+        assert normalize_mac(spelling) == "aa:bb:cc:dd:ee:0f", spelling
+    for bad in (None, "", "00:00:00:00:00:00", "aa:bb:cc", "gg:bb:cc:dd:ee:ff", "mlx5_0"):
+        assert normalize_mac(bad) is None, bad

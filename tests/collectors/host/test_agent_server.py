@@ -76,3 +76,19 @@ def test_agent_answers_503_without_ports(tmp_path: Path) -> None:
 def test_agent_rejects_a_host_name_with_a_slash(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="may not contain '/'"):
         create_agent_app(AgentConfig(sysfs_root=tmp_path, hostname="rack1/gpu-0001"))
+
+
+def test_ports_name_each_port_by_device_netdev_and_mac(real_sysfs: Path) -> None:
+    """What discovery over LLDP needs from a host: which netdev and MAC each graywire port is."""
+    from fastapi.testclient import TestClient
+
+    cfg = AgentConfig(sysfs_root=real_sysfs, hostname="h1", ethtool=None, include_plain_netdevs=True)
+    with TestClient(create_agent_app(cfg)) as c:
+        r = c.get("/v1/ports")
+    assert r.status_code == 200
+    ports = {p["port"]: p for p in r.json()}
+    eth0 = ports["h1/eth0"]
+    assert (eth0["netdev"], eth0["mac"], eth0["device"]) == ("eth0", "01:01:01:01:01:01", None)
+    rdma = [p for p in ports.values() if p["device"]]
+    assert rdma and all(p["port"] == f"h1/{p['label']}" and p["port_num"] >= 1 for p in rdma)
+    assert set(ports) == set(HostReader(cfg).extra()), "the same ports the samples carry"
