@@ -320,3 +320,22 @@ def test_lldp_is_off_by_default_and_lldp_every_is_a_duration() -> None:
         SnmpSourceConfig(targets=[{"host": "h"}], lldp_every="1h").model_dump(mode="json")["lldp_every"]
         == "1h"
     )
+
+
+def test_real_sonic_neighbours_discover_into_an_inventory_that_loads(
+    discovered: LldpDiscovery, tmp_path: Path
+) -> None:
+    """The real SONiC switch's LLDP view through discovery: every cable kept, a loadable file,
+    and the neighbours that send no system name said to need a name."""
+    from graywire.collectors.discovery import discover, facts_from_lldp
+    from graywire.collectors.model import load_inventory
+
+    facts, links, notes = facts_from_lldp(discovered)
+    assert links.num_rows == 22
+    result = discover(facts, links, source="LLDP")
+    out = tmp_path / "inventory.yaml"
+    out.write_text(result.to_yaml())
+    fabric = load_inventory(out)
+    assert len(fabric.link_a) == 22
+    assert dict(zip(fabric.node_names, fabric.node_roles, strict=True))["sonic"] == "leaf"
+    assert any("20 neighbour(s) send no system name" in n for n in notes), notes
