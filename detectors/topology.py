@@ -269,7 +269,14 @@ class TopologyDetector:
             src = src.combine_chunks()
         codes = src.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         names = src.dictionary.to_pylist()
-        ok = a != b
+        # A cable with an end the model does not know (a NIC its LLDP agent names by netdev or
+        # MAC, a device the inventory leaves out) says nothing certain about its known end:
+        # that end's modelled cable is neither present nor missing, and nothing opens on it.
+        unknown_end = (a >= self.n_ports) | (b >= self.n_ports) | (a < 0) | (b < 0)
+        unsure = np.zeros(self.n_ports, bool)
+        for end in (a[unknown_end], b[unknown_end]):
+            unsure[end[(end >= 0) & (end < self.n_ports)]] = True
+        ok = (a != b) & ~unknown_end
         key = _pack(a, b)
         present = np.unique(key[ok])
         # Which nodes each complete view covers, and which modelled cables that lets us judge.
@@ -300,7 +307,9 @@ class TopologyDetector:
             in_new[end[end < self.n_ports]] = True
         present_model = np.isin(self.model_key, present)
         na, nb = self.node[self.la], self.node[self.lb]
-        judged = (judged_both[na] & judged_both[nb]) | judged_one[na] | judged_one[nb]
+        judged = ((judged_both[na] & judged_both[nb]) | judged_one[na] | judged_one[nb]) & ~(
+            unsure[self.la] | unsure[self.lb]
+        )
         # What each port is now cabled to, as far as anyone can tell.
         absent = judged & ~present_model
         self.peer_now[self.la[absent & ~in_new[self.la]]] = -1

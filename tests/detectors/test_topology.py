@@ -245,3 +245,18 @@ def test_end_to_end_a_cable_moved_mid_run_is_one_cabling_changed_finding() -> No
     batch = step.port_sample
     last = dict(zip(batch.column("port").to_pylist(), batch.column("link_downed").to_pylist(), strict=True))
     assert last["gpu-0002/mlx5_3"] >= 1 and last[moved.extra["displaced"]] >= 1
+
+
+def test_a_nic_named_as_the_model_does_not_is_unknown_not_moved_or_missing(fabric: Fabric) -> None:
+    """LLDP from a host NIC's own agent names its port by netdev (``ens1f0np0``) or MAC, the model
+    by RDMA device: such a cable says nothing certain, so it opens nothing, and the modelled
+    cable of its known end is neither missing nor changed."""
+    det = detector(fabric)
+
+    def netdev(key: str) -> str:
+        return f"{key.split('/')[0]}/ens{key[-1]}f0np0" if key.startswith("gpu-") else key
+
+    renamed = [(netdev(a), netdev(b)) for a, b in model_cables(fabric)]
+    assert sum(a != x or b != y for (a, b), (x, y) in zip(renamed, model_cables(fabric), strict=True)) == 80
+    for _ in range(5):
+        assert det.observe(view(renamed, source="lldp")) == []
