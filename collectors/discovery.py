@@ -54,6 +54,7 @@ PORT_FACTS = pa.schema(
         pa.field("width", pa.int16()),
         pa.field("max_speed_bps", pa.int64()),
         pa.field("max_width", pa.int16()),
+        pa.field("aliases", pa.list_(pa.string())),  # other names on its node (netdev, MAC)
     ],
     metadata={"graywire.record": "port_fact", "graywire.version": "1"},
 )
@@ -307,6 +308,10 @@ def facts_from_lldp(
             node, _, label = r["port"].partition("/")
             rows[r["port"]] = {"port": r["port"], "node": node, "label": label, "kind": "switch",
                                "speed_bps": r["speed_bps"] if r["port"] in cabled else None}  # fmt: skip
+    names_of: dict[str, set[str]] = {}
+    for alias, port in (aliases or {}).items():
+        if "/" in alias:
+            names_of.setdefault(port, set()).add(alias.partition("/")[2])
     unmatched = keyed_by_chassis = 0
     for n in found.neighbors.to_pylist():
         key = rename(n["remote_port"])
@@ -317,7 +322,8 @@ def facts_from_lldp(
             keyed_by_chassis += n["sys_name"] is None
         node, _, label = key.partition("/")
         rows[key] = {"port": key, "node": node, "label": label, "kind": "host",
-                     "speed_bps": speed_of.get(n["local_port"])}  # fmt: skip
+                     "speed_bps": speed_of.get(n["local_port"]),
+                     "aliases": sorted(names_of.get(key, ())) or None}  # fmt: skip
     if aliases and unmatched:
         notes.append(f"{unmatched} host NIC(s) match no host agent's netdev or MAC: named as LLDP says")
     if keyed_by_chassis:
@@ -480,6 +486,8 @@ class Discovery:
                     parts.append(f"rail: {int(f.rail[i])}")
                 if f.purpose and f.purpose[i]:
                     parts.append(f"purpose: {f.purpose[i]}")
+                if f.aliases and f.aliases[i]:
+                    parts.append(f"aliases: {json.dumps(list(f.aliases[i]))}")
                 why = [f"expect: {self.expect_how[i]}"]
                 if i in self.rail_how:
                     why.append(f"rail: {self.rail_how[i]}")
@@ -528,12 +536,15 @@ def discover(
     port_notes: dict[int, str] = {}
     # One row per port key: the first, gaps filled from later rows of the same key.
     facts = facts.select(PORT_FACTS.names).cast(PORT_FACTS)
-    facts = facts.group_by("port", use_threads=False).aggregate(
-        [(c, "first") for c in PORT_FACTS.names if c != "port"]
-    )
-    facts = facts.rename_columns([c.removesuffix("_first") for c in facts.column_names]).select(
-        PORT_FACTS.names
-    )
+    names_of: dict[str, list[str]] = {}  # lists have no "first" kernel: per key, the first given
+    for key, names in zip(facts["port"].to_pylist(), facts["aliases"].to_pylist(), strict=True):
+        if names:
+            names_of.setdefault(key, names)
+    scalar = [c for c in PORT_FACTS.names if c not in ("port", "aliases")]
+    facts = facts.group_by("port", use_threads=False).aggregate([(c, "first") for c in scalar])
+    facts = facts.rename_columns([c.removesuffix("_first") for c in facts.column_names])
+    aliases = pa.array([names_of.get(k) for k in facts["port"].to_pylist()], PORT_FACTS.field("aliases").type)
+    facts = facts.append_column("aliases", aliases).select(PORT_FACTS.names)
     keys: list[str] = facts.column("port").to_pylist()
     n = len(keys)
     node_names_per_port = np.array(facts.column("node").to_pylist(), dtype=object)
@@ -791,6 +802,7 @@ def discover(
     new_of = np.empty(n, np.int64)
     new_of[perm] = np.arange(n)
     guids = facts.column("guid").to_pylist()
+    alias_lists = facts.column("aliases").to_pylist() if "aliases" in facts.schema.names else [None] * n
     specs = [
         PortSpec(
             node=str(node_names_per_port[i]),
@@ -801,6 +813,7 @@ def discover(
             rail=int(rail[i]) if rail[i] >= 0 else None,
             num=int(nums[i]) or None,
             purpose=purpose[i],
+            aliases=tuple(alias_lists[i] or ()),
         )
         for i in perm.tolist()
     ]

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from graywire.collectors.keys import normalize_guid, port_key, split_port_key
+from graywire.collectors.keys import normalize_guid, normalize_mac, port_key, split_port_key
 from graywire.collectors.units import parse_speed
 
 ROLES = ("host", "leaf", "spine", "core")
@@ -47,6 +47,8 @@ class PortSpec:
     media: str | None = None
     num: int | None = None  # port number on its node (IB port number, ifIndex-like)
     purpose: str | None = None  # compute, storage or management (host NICs)
+    #: Other names of the port on its node: its netdev, its MAC (what LLDP may call it).
+    aliases: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -70,6 +72,7 @@ class Fabric:
     media: list[str | None] = field(default_factory=list)
     port_num: np.ndarray | None = None  # int16 port number on its node, 0 = unknown
     purpose: list[str | None] = field(default_factory=list)
+    aliases: list[tuple[str, ...]] = field(default_factory=list)
     #: What loading found worth a look but not wrong (a host on fewer rails than its peers).
     warnings: list[str] = field(default_factory=list)
 
@@ -122,12 +125,34 @@ class Fabric:
             media=[p.media for p in ports],
             port_num=np.array([p.num or 0 for p in ports], dtype=np.int16),
             purpose=[p.purpose for p in ports],
+            aliases=[p.aliases for p in ports],
         )
 
     # -- derived views --------------------------------------------------------------------------
     @property
     def n_ports(self) -> int:
         return len(self.keys)
+
+    @cached_property
+    def alias_index(self) -> dict[str, int]:
+        """``node/alias`` and each bare MAC alias -> port index: the names a NIC's own LLDP agent
+        gives its port (netdev, MAC) where the model names it by RDMA device."""
+        out: dict[str, int] = {}
+        for i, names in enumerate(self.aliases):
+            node = self.node_names[int(self.node_of_port[i])]
+            for name in names:
+                out[port_key(node, name)] = i
+                if mac := normalize_mac(name):
+                    out[mac] = i
+        return out
+
+    def resolve_alias(self, key: str) -> int:
+        """The port a key names through an alias (``host/ens1f0np0``, ``host/aa:bb:…``, or any
+        node with a MAC the model knows), else -1."""
+        i = self.alias_index.get(key)
+        if i is None and (mac := normalize_mac(key.partition("/")[2])):
+            i = self.alias_index.get(mac)
+        return -1 if i is None else i
 
     @cached_property
     def key_array(self) -> pa.Array:
@@ -220,6 +245,8 @@ class Fabric:
                 entry["num"] = int(self.port_num[i])
             if self.purpose and self.purpose[i]:
                 entry["purpose"] = self.purpose[i]
+            if self.aliases and self.aliases[i]:
+                entry["aliases"] = list(self.aliases[i])
             by_node.setdefault(int(self.node_of_port[i]), []).append(entry)
         nodes = [
             {"name": n, "role": r, "ports": by_node.get(j, [])}
@@ -304,6 +331,15 @@ def _speed_as_bps(level: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _aliases(value: Any, what: str) -> tuple[str, ...]:
+    """A port's ``aliases``: a list of names (netdev, MAC); MACs are kept in one spelling."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v and "/" not in v for v in value):
+        raise ValueError(f"{what}: aliases must be a list of names without '/' (a netdev, a MAC)")
+    return tuple(normalize_mac(v) or v for v in value)
+
+
 def fabric_from_inventory(doc: Mapping[str, Any], where: _Where | None = None) -> Fabric:
     """Build a :class:`Fabric` from a parsed inventory document.
 
@@ -354,6 +390,7 @@ def fabric_from_inventory(doc: Mapping[str, Any], where: _Where | None = None) -
                     media=p.get("media"),
                     num=int(p["num"]) if p.get("num") is not None else None,
                     purpose=purpose,
+                    aliases=_aliases(p.get("aliases"), f"port {name}/{p['label']}"),
                 )
             )
             port_at.append(where.at(plist, k, f"nodes[{j}].ports[{k}]"))

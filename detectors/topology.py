@@ -207,7 +207,10 @@ class TopologyDetector:
         return ids
 
     def _resolve(self, key: str) -> int:
-        """An unknown key: a GUID-addressed port (``0x<guid>/<num>``) the model knows, else a new id."""
+        """An unknown key: a port the model knows by an alias (a NIC's netdev or MAC, as its own
+        LLDP agent names it), a GUID-addressed port (``0x<guid>/<num>``), else a new id."""
+        if (alias := self.fabric.resolve_alias(key)) >= 0:
+            return alias
         node, _, num = key.rpartition("/")
         try:
             guid = normalize_guid(node) if node else None

@@ -75,3 +75,38 @@ def test_agent_aliases_over_http_from_a_real_sysfs_tree(real_sysfs: Path) -> Non
         aliases, notes = agent_aliases(sources, ["127.0.0.1", "localhost-not-there.invalid"])
     assert aliases["gpu7/eth0"] == "gpu7/eth0" and aliases["01:01:01:01:01:01"] == "gpu7/eth0"
     assert len(notes) == 1 and "localhost-not-there.invalid" in notes[0]
+
+
+def test_the_discovered_aliases_let_lldp_views_be_judged(tmp_path: Path) -> None:
+    """The names the agents gave ride in the inventory as ``aliases``, so the poll's LLDP views
+    (which keep LLDP's names) resolve to the model's ports: quiet when the cabling is as
+    discovered, one ``cabling_changed`` when a NIC moves."""
+    from datetime import UTC, datetime
+
+    from graywire.collectors.model import load_inventory
+    from graywire.detectors.topology import TopologyDetector
+
+    found = _lldp([
+        ("Ethernet0", 5, "ens1f0np0", "gpu1", "aa:bb:cc:00:00:00"),  # by netdev
+        ("Ethernet4", 3, "aa:bb:cc:00:00:03", None, "aa:bb:cc:00:00:11"),  # by MAC, no system name
+        ("Ethernet12", 5, "eno1", "gpu9", "aa:bb:cc:00:00:20"),  # a port no agent claims
+    ])  # fmt: skip
+    facts, links, _ = facts_from_lldp(found, nic_aliases(AGENT_PORTS))
+    out = tmp_path / "inventory.yaml"
+    out.write_text(discover(facts, links).to_yaml())
+    fabric = load_inventory(out)
+    assert fabric.aliases[fabric.keys.index("gpu2/mlx5_0")] == ("aa:bb:cc:00:00:03", "ens1f0np0")
+    det = TopologyDetector(fabric, clock=lambda: datetime(2026, 1, 5, tzinfo=UTC))
+    lldp = found.links.to_batches()[0]  # LLDP's own names, as the collector sends them each poll
+    for _ in range(4):
+        assert det.observe(lldp) == []
+    # gpu2's NIC (known to LLDP by its MAC) moves to gpu1's leaf port; gpu1 is unplugged.
+    moved = pa.RecordBatch.from_pylist(
+        [
+            {"a_port": "leaf1/Ethernet0", "b_port": "aa:bb:cc:00:00:11/aa:bb:cc:00:00:03", "source": "lldp"},
+            {"a_port": "leaf1/Ethernet12", "b_port": "gpu9/eno1", "source": "lldp"},
+        ],
+        LINK,
+    )
+    changed = [f for f in det.observe(moved) if f.status == "firing"]
+    assert [(f.kind, f.link) for f in changed] == [("cabling_changed", "gpu2/mlx5_0<->leaf1/Ethernet0")]
