@@ -37,23 +37,38 @@ def format_speed(bps: int | float) -> str:
     return f"{bps:g}"
 
 
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+#: Prometheus's duration units, largest first (``1h30m``, ``500ms``, ``2w``; a year is 365 days).
+_DURATION_UNITS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+_AMOUNT = r"\d+(?:\.\d+)?"
+_DURATION_PATTERN = (
+    rf"^\s*(?:(?P<plain>{_AMOUNT})|"
+    + "".join(rf"(?:(?P<{'ms' if u == 'ms' else u}>{_AMOUNT}){u})?" for u in _DURATION_UNITS)
+    + r")\s*$"
+)
+_DURATION = re.compile(_DURATION_PATTERN)
 
 
 def parse_duration(text: str | float | int) -> float:
-    """Seconds from ``10s``, ``5m``, ``1h``, ``2d`` or a plain number of seconds."""
+    """Seconds from Prometheus's duration grammar (``500ms``, ``10s``, ``1h30m``, ``2d``, ``1w``,
+    ``1y``: units largest first, each once) or a plain number of seconds. A decimal amount
+    (``1.5m``) is accepted too."""
     if isinstance(text, int | float):
         return float(text)
     m = _DURATION.match(text)
-    if not m:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 10s, 5m, 1h)")
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if not m or not any(m.groupdict().values()):
+        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 10s, 5m, 1h30m, 2d)")
+    if m.group("plain") is not None:
+        return float(m.group("plain"))
+    return sum(
+        float(v) * _DURATION_UNITS[u] for u, v in m.groupdict().items() if v is not None and u != "plain"
+    )
 
 
 def format_duration(value: timedelta) -> str:
-    """The shortest exact form ``parse_duration`` reads back: ``5m``, ``2d``, ``1.5s``, ``0s``."""
+    """The shortest exact form ``parse_duration`` reads back: ``5m``, ``2d``, ``500ms``, ``1.5s``, ``0s``."""
     us = value // timedelta(microseconds=1)
+    if 0 < us < 10**6 and us % 1000 == 0:
+        return f"{us // 1000}ms"
     if us % 10**6:
         whole, frac = divmod(us, 10**6)
         return f"{whole}.{frac:06d}".rstrip("0") + "s"

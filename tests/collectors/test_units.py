@@ -180,3 +180,32 @@ def test_duration_dumps_as_text_in_json_and_reads_back() -> None:
     assert _Timing.model_validate(dumped) == t
     assert _Timing.model_validate_json(t.model_dump_json()) == t
     assert _Timing.model_json_schema()["properties"]["wait"]["type"] == "string"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1h30m", 5400.0),
+        ("500ms", 0.5),
+        ("1m500ms", 60.5),
+        ("2w", 1_209_600.0),
+        ("1y", 31_536_000.0),
+        ("1d2h3m4s", 93_784.0),
+    ],
+)
+def test_parse_duration_speaks_prometheus_grammar(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["30m1h", "1h1h", "ms", "5mss", "1h 30m", " "])
+def test_units_come_largest_first_and_once(bad: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    "value", [timedelta(milliseconds=500), timedelta(minutes=90), timedelta(seconds=1.5)]
+)
+def test_format_duration_reads_back(value: timedelta) -> None:
+    assert parse_duration(format_duration(value)) == value.total_seconds()
+    assert format_duration(timedelta(milliseconds=500)) == "500ms"
