@@ -6,6 +6,7 @@ built-in synthetic fabric under ``./graywire-data``.
 
 from __future__ import annotations
 
+import difflib
 import os
 from datetime import timedelta
 from functools import lru_cache
@@ -474,5 +475,46 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     try:
         return settings_cls(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
-        lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
+        lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {_explain(err)}" for err in e.errors()]
         raise ValueError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+SOURCE_TYPES = ("fabricsim", "ufm", "snmp", "agent", "nccl")
+
+
+def _known_keys(model: Any = None, seen: set[Any] | None = None) -> set[str]:
+    """Every key any part of the configuration takes (for "did you mean")."""
+    model, seen = model or Settings, seen if seen is not None else set()
+    if model in seen:
+        return set()
+    seen.add(model)
+    keys: set[str] = set()
+    for name, info in model.model_fields.items():
+        keys.add(name)
+        stack = [info.annotation]
+        while stack:
+            tp = stack.pop()
+            if isinstance(tp, type) and issubclass(tp, BaseModel):
+                keys |= _known_keys(tp, seen)
+            stack.extend(getattr(tp, "__args__", ()) or ())
+            stack.extend((getattr(tp, "__metadata__", ()) and ()) or ())
+            origin = getattr(tp, "__origin__", None)
+            if origin is not None and origin is not tp:
+                stack.append(origin)
+    return keys
+
+
+def _explain(err: Any) -> str:
+    """pydantic's message, with what the user most likely meant where a name is wrong."""
+    if err["type"] == "source_type":
+        given = err["input"].get("type") if isinstance(err.get("input"), dict) else None
+        if given is None:
+            return err["msg"]
+        near = difflib.get_close_matches(str(given), SOURCE_TYPES, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        return f"unknown source type {given!r}{hint}; use one of {', '.join(SOURCE_TYPES)}"
+    if err["type"] == "extra_forbidden":
+        name = str(err["loc"][-1])
+        near = difflib.get_close_matches(name, sorted(_known_keys()), n=1, cutoff=0.75)
+        return f"unknown key {name!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+    return err["msg"]

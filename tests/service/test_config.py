@@ -138,3 +138,28 @@ def test_the_readme_sources_example_is_a_valid_config(tmp_path: Path) -> None:
     cfg.write_text(readme[start : readme.index("```", start)])
     s = load_settings(cfg)
     assert [src.type for src in s.sources] == ["ufm", "snmp", "agent", "nccl", "fabricsim"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"poll_intervall": "10s"},
+            "poll_intervall: unknown key 'poll_intervall' (did you mean 'poll_interval'?)",
+        ),
+        ({"drain": {"shadw": True}}, "drain.shadw: unknown key 'shadw' (did you mean 'shadow'?)"),
+        (
+            {"sources": [{"type": "ufmm", "url": "http://ufm"}]},
+            "unknown source type 'ufmm' (did you mean ufm?)",
+        ),
+        (
+            {"sources": [{"type": "snmp", "targets": [{"host": "sw1", "comunity": "x"}]}]},
+            "targets.0.comunity: unknown key 'comunity' (did you mean 'community'?)",
+        ),
+        ({"zzzz": 1}, "zzzz: unknown key 'zzzz'\n"),
+    ],
+)
+def test_a_typo_is_named_with_what_was_meant(tmp_path: Path, overrides: dict, message: str) -> None:
+    with pytest.raises(ValueError) as e:
+        load_settings(None, data_dir=tmp_path, **overrides)
+    assert message in str(e.value) + "\n"
