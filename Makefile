@@ -1,4 +1,4 @@
-# graywire: `make run` starts the demo, `make test` runs the whole suite.
+# graywire: `make run` starts the demo (PORT=9000 to pick its port), `make test` runs the whole suite.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/graywire demo
+	$(BIN)/graywire demo $(if $(PORT),--port $(PORT))
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -281,6 +281,12 @@ def cmd_fakes(args: argparse.Namespace) -> int:
         agent_port=args.agent_port, agent_hosts=args.agent_hosts, service_port=args.service_port,
         discover=args.discover,
     )  # fmt: skip
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # so the fakes' snmpsim and servers are stopped on the way out
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         run_fakes(cfg, say=lambda line: print(line, flush=True))
     except RuntimeError as e:
@@ -408,6 +414,7 @@ def cmd_inventory_discover(args: argparse.Namespace) -> int:
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from sqlalchemy import exc as sa_exc
     from sqlalchemy.engine import make_url
 
     from graywire.service.config import load_settings
@@ -416,9 +423,14 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, database_url=args.database_url)
     if settings.database_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    upgrade(settings.db_url)
-    # Never the password: this line ends up in deploy logs (init containers, CI).
-    print(f"database at head: {make_url(settings.db_url).render_as_string(hide_password=True)}")
+    # Never the password: these lines end up in deploy logs (init containers, CI).
+    shown = make_url(settings.db_url).render_as_string(hide_password=True)
+    try:
+        upgrade(settings.db_url)
+    except (sa_exc.OperationalError, sa_exc.InterfaceError) as e:
+        reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+        raise ValueError(f"database {shown} is unreachable: {reason}") from None
+    print(f"database at head: {shown}")
     return 0
 
 
@@ -434,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("demo", help="the service on a synthetic fabric with two injected gray failures")
-    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--port", type=int, help="port to serve on (default $GRAYWIRE_PORT, else 8000)")
     s.add_argument("--hosts", type=int, default=256)
     s.add_argument("--seed", type=int, default=7)
     s.add_argument("--data-dir", default="graywire-data")

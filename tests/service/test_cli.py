@@ -190,3 +190,20 @@ def test_demo_shows_both_injected_faults_within_a_minute(tmp_path: Path) -> None
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_db_upgrade_against_an_unreachable_database_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db", "upgrade", "--database-url", "postgresql+psycopg://nobody:secret@127.0.0.1:1/x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "graywire: error: database postgresql+psycopg://nobody:***@127.0.0.1:1/x is unreachable"
+    )
+    assert len(err.strip().splitlines()) == 1 and "secret" not in err
+
+
+def test_demo_takes_its_port_from_the_environment_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graywire.service.config import load_settings
+
+    monkeypatch.setenv("GRAYWIRE_PORT", "8123")
+    assert load_settings(None, port=build_parser().parse_args(["demo"]).port).port == 8123
+    assert load_settings(None, port=build_parser().parse_args(["demo", "--port", "9001"]).port).port == 9001
