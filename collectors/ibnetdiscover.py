@@ -131,7 +131,9 @@ def parse_ibnetdiscover(text: str) -> IbnetdiscoverResult:
         if len(out.skipped_lines) < 10:
             out.skipped_lines.append(lineno)
 
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    # Lines as a file has them (\n, CRLF too): str.splitlines would also split at \r, \x85 or
+    # \u2028 inside a line and put every later line number off.
+    for lineno, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line or _IGNORED.match(line):
             continue

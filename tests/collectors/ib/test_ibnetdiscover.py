@@ -97,3 +97,14 @@ def test_ports_report_with_junk_spliced_in(real_fixtures: Path) -> None:
         assert sum(r.skipped.values()) + len(r.ports) <= mutated.count("\n") + 1
 
     check()
+
+
+def test_only_newlines_end_lines_so_line_numbers_are_the_files() -> None:
+    """\\r, \\x85 or \\u2028 inside a line do not split it (str.splitlines would, and count more
+    lines than the file has)."""
+    text = "0\r0\r0\x85" + TOPOLOGY
+    r = parse_ibnetdiscover(text)
+    assert sum(r.skipped.values()) + len(r.ports) <= text.count("\n") + 1
+    assert r.skipped_lines[0] == 1
+    lines = text.split("\n")
+    assert r.ports and all(lines[p.line - 1].lstrip().startswith("[") for p in r.ports)
