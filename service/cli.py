@@ -59,6 +59,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         poll_interval="2s",
         sources=[{"type": "fabricsim", "hosts": args.hosts, "seed": args.seed, "faults": DEMO_FAULTS}],
+        drain={"shadow": False},  # the demo shows drains happening; a real install starts in shadow
     )
     from graywire.service.simulated import FabricSimCollector
 

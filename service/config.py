@@ -106,9 +106,13 @@ class DrainSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     #: Recommend, never act: every item says ``shadow: true`` and the sync tools only report.
-    shadow: bool = False
-    #: Circuit breaker: at most this fraction of the hosts newly drained within ``window``.
+    #: On until set: a first install watches what it would do before it does it (docs/drain.md).
+    shadow: bool = True
+    #: Circuit breaker: at most ``max(min_nodes, max_fraction × hosts)`` hosts newly drained
+    #: within ``window``, and at most ``max_nodes`` when set.
     max_fraction: float = Field(0.10, gt=0, le=1)
+    min_nodes: int = Field(2, ge=1)
+    max_nodes: int | None = Field(None, ge=1)
     #: Positive: a zero window would count no earlier drain, so the cap would apply per poll.
     window: PositiveDuration = timedelta(minutes=10)
     #: A drained node returns to service after this long without any verdict.

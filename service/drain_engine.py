@@ -69,6 +69,8 @@ def policy_from_settings(s: DrainSettings) -> DrainPolicy:
         cooldown=s.cooldown,
         min_severity=s.min_severity,
         trust_pushed=s.trust_pushed,
+        min_nodes=s.min_nodes,
+        max_nodes=s.max_nodes,
     )
 
 

@@ -49,10 +49,18 @@ class DrainPolicy:
     cooldown: timedelta = timedelta(minutes=30)
     min_severity: str = "warning"
     trust_pushed: bool = False
+    #: The cap never goes below this many nodes (one drain on a small cluster is no storm)...
+    min_nodes: int = 2
+    #: ...nor above this many, when set (a fraction of a huge fleet can still be too many).
+    max_nodes: int | None = None
 
     def cap(self, hosts: int) -> int:
-        """New drains allowed per window: a fraction of the hosts, never less than one."""
-        return max(1, math.floor(self.max_fraction * hosts + 1e-9))
+        """New drains allowed per window: ``max(min_nodes, max_fraction × hosts)``, at most
+        ``max_nodes``; never less than one."""
+        cap = max(self.min_nodes, math.floor(self.max_fraction * hosts + 1e-9))
+        if self.max_nodes is not None:
+            cap = min(cap, self.max_nodes)
+        return max(1, cap)
 
 
 @dataclass(frozen=True, slots=True)

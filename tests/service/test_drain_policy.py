@@ -110,7 +110,11 @@ def test_cap_counts_drains_already_made_in_the_window() -> None:
     br = Breaker(tripped=False, since=None, recent_drains=6)
     r = decide([link("gpu-0001", 1)], incidents(1), {}, {}, br, hosts=64, policy=POLICY, now=T0)
     assert by_node(r)["gpu-0001"].action == "watch" and r.tripped_now
-    assert DrainPolicy(max_fraction=0.1).cap(5) == 1  # a tiny cluster may still drain one node
+    # max(min_nodes, fraction x hosts), at most max_nodes: one drain on a small cluster is no storm.
+    assert DrainPolicy(max_fraction=0.1).cap(5) == 2
+    assert DrainPolicy(max_fraction=0.1, min_nodes=1).cap(5) == 1
+    assert DrainPolicy(max_fraction=0.1).cap(640) == 64
+    assert DrainPolicy(max_fraction=0.1, max_nodes=20).cap(640) == 20
 
 
 def test_watch_clears_when_the_incident_goes() -> None:

@@ -34,6 +34,7 @@ def run(tmp_path: Path, db_url: str, faults: str, polls: int = 5) -> TestClient:
         database_url=db_url,
         archive={"enabled": False},
         sources=[{"type": "fabricsim", "hosts": HOSTS, "seed": 7, "faults": faults}],
+        drain={"shadow": False},
     )
     client = TestClient(create_app(settings, run_loop=False))
     client.__enter__()

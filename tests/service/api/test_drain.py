@@ -41,7 +41,7 @@ def make_client(tmp_path: Path, db_url: str, read_open: bool = True, **drain: An
         archive={"enabled": False},
         sources=[{"type": "fabricsim", "hosts": 16, "seed": 3, "faults": FAULTS}],
         auth={"read_open": read_open, "tokens": TOKENS},
-        drain=drain or None,
+        drain={"shadow": False, **drain},  # enforcing: what these tests are about
     )
     return TestClient(create_app(settings, run_loop=False))
 
@@ -76,9 +76,13 @@ def test_drain_list_is_flat_json_with_the_contract_fields(client: TestClient) ->
     assert state["shadow"] is False
     cb = state["circuit_breaker"]
     assert (cb["tripped"], cb["max_fraction"], cb["window_seconds"], cb["recent_drains"], cb["cap"]) == (
-        False, 0.1, 600, 1, 1
-    )  # fmt: skip
-    assert cb["since"] is None and "1 of at most 1" in cb["message"]
+        False,
+        0.1,
+        600,
+        1,
+        2,
+    )  # fmt: skip  (16 hosts x 10% is 1, but the cap is never under drain.min_nodes, 2)
+    assert cb["since"] is None and "1 of at most 2" in cb["message"]
     text = client.get("/metrics").text
     assert 'graywire_drain_nodes{action="drain"} 1.0' in text
     assert "graywire_drain_circuit_breaker_tripped 0.0" in text

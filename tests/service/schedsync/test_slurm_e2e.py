@@ -39,7 +39,7 @@ def test_a_downgrade_drains_the_node_in_slurm_and_it_returns_when_clean(
         poll_interval="10s",
         archive={"enabled": False},
         sources=[{"type": "fabricsim", "hosts": 8, "seed": 3, "faults": f"speed_downgrade@0s+40s:{port}"}],
-        drain={"clean_window": "1s", "max_fraction": 0.5},
+        drain={"clean_window": "1s", "max_fraction": 0.5, "shadow": False},
     )
     app = create_app(settings, run_loop=False)
     with TestClient(app), serve_app(app, free_port()) as url:
