@@ -486,7 +486,9 @@ def parse_push(
             seen += 1
             parser.feed_record(value, rows, f"line {line}")
     else:
-        for i, line in enumerate(text.splitlines(), 1):
+        # JSON lines end at \n only: a JSON string may hold a raw U+2028 or \x85, which
+        # str.splitlines would cut the record at.
+        for i, line in enumerate(text.split("\n"), 1):
             if not line.strip():
                 continue
             try:

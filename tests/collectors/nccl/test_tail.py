@@ -357,3 +357,15 @@ def test_a_batch_that_cannot_be_built_keeps_every_offset(
     assert not asyncio.run(col.scrape()).ok
     res = asyncio.run(col.scrape())
     assert res.ok and set(res.batches[0].column("seq").to_pylist()) == {1, 2}
+
+
+def test_push_lines_end_at_newlines_only(real_fixtures: Path) -> None:
+    """A JSON string may hold a raw U+2028 or \\x85 (JSON allows both unescaped); the record is
+    not cut there, and line numbers in errors are the body's."""
+    rec = json.loads(inspector_line(real_fixtures))
+    rec["metadata"]["git_rev"] = "rev\u2028with\x85separators"
+    line = json.dumps(rec, ensure_ascii=False, separators=(",", ":"))
+    batch = parse_push((line + "\n" + line + "\n").encode(), "application/x-ndjson", job="j")
+    assert batch.num_rows == 4
+    with pytest.raises(ValueError, match="line 2: not valid JSON"):
+        parse_push((line + "\n{oops\n").encode(), "application/x-ndjson", job="j")
