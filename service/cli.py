@@ -1,4 +1,5 @@
-"""``graywire`` command line: serve, demo, sim, replay, db."""
+"""``graywire`` command line: serve, demo, sim, replay, eval, agent, fakes, inventory, slurm-sync,
+k8s-sync, db."""
 
 from __future__ import annotations
 
@@ -448,28 +449,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="the service on a synthetic fabric with two injected gray failures")
     s.add_argument("--port", type=int, help="port to serve on (default $GRAYWIRE_PORT, else 8000)")
-    s.add_argument("--hosts", type=int, default=256)
-    s.add_argument("--seed", type=int, default=7)
-    s.add_argument("--data-dir", default="graywire-data")
+    s.add_argument("--hosts", type=int, default=256, help="simulated hosts (8 GPUs and NICs each)")
+    s.add_argument("--seed", type=int, default=7, help="random seed of the fabric and its traffic")
+    s.add_argument("--data-dir", default="graywire-data", help="where the SQLite database and the archive go")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("sim", help="simulate a fabric and write Parquet telemetry plus truth.json")
-    s.add_argument("--hosts", type=int, default=128)
-    s.add_argument("--gpus", type=int, default=8)
-    s.add_argument("--duration", default="1h")
-    s.add_argument("--interval", default="10s")
+    s.add_argument("--hosts", type=int, default=128, help="simulated hosts")
+    s.add_argument("--gpus", type=int, default=8, help="GPUs (and NICs) per host")
+    s.add_argument("--duration", default="1h", help="simulated time, e.g. 1h or 30m")
+    s.add_argument("--interval", default="10s", help="time between polls, e.g. 10s")
     s.add_argument(
         "--faults", default="default", help="fault spec (see docs/fabricsim.md), 'default' or 'none'"
     )
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "--seed", type=int, default=0, help="random seed of the fabric, its traffic and the faults' targets"
+    )
     s.add_argument("--channels", type=int, default=4, help="NCCL channels per rank")
     s.add_argument("--job-hosts", type=int, default=32, help="hosts per training job")
-    s.add_argument("--out", required=True)
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument(
+        "--out",
+        required=True,
+        help="directory to write the Parquet telemetry, the inventory and truth.json into",
+    )
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_sim)
 
     s = sub.add_parser("replay", help="run the detectors over a simulation or an archive and score them")
-    s.add_argument("dir")
+    s.add_argument("dir", help="a `graywire sim` output or a service archive (with its inventory)")
     s.add_argument("--inventory", help="inventory file (default: DIR/inventory.json)")
     s.add_argument(
         "--ber-thresholds",
@@ -483,7 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eval", help="score the detectors and a static-rule baseline on a scenario suite")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--quick", action="store_true", help="smaller suite (no 1,024/4,096-host runs, 6 h soak)")
-    s.add_argument("--seeds", type=int, default=3)
+    s.add_argument(
+        "--seeds", type=int, default=3, help="seeds per scenario (more: tighter figures, longer run)"
+    )
     s.add_argument(
         "--variants",
         help="comma-separated source mixes to score (default all): rich, ufm_default+inspector_verbose, "
@@ -524,7 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="perfquery binary: read each IB port's 64-bit error counters with perfquery -x (needs umad)",
     )
-    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    s.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="uvicorn log level"
+    )
     s.set_defaults(func=cmd_agent)
 
     s = sub.add_parser(
@@ -533,12 +544,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--out", default="graywire-fakes", help="directory for recordings, trees and graywire.yaml"
     )
-    s.add_argument("--hosts", type=int, default=16)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--faults", default=LIVE_DEFAULT_FAULTS)
-    s.add_argument("--interval", default="10s")
-    s.add_argument("--ufm-port", type=int, default=9701)
-    s.add_argument("--snmp-port", type=int, default=1161)
+    s.add_argument("--hosts", type=int, default=16, help="simulated hosts")
+    s.add_argument(
+        "--seed", type=int, default=0, help="random seed of the fabric, its traffic and the faults' targets"
+    )
+    s.add_argument("--faults", default=LIVE_DEFAULT_FAULTS, help="fault spec (docs/fabricsim.md), or 'none'")
+    s.add_argument("--interval", default="10s", help="time between simulated polls, e.g. 10s")
+    s.add_argument("--ufm-port", type=int, default=9701, help="TCP port of the fake UFM (REST and Telemetry)")
+    s.add_argument(
+        "--snmp-port",
+        type=int,
+        default=1161,
+        help="UDP port of snmpsim (every switch, community = switch name)",
+    )
     s.add_argument("--agent-port", type=int, default=9470, help="first agent's port; the next hosts count up")
     s.add_argument("--agent-hosts", type=int, default=4, help="hosts that get an agent")
     s.add_argument("--service-port", type=int, default=8000, help="port written into graywire.yaml")
@@ -568,7 +586,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--username", help="UFM user (basic auth); password from --password-file or $GRAYWIRE_UFM_PASSWORD"
     )
-    d.add_argument("--password-file", type=Path)
+    d.add_argument(
+        "--password-file",
+        type=Path,
+        help="file holding the UFM password (basic auth); else $GRAYWIRE_UFM_PASSWORD",
+    )
     d.add_argument("--token-file", type=Path, help="UFM access token file (or $GRAYWIRE_UFM_TOKEN)")
     d.add_argument("--ca-file", type=Path, help="CA (or self-signed certificate) to verify UFM's TLS with")
     d.add_argument(
@@ -602,8 +624,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("db", help="database maintenance")
     dsub = s.add_subparsers(dest="db_command", required=True)
     u = dsub.add_parser("upgrade", help="apply migrations up to head (keeps data)")
-    u.add_argument("--config")
-    u.add_argument("--database-url")
+    u.add_argument(
+        "--config",
+        help="config file whose database_url to migrate (else $GRAYWIRE_DATABASE_URL or the SQLite default)",
+    )
+    u.add_argument("--database-url", help="database URL to migrate (beats --config and the environment)")
     u.set_defaults(func=cmd_db_upgrade)
     return p
 

@@ -207,3 +207,22 @@ def test_demo_takes_its_port_from_the_environment_unless_given(monkeypatch: pyte
     monkeypatch.setenv("GRAYWIRE_PORT", "8123")
     assert load_settings(None, port=build_parser().parse_args(["demo"]).port).port == 8123
     assert load_settings(None, port=build_parser().parse_args(["demo", "--port", "9001"]).port).port == 9001
+
+
+def test_every_option_of_every_command_says_what_it_is_for() -> None:
+    import argparse
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> list[str]:
+        bare = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, p in action.choices.items():
+                    bare += walk(p, f"{name} {sub}")
+            elif not action.help and action.dest != "help":
+                bare.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+        return bare
+
+    parser = build_parser()
+    assert walk(parser, "graywire") == []
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert all(c in (parser.description or "") for c in commands), "the top-level help names every command"
