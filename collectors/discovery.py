@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.ibnetdiscover import IbEnd, IbnetdiscoverResult
-from graywire.collectors.keys import normalize_guid, normalize_mac, port_key
+from graywire.collectors.keys import alias_keys, by_alias, normalize_guid, port_key
 from graywire.collectors.model import Fabric, PortSpec
 from graywire.collectors.schemas import LINK
 from graywire.collectors.ufm.rest import port_speed_bps, speed_name_gbps, width_lanes
@@ -253,23 +253,15 @@ def nic_aliases(ports: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     out: dict[str, str] = {}
     for p in ports:
         key = p.get("port")
-        if not isinstance(key, str) or "/" not in key:
-            continue
-        host = key.partition("/")[0]
-        if p.get("netdev"):
-            out[f"{host}/{p['netdev']}"] = key
-        if mac := normalize_mac(p.get("mac")):
-            out[f"{host}/{mac}"] = key
-            out[mac] = key
+        if isinstance(key, str) and "/" in key:
+            out.update(dict.fromkeys(alias_keys(key.partition("/")[0], (p.get("netdev"), p.get("mac"))), key))
     return out
 
 
 def _renamer(aliases: Mapping[str, str]) -> Any:
     def rename(key: str) -> str:
-        if key in aliases:
-            return aliases[key]
-        mac = normalize_mac(key.partition("/")[2])
-        return aliases.get(mac, key) if mac else key
+        found = by_alias(aliases, key)
+        return key if found is None else found
 
     return rename
 

@@ -9,8 +9,13 @@ normalizing the GUID with :func:`normalize_guid`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TypeVar
 
 _HEX = re.compile(r"^(?:0x)?([0-9a-f]{1,16})$")
+
+
+T = TypeVar("T")
 
 
 def normalize_guid(guid: str | int) -> str:
@@ -61,3 +66,24 @@ def normalize_mac(mac: str | None) -> str | None:
     if not _MAC_DIGITS.fullmatch(digits) or digits == "0" * 12:
         return None
     return ":".join(digits[i : i + 2] for i in range(0, 12, 2))
+
+
+def alias_keys(node: str, names: Iterable[str | None]) -> Iterator[str]:
+    """The keys a port is known by besides its own: ``node/name`` for each of its other names
+    (a netdev, a MAC) and each MAC bare, since an LLDP neighbour may send no system name."""
+    for name in names:
+        if not name:
+            continue
+        mac = normalize_mac(name)
+        yield port_key(node, mac or name)
+        if mac:
+            yield mac
+
+
+def by_alias(table: Mapping[str, T], key: str) -> T | None:
+    """``key`` looked up in a table built from :func:`alias_keys`: as given, else by the MAC its
+    port part spells (any node: the chassis id an unnamed neighbour is keyed by says nothing)."""
+    if key in table:
+        return table[key]
+    mac = normalize_mac(key.partition("/")[2])
+    return table.get(mac) if mac else None

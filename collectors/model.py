@@ -20,7 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from graywire.collectors.keys import normalize_guid, normalize_mac, port_key, split_port_key
+from graywire.collectors.keys import (
+    alias_keys,
+    by_alias,
+    normalize_guid,
+    normalize_mac,
+    port_key,
+    split_port_key,
+)
 from graywire.collectors.units import parse_speed
 
 ROLES = ("host", "leaf", "spine", "core")
@@ -139,19 +146,13 @@ class Fabric:
         gives its port (netdev, MAC) where the model names it by RDMA device."""
         out: dict[str, int] = {}
         for i, names in enumerate(self.aliases):
-            node = self.node_names[int(self.node_of_port[i])]
-            for name in names:
-                out[port_key(node, name)] = i
-                if mac := normalize_mac(name):
-                    out[mac] = i
+            out.update(dict.fromkeys(alias_keys(self.node_names[int(self.node_of_port[i])], names), i))
         return out
 
     def resolve_alias(self, key: str) -> int:
         """The port a key names through an alias (``host/ens1f0np0``, ``host/aa:bb:…``, or any
         node with a MAC the model knows), else -1."""
-        i = self.alias_index.get(key)
-        if i is None and (mac := normalize_mac(key.partition("/")[2])):
-            i = self.alias_index.get(mac)
+        i = by_alias(self.alias_index, key)
         return -1 if i is None else i
 
     @cached_property

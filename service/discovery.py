@@ -125,6 +125,12 @@ def lldp_topology(
     return facts, links, notes, f"LLDP over SNMP, {targets} switch(es) of {where}"
 
 
+def _rules(settings: Settings) -> tuple[list[PurposeRule], list[ExpectRule]]:
+    """The config's discovery rules (checked when it loaded)."""
+    d = settings.discovery
+    return [PurposeRule.parse(r) for r in d.purpose], [ExpectRule.parse(r) for r in d.expect]
+
+
 def discover_from(
     settings: Settings, purpose: list[PurposeRule], expect: list[ExpectRule], where: str = "the config"
 ) -> Discovery:
@@ -152,9 +158,7 @@ def discovered_fabric(settings: Settings) -> Fabric:
     if path.exists():
         log.info("fabric model from %s (discovered earlier; delete it to discover again)", path)
         return load_inventory(path)
-    d = settings.discovery
-    result = discover_from(settings, [PurposeRule.parse(r) for r in d.purpose],
-                           [ExpectRule.parse(r) for r in d.expect])  # fmt: skip
+    result = discover_from(settings, *_rules(settings))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(f"{path}.tmp")
     tmp.write_text(result.to_yaml())
@@ -186,10 +190,8 @@ def compare_with_discovery(settings: Settings, declared: Fabric) -> dict[str, in
     Never stops the service: a source that is away means the comparison is unknown, not that
     the fabric matches (the topology detector judges the cables once views arrive).
     """
-    d = settings.discovery
     try:
-        result = discover_from(settings, [PurposeRule.parse(r) for r in d.purpose],
-                               [ExpectRule.parse(r) for r in d.expect])  # fmt: skip
+        result = discover_from(settings, *_rules(settings))
     except Exception as e:  # the sources' errors, said in one line
         log.warning("discover: true, but discovery failed (%s); judging against the declared inventory", e)
         return None

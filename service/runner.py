@@ -294,14 +294,9 @@ class Runner:
         for batch in batches:
             source = batch.column("source")[0].as_py() if batch.num_rows else ""
             indexer = self._record_indexers.setdefault(source, PortIndexer(self.fabric))
-
-            def column(name: str, null: float, b: pa.RecordBatch = batch) -> np.ndarray:
-                values = b.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
-                return np.nan_to_num(values, nan=null)
-
             micros = pc.cast(batch.column("time"), pa.int64()).to_numpy(zero_copy_only=False)
-            parts.append((indexer(batch.column("port")), column("speed_bps", 0.0), column("width", 0.0),
-                          column("phys_state", 0.0), column("logical_state", 0.0), micros / 1e6))  # fmt: skip
+            readings = (_zero_filled(batch, c) for c in ("speed_bps", "width", "phys_state", "logical_state"))
+            parts.append((indexer(batch.column("port")), *readings, micros / 1e6))
         idx, speed, width, phys, logical, updated = (np.concatenate(c) for c in zip(*parts, strict=True))
         self.state.record_ports(
             idx,
@@ -354,3 +349,8 @@ class Runner:
                 await c.aclose()
             except Exception:  # closing is best effort; the process is going away
                 log.debug("closing %s %s failed", c.source, c.target, exc_info=True)
+
+
+def _zero_filled(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    """A reading column as float64 with nulls as 0 (the ports API's "not read")."""
+    return np.nan_to_num(batch.column(name).to_numpy(zero_copy_only=False).astype(np.float64), nan=0.0)
