@@ -28,7 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.correlate import node_verdicts
+from graywire.detectors.correlate import node_verdicts, root_causes
 from graywire.detectors.findings import Finding
 from graywire.service.audit import POLICY_ACTOR, record
 from graywire.service.config import DrainSettings
@@ -206,7 +206,27 @@ class DrainEngine:
                 log.error("%s", result.breaker_message)
             tripped, breaker_message = state.breaker_tripped, state.breaker_message
         self._raise_own_incidents(result, own, tripped, breaker_message, now)
+        self.link_causes()
         return result
+
+    def link_causes(self) -> dict[int, int]:
+        """Record each active incident's root cause (``caused_by``), and clear causes that
+        resolved; after the switch incidents are raised, so a switch can be a cause. Returns
+        effect id -> cause id."""
+        with self.writing() as session:
+            rows = list(session.scalars(sa.select(Incident).where(Incident.status.in_(ACTIVE_STATUSES))))
+            causes = root_causes((row_to_dict(r) for r in rows), self.fabric, frozenset({NETWORK_KIND}))
+            for row in rows:
+                cause = causes.get(row.id)
+                cid, why = (cause.incident_id, cause.reason) if cause else (None, None)
+                if row.caused_by != cid:
+                    if cid is not None:
+                        log.info("incident %d (%s %s) is an effect of incident %d: %s",
+                                 row.id, row.kind, row.entity, cid, why)  # fmt: skip
+                    row.caused_by, row.cause_reason = cid, why
+                elif row.cause_reason != why:
+                    row.cause_reason = why
+        return {e: c.incident_id for e, c in causes.items()}
 
     def _recent_drains(self, session: Session, now: datetime) -> int:
         """Drains inside the window, counted from the audit log (so a restart resets nothing).

@@ -305,7 +305,23 @@ class IncidentStore:
             query = query.where(Incident.node == node)
         query = query.order_by(Incident.opened_at.desc(), Incident.id.desc()).limit(limit).offset(offset)
         with self._sessions() as session:
-            return [row_to_dict(inc) for inc in session.scalars(query)]
+            return self._with_effects(session, [row_to_dict(inc) for inc in session.scalars(query)])
+
+    @staticmethod
+    def _with_effects(session: Session, incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each incident's ``effects``: the active incidents it is the root cause of."""
+        ids = [i["id"] for i in incidents]
+        effects: dict[int, list[int]] = {i: [] for i in ids}
+        if ids:
+            for eid, cid in session.execute(
+                sa.select(Incident.id, Incident.caused_by)
+                .where(Incident.caused_by.in_(ids), Incident.status.in_(ACTIVE_STATUSES))
+                .order_by(Incident.id)
+            ):
+                effects[cid].append(eid)
+        for inc in incidents:
+            inc["effects"] = effects[inc["id"]]
+        return incidents
 
     def get_incident(self, incident_id: int) -> dict[str, Any] | None:
         """One incident with its latest findings (newest first), or None if there is no such id."""
@@ -319,7 +335,7 @@ class IncidentStore:
                 .order_by(FindingRecord.time.desc(), FindingRecord.id.desc())
                 .limit(INCIDENT_FINDINGS_LIMIT)
             )
-            out = row_to_dict(incident)
+            out = self._with_effects(session, [row_to_dict(incident)])[0]
             out["findings"] = [row_to_dict(r) for r in records]
             return out
 

@@ -1,10 +1,13 @@
-"""Inhibition for direct receivers: a failing switch pages once, not once per host link.
+"""Holding pages back: a failing switch pages once, not once per host link; an effect not at all.
 
 The drain engine opens one ``switch_failure`` incident per switch that fails as a whole,
 while each host link behind it keeps its own incident. Alertmanager users inhibit those in
 Alertmanager; for webhook, PagerDuty and Slack receivers the sync step leaves them untriggered
 while the switch incident is active. Everything is read from the incident rows themselves:
 link labels ``a<->b`` with port keys ``node/port``, ports, and the switch incident's evidence.
+
+Effects are held back from direct receivers too: an incident the drain engine found to be
+caused by another active one (``caused_by``) folds under its cause, which is the one page.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from graywire.service.drain_engine import NETWORK_KIND as SWITCH_KIND
 from graywire.service.models import ACTIVE_STATUSES, Incident
@@ -97,3 +100,15 @@ def load_inhibited(session: Session) -> set[int]:
         ).where(Incident.status.in_(ACTIVE_STATUSES))
     )
     return inhibited_ids((IncidentPlace(*row) for row in rows), switches)
+
+
+def load_effects(session: Session) -> set[int]:
+    """Ids of active incidents whose root cause (``caused_by``) is an active incident."""
+    cause = aliased(Incident)
+    return set(
+        session.scalars(
+            sa.select(Incident.id)
+            .join(cause, cause.id == Incident.caused_by)
+            .where(Incident.status.in_(ACTIVE_STATUSES), cause.status.in_(ACTIVE_STATUSES))
+        )
+    )

@@ -5,6 +5,13 @@ with ``alert_state`` and enqueues the difference (trigger, refresh, resolve) tog
 new state. It reads only committed incidents and writes state and messages atomically, so a
 crash anywhere loses nothing and duplicates nothing: the next sync sees the same difference.
 
+An incident whose root cause is another active incident (``caused_by``: a slow NCCL rank
+behind a bad link, a link behind a failing switch) is not triggered on a direct receiver: its
+cause is the page, and it folds under it. Should the cause resolve first, the effect pages on
+its own. Alertmanager is told of everything and inhibits by labels, as its users configure it
+(the shipped example: link alerts under a failing switch by ``switch``, NCCL alerts under a bad
+link by ``port``).
+
 Direct receivers (webhook, PagerDuty, Slack) have no inhibition of their own, so the sync does
 it for them: a new incident's first trigger waits ``group_wait`` (a switch incident arriving
 meanwhile can still inhibit it), and incidents behind a switch with an active switch incident
@@ -33,7 +40,7 @@ from sqlalchemy.orm import Session
 from graywire.detectors.findings import SEVERITY_RANK
 from graywire.service.alerts import outbox
 from graywire.service.alerts.events import AlertEvent, EventStatus
-from graywire.service.alerts.inhibit import load_inhibited
+from graywire.service.alerts.inhibit import load_effects, load_inhibited
 from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
 from graywire.service.models import ACTIVE_STATUSES, AlertState, Incident, LateEpisode, Silence
 
@@ -139,15 +146,15 @@ def sync_alerts(
             )
         }
         inhibited = load_inhibited(session) if any(t.inhibit for t in targets) else set()
+        effects = load_effects(session) if any(t.inhibit for t in targets) else set()
         late: dict[int, list[LateEpisode]] = {}
         for ep in session.scalars(
             sa.select(LateEpisode).order_by(LateEpisode.incident_id, LateEpisode.episode)
         ):
             late.setdefault(ep.incident_id, []).append(ep)
         for target in targets:
-            _sync_receiver(
-                session, target, now, result, silenced, inhibited if target.inhibit else set(), late
-            )
+            held_back = (inhibited | effects) if target.inhibit else set()
+            _sync_receiver(session, target, now, result, silenced, held_back, late)
         if retention_s is not None:
             before = now - timedelta(seconds=retention_s)
             result.pruned = outbox.prune_delivered(session, before)

@@ -78,6 +78,14 @@ class IncidentOut(BaseModel):
     finding_count: int = Field(description="Firing findings rolled into this incident.")
     reopen_count: int
     evidence: dict[str, Any] = Field(description="Numbers behind the latest finding.")
+    caused_by: int | None = Field(
+        default=None,
+        description="The active incident that is its root cause (paged in its stead); null: none.",
+    )
+    cause_reason: str | None = Field(default=None, description="Why caused_by explains this incident.")
+    effects: list[int] = Field(
+        default_factory=list, description="Active incidents this one is the root cause of (not paged apart)."
+    )
 
 
 class FindingOut(BaseModel):

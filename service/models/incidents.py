@@ -51,6 +51,12 @@ class Incident(Base):
     resolved_at: Mapped[datetime | None]
     finding_count: Mapped[int] = mapped_column(sa.Integer, default=0, server_default=sa.text("0"))
     reopen_count: Mapped[int] = mapped_column(sa.Integer, default=0, server_default=sa.text("0"))
+    #: The active incident that explains this one (a bad link under a slow NCCL rank, a failing
+    #: switch under its links): that one is paged, this one folds under it. Cleared when the
+    #: cause resolves; kept when this one resolves, as the record of what it was. No foreign
+    #: key: adding one would make SQLite rebuild the table, cascading deletes to findings.
+    caused_by: Mapped[int | None] = mapped_column(sa.Integer, index=True)
+    cause_reason: Mapped[str | None] = mapped_column(sa.Text)
 
     def __repr__(self) -> str:
         return f"Incident(id={self.id!r}, kind={self.kind!r}, entity={self.entity!r}, status={self.status!r})"

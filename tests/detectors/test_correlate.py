@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graywire.detectors.correlate import node_verdicts
+from graywire.detectors.correlate import node_verdicts, root_causes
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 FABRIC = build_fabric(TopologySpec(hosts=8))
@@ -144,3 +144,95 @@ def test_a_pushed_slow_path_moves_no_collected_evidence_onto_the_network() -> No
             "evidence": {"hosts": ["gpu-0001"], "provenance": "push"}}  # fmt: skip
     v = by_node([path, inc(31, "nccl_channel_slow", "gpu-0001/mlx5_2", "warning")])
     assert "leaf-r2-000" not in v and v["gpu-0001"]["side"] == "host"
+
+
+# -- congestion victims -------------------------------------------------------------------------
+def test_an_ecn_hotspot_is_a_victim_watched_never_drained() -> None:
+    v = by_node([inc(1, "ecn_hotspot", "gpu-0003/mlx5_2", "warning")])
+    assert (v["gpu-0003"]["side"], v["gpu-0003"]["severity"]) == ("host", "info")
+    assert "congestion victim" in v["gpu-0003"]["reasons"][0]
+    assert "incast" in v["gpu-0003"]["reasons"][0]  # no storm behind the leaf to name
+
+
+def test_a_storming_nic_is_the_culprit_and_the_hosts_its_leaf_pauses_are_victims() -> None:
+    # gpu-0003's NIC storms pauses; its leaf, its buffers full, pauses gpu-0001, -0005, -0006.
+    storm = inc(1, "pfc_storm", "gpu-0003/mlx5_2")
+    paused = [inc(i, "pfc_storm", f"leaf-r2-000/p{h + 1}") for i, h in ((2, 1), (3, 5), (4, 6))]
+    marked = inc(5, "ecn_hotspot", "gpu-0007/mlx5_2", "warning")
+    v = by_node([storm, *paused, marked])
+    assert (v["gpu-0003"]["side"], v["gpu-0003"]["severity"]) == ("link", "critical")  # may drain
+    for h in ("gpu-0001", "gpu-0005", "gpu-0006", "gpu-0007"):
+        assert v[h]["severity"] == "info", h
+        assert "the PFC storm from gpu-0003/mlx5_2" in v[h]["reasons"][0]
+    assert "leaf-r2-000" not in v  # three paused hosts do not blame the leaf
+    causes = root_causes([storm, *paused, marked], FABRIC)
+    assert {e: c.incident_id for e, c in causes.items()} == {2: 1, 3: 1, 4: 1, 5: 1}
+
+
+def test_slow_ranks_of_a_congested_host_are_watched_unless_its_own_link_is_bad() -> None:
+    marked = inc(1, "ecn_hotspot", "gpu-0003/mlx5_2", "warning")
+    slow = inc(2, "nccl_channel_slow", "gpu-0003/mlx5_2", "warning")
+    assert by_node([marked, slow])["gpu-0003"]["severity"] == "info"
+    downgraded = inc(3, "speed_downgrade", "gpu-0003/mlx5_1")
+    assert by_node([marked, slow, downgraded])["gpu-0003"]["severity"] == "critical"
+
+
+# -- root causes --------------------------------------------------------------------------------
+def nccl(i: int, kind: str, port: str | None, host: str, **evidence: Any) -> dict[str, Any]:
+    return {"id": i, "kind": kind, "node": host, "port": port, "severity": "warning", "status": "open",
+            "summary": f"{kind} on {host}", "evidence": evidence}  # fmt: skip
+
+
+def test_a_bad_link_is_the_root_cause_of_the_slow_ranks_on_its_nic_only() -> None:
+    link = inc(1, "speed_downgrade", "gpu-0003/mlx5_2")
+    on_nic = nccl(2, "nccl_channel_slow", "gpu-0003/mlx5_2", "gpu-0003", job="j1")
+    other_nic = nccl(3, "nccl_channel_slow", "gpu-0003/mlx5_5", "gpu-0003", job="j1")
+    no_nic = nccl(4, "nccl_channel_slow", None, "gpu-0003", job="j2")
+    elsewhere = nccl(5, "nccl_channel_slow", "gpu-0004/mlx5_2", "gpu-0004")
+    causes = root_causes([link, on_nic, other_nic, no_nic, elsewhere], FABRIC)
+    assert {e: c.incident_id for e, c in causes.items()} == {2: 1, 4: 1}
+    assert "bad link" in causes[2].reason and "speed_downgrade on gpu-0003/mlx5_2" in causes[2].reason
+
+
+def test_a_job_slowdown_folds_under_the_link_only_when_all_its_slow_ranks_trace_to_links() -> None:
+    link = inc(1, "speed_downgrade", "gpu-0003/mlx5_2")
+    rank = nccl(2, "nccl_channel_slow", "gpu-0003/mlx5_2", "gpu-0003", job="j1")
+    job = {**nccl(3, "nccl_job_slowdown", None, "", job="j1"), "node": None}
+    assert {e: c.incident_id for e, c in root_causes([link, rank, job], FABRIC).items()} == {2: 1, 3: 1}
+    unexplained = nccl(4, "nccl_channel_slow", "gpu-0006/mlx5_0", "gpu-0006", job="j1")
+    assert 3 not in root_causes([link, rank, job, unexplained], FABRIC)
+
+
+def test_a_slow_hop_folds_under_the_bad_link_at_either_end() -> None:
+    link = inc(1, "link_flap", "gpu-0004/mlx5_1", "warning")
+    hop = nccl(2, "nccl_hop_slow", None, "", src_host="gpu-0002", src_port="gpu-0002/mlx5_1",
+               dst_host="gpu-0004", dst_port="gpu-0004/mlx5_1")  # fmt: skip
+    assert root_causes([link, hop], FABRIC)[2].incident_id == 1
+
+
+def test_a_failing_switch_is_the_root_of_its_links_and_of_the_ranks_behind_them() -> None:
+    links = [inc(i, "speed_downgrade", f"gpu-000{i}/mlx5_2") for i in (1, 2, 3)]
+    switch = {"id": 9, "kind": "switch_failure", "entity": "leaf-r2-000", "node": "leaf-r2-000",
+              "port": None, "severity": "critical", "status": "open", "summary": "leaf fails",
+              "evidence": {"incident_ids": [1, 2, 3]}}  # fmt: skip
+    rank = nccl(4, "nccl_channel_slow", "gpu-0002/mlx5_2", "gpu-0002")
+    elsewhere = inc(5, "speed_downgrade", "gpu-0002/mlx5_3")
+    causes = root_causes([*links, switch, rank, elsewhere], FABRIC, frozenset({"switch_failure"}))
+    assert {e: c.incident_id for e, c in causes.items()} == {1: 9, 2: 9, 3: 9, 4: 9}
+    assert "bad link" in causes[4].reason  # why it is an effect, followed to the root
+
+
+def test_an_effect_worse_than_its_cause_is_paged_on_its_own_and_resolved_causes_explain_nothing() -> None:
+    flap = inc(1, "link_flap", "gpu-0003/mlx5_2", "info")
+    rank = nccl(2, "nccl_channel_slow", "gpu-0003/mlx5_2", "gpu-0003")
+    assert root_causes([flap, rank], FABRIC) == {}
+    gone = inc(3, "speed_downgrade", "gpu-0003/mlx5_2", status="resolved")
+    assert root_causes([gone, rank], FABRIC) == {}
+
+
+def test_pushed_timings_fold_under_a_collected_cause_and_cause_nothing() -> None:
+    link = inc(1, "speed_downgrade", "gpu-0003/mlx5_2")
+    pushed = nccl(2, "nccl_channel_slow", "gpu-0003/mlx5_2", "gpu-0003", provenance="push")
+    assert {e: c.incident_id for e, c in root_causes([link, pushed], FABRIC).items()} == {2: 1}
+    path = {**nccl(3, "nccl_path_slow", None, "leaf-r2-000", provenance="push"), "hosts": ["gpu-0003"]}
+    assert 3 not in root_causes([link, pushed, path], FABRIC)

@@ -132,14 +132,21 @@ def test_kill_mid_delivery_loses_nothing_and_pages_each_incident_under_one_key(
                     return False
                 pending = q("SELECT count(*) FROM alert_outbox WHERE status != 'delivered'")[0][0]
                 # No receiver believes a resolved incident firing, or was not told of an open one.
+                # Effects of an active cause (a slow rank behind a downgraded link) fold under
+                # it and are paged to nobody (had they been, they would be told of as usual); they
+                # are left out of every story below.
+                paged = (
+                    "NOT (i.caused_by IS NOT NULL"
+                    " AND NOT EXISTS (SELECT 1 FROM alert_state s WHERE s.incident_id = i.id))"
+                )
                 unsynced = q(
-                    "SELECT count(*) FROM incidents i WHERE (SELECT count(*) FROM alert_state s"
+                    f"SELECT count(*) FROM incidents i WHERE {paged} AND (SELECT count(*) FROM alert_state s"
                     " WHERE s.incident_id = i.id AND s.state = 'firing')"
                     " != CASE WHEN i.status = 'resolved' THEN 0 ELSE 2 END"
                 )[0][0]
                 if pending or unsynced:
                     return False
-                snapshot["incidents"] = dict(q("SELECT id, status FROM incidents"))
+                snapshot["incidents"] = dict(q(f"SELECT id, status FROM incidents i WHERE {paged}"))
             snapshot["pd"] = [r.json() for r in recorder.delivered("/v2/enqueue")]
             snapshot["hooks"] = recorder.delivered("/hook")
             return True

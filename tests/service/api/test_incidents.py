@@ -56,10 +56,11 @@ def test_list_incidents(client: TestClient, store: IncidentStore) -> None:
     assert set(item) == {
         "id", "kind", "entity", "status", "severity", "node", "port", "link", "summary", "detector",
         "score", "confidence", "opened_at", "last_seen_at", "resolved_at", "finding_count",
-        "reopen_count", "evidence",
+        "reopen_count", "evidence", "caused_by", "cause_reason", "effects",
     }  # fmt: skip
     assert item["evidence"] == {"pre_fec_ber": 1e-5}
     assert datetime.fromisoformat(item["opened_at"]) == T0 + timedelta(seconds=1)
+    assert (item["caused_by"], item["cause_reason"], item["effects"]) == (None, None, [])
     assert datetime.fromisoformat(item["opened_at"]).tzinfo is not None
 
     def entities(**params: object) -> list[str]:
