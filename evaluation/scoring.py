@@ -99,9 +99,10 @@ def _where(f: Any) -> set[str]:
     return places
 
 
-#: Ports a fault's ``extra`` names that are part of it: a moved cable's new port and the cable
-#: pulled to make room for it (which is missing until the moved one is plugged in).
-EXTRA_PLACES = ("to", "displaced")
+#: Places a fault's ``extra`` names that are part of it: a moved cable's new port and the cable
+#: pulled to make room for it (which is missing until the moved one is plugged in); the switch a
+#: PFC storm spreads over (its ports pausing their hosts are the storm's victims).
+EXTRA_PLACES = ("to", "displaced", "spreads_to")
 
 
 def _fault_places(fault: dict[str, Any]) -> set[str]:

@@ -238,7 +238,11 @@ def resolve_faults(
                 raise ValueError(f"credit_starvation is a share of the interval in (0, 1], not {mag:g}")
         f = Fault(id=f"f{i:03d}", kind=r.kind, start_s=start, end_s=start + dur, magnitude=mag,
                   benign=r.kind in BENIGN_KINDS)  # fmt: skip
-        faults.append(_place(f, r.target, fabric, host_nics, used, jobs, gpus, channels, rng))
+        placed = _place(f, r.target, fabric, host_nics, used, jobs, gpus, channels, rng)
+        if placed.kind == "pfc_storm" and placed.peer:
+            # Its leaf pauses every port that feeds it: what is reported there is this storm.
+            placed = replace(placed, extra={"spreads_to": placed.peer.split("/", 1)[0]})
+        faults.append(placed)
     return faults
 
 

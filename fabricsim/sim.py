@@ -367,6 +367,16 @@ class FabricSim:
             pause_inc[1, nic] = dt * 0.995 * fl.magnitude
             pause_inc[0, leaf] = dt * 0.995 * fl.magnitude
             inc[C["xmit_wait_ticks"], leaf] = dt * XMIT_WAIT_TICKS_PER_SECOND
+            # The storm spreads (Guo et al., SIGCOMM 2016, 4.3): the leaf cannot send to the
+            # NIC, its buffers fill with traffic for it, and it pauses every port that feeds it
+            # (its other hosts and its uplinks). Those hosts are victims, not culprits.
+            spread = np.flatnonzero(f.node_of_port == f.node_of_port[leaf])
+            spread = spread[(spread != leaf) & (f.peer[spread] >= 0)]
+            if spread.size:
+                inc[C["pfc3_tx_pause_frames"], spread] = frames * 0.97
+                inc[C["pfc3_rx_pause_frames"], f.peer[spread]] = frames * 0.97
+                pause_inc[1, spread] = dt * 0.97 * fl.magnitude
+                pause_inc[0, f.peer[spread]] = dt * 0.97 * fl.magnitude
         for fl in self.active(t, "credit_starvation"):
             # The NIC stops returning credits: its leaf port has data for it and waits. No pause
             # frames and no ECN marks: InfiniBand flow control is credit based.

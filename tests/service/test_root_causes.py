@@ -96,3 +96,23 @@ def test_an_ecn_hotspot_victim_is_watched_not_drained(tmp_path: Path, db_url: st
         assert c.get("/api/v1/audit", params={"action": "drain"}).json()["items"] == []
     finally:
         c.__exit__(None, None, None)
+
+
+def test_a_pfc_storm_drains_its_nic_and_no_host_its_leaf_pauses(tmp_path: Path, db_url: str) -> None:
+    """The storm spreads over the leaf (fabricsim, after Guo et al. 2016): the storming NIC's
+    host is drained; every host the leaf pauses is a watched victim, folded under the storm."""
+    c = run(tmp_path, db_url, "pfc_storm@15s+1h:gpu-0003/mlx5_2")
+    try:
+        storms = c.get("/api/v1/incidents", params={"kind": "pfc_storm", "limit": 100}).json()["items"]
+        (culprit,) = [i for i in storms if i["port"] == "gpu-0003/mlx5_2"]
+        victims = [i for i in storms if i is not culprit]
+        assert len(victims) >= 10 and all(i["port"].startswith("leaf-r2-000/") for i in victims)
+        assert all(i["caused_by"] == culprit["id"] for i in victims)
+        assert culprit["effects"] == sorted(i["id"] for i in victims)
+        drains = {d["node"]: d for d in c.get("/api/v1/drain").json()}
+        assert [n for n, d in drains.items() if d["action"] == "drain"] == ["gpu-0003"]
+        watched = [d for d in drains.values() if d["action"] == "watch"]
+        assert watched and all("the PFC storm from gpu-0003/mlx5_2" in d["reason"] for d in watched)
+        assert c.get("/api/v1/incidents", params={"kind": "switch_failure"}).json()["items"] == []
+    finally:
+        c.__exit__(None, None, None)
