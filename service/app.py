@@ -172,5 +172,5 @@ def create_app(
 
     services = Services(store, cache, fabric, auth, state, drain, Operations(drain), runner, guards)
     install_api(app, services)
-    install_status_page(app)
+    install_status_page(app, settings.status_page.grafana_url)
     return app

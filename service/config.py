@@ -101,6 +101,20 @@ class MetricsSettings(BaseModel):
     per_port: bool = True
 
 
+class StatusPageSettings(BaseModel):
+    """The status page at ``/`` (README, Status page)."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: Grafana's base URL (e.g. ``http://grafana:3000``): each incident links to its port on the
+    #: Port detail dashboard. None: no link.
+    grafana_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+[^\s?#]*$", max_length=500)
+
+    @field_validator("grafana_url")
+    @classmethod
+    def _no_trailing_slash(cls, v: str | None) -> str | None:
+        return v.rstrip("/") if v else v
+
+
 class DrainSettings(BaseModel):
     """The drain policy (docs/drain.md): shadow mode, circuit breaker, clean window, cooldown."""
 
@@ -414,6 +428,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
+    status_page: StatusPageSettings = Field(default_factory=StatusPageSettings)
 
     @model_validator(mode="after")
     def _discover_has_an_inventory(self) -> Settings:

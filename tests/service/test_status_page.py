@@ -10,9 +10,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
-from graywire.service.status_page import STATIC_DIR, install_status_page
+from graywire.service.status_page import STATIC_DIR, install_status_page, switch_rails
 
 
 @pytest.fixture
@@ -61,3 +62,44 @@ def test_probes_may_use_head(client: TestClient) -> None:
         r = client.head(path)
         assert r.status_code == 200, path
         assert r.content == b""
+
+
+def test_the_page_settings_give_grafanas_port_dashboard_and_each_leafs_rail(tmp_path: Path) -> None:
+    settings = load_settings(
+        None,
+        data_dir=tmp_path,
+        archive={"enabled": False},
+        sources=[{"type": "fabricsim", "hosts": 64}],
+        status_page={"grafana_url": "https://ops.example/grafana/"},
+    )
+    with TestClient(create_app(settings, run_loop=False)) as c:
+        body = c.get("/api/v1/status-page").json()
+    assert body["grafana_port_url"] == "https://ops.example/grafana/d/graywire-port-detail/"
+    rails = body["switch_rails"]
+    # 64 hosts x 8 rails: two leaves per rail; spines carry every rail, so have none.
+    assert rails["leaf-r0-000"] == 0 and rails["leaf-r7-001"] == 7 and len(rails) == 16
+    assert not any(name.startswith(("spine", "gpu")) for name in rails)
+
+
+def test_without_grafana_or_a_fabric_the_page_settings_say_so(client: TestClient) -> None:
+    assert client.get("/api/v1/status-page").json()["grafana_port_url"] is None
+    bare = FastAPI()
+    install_status_page(bare)
+    assert TestClient(bare).get("/api/v1/status-page").json() == {
+        "grafana_port_url": None,
+        "switch_rails": {},
+    }
+
+
+@pytest.mark.parametrize(
+    "url", ["grafana:3000", "javascript:alert(1)", "http://", "http://a b", "ftp://grafana"]
+)
+def test_grafana_url_must_be_an_http_url(tmp_path: Path, url: str) -> None:
+    with pytest.raises(ValueError, match=r"status_page\.grafana_url"):
+        load_settings(None, data_dir=tmp_path, status_page={"grafana_url": url})
+
+
+def test_switch_rails_leave_out_switches_on_several_rails() -> None:
+    fabric = build_fabric(TopologySpec(hosts=4, gpus=2, hosts_per_leaf=2))
+    rails = switch_rails(fabric)
+    assert rails == {"leaf-r0-000": 0, "leaf-r1-000": 1, "leaf-r0-001": 0, "leaf-r1-001": 1}
