@@ -757,3 +757,33 @@ def test_effects_are_folded_under_their_cause_with_a_count(tmp_path: Path, brows
         wait.until(lambda d: _text(d, "#freshness") != before)
         assert browser.find_element(By.CSS_SELECTOR, '#incidents [data-incident="2"]').is_displayed()
         assert console_errors(browser) == []
+
+
+def test_the_real_services_downgrade_shows_its_slow_rank_folded_under_it(
+    service: tuple[str, FastAPI, dict[str, Any]], browser: Any
+) -> None:
+    """End to end: fabricsim's downgrade slows the rank on that NIC; the drain engine makes the
+    link its root cause; the page lists the link with the slow rank folded under it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, _, link = service
+    deadline = time.monotonic() + 30
+    while True:
+        effects = httpx.get(f"{url}/api/v1/incidents/{link['id']}").json()["effects"]
+        if effects:
+            break
+        assert time.monotonic() < deadline, "the downgraded NIC's slow rank never became its effect"
+        time.sleep(0.25)
+    effect = httpx.get(f"{url}/api/v1/incidents/{effects[0]}").json()
+    assert (effect["kind"], effect["caused_by"]) == ("nccl_channel_slow", link["id"])
+    browser.get(f"{url}/?refresh=2")
+    wait = WebDriverWait(browser, 15, poll_frequency=0.1)
+    card_css = f'#incidents > article.incident[data-incident="{link["id"]}"]'
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{card_css}[data-effects]"))
+    card = browser.find_element(By.CSS_SELECTOR, card_css)
+    folded = card.find_elements(By.CSS_SELECTOR, ".effects > article.incident")
+    assert str(effect["id"]) in [e.get_attribute("data-incident") for e in folded]
+    top = browser.find_elements(By.CSS_SELECTOR, "#incidents > article.incident")
+    assert str(effect["id"]) not in [c.get_attribute("data-incident") for c in top]  # not listed apart
+    assert console_errors(browser) == []
