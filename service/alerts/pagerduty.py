@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graywire.service.alerts.events import AlertEvent, generator_url, rfc3339
+from graywire.service.alerts.events import AlertEvent, absolute_url, generator_url, rfc3339
 
 #: PagerDuty's own severities; graywire's map onto them one to one.
 SEVERITY = {"critical": "critical", "warning": "warning", "info": "info"}
@@ -31,6 +31,10 @@ def event(
         summary = f"[cleared {ev.stored_late['cleared_at']}, stored late] {summary}"
         when = ev.time("started_at")
     link = generator_url(external_url, ev.incident_id)
+    links = [{"href": link, "text": "graywire incident and evidence"}]
+    runbook = absolute_url(ev.runbook_url)  # PagerDuty wants absolute hrefs
+    if runbook:
+        links.append({"href": runbook, "text": f"runbook: {ev.kind}"})
     return {
         "routing_key": routing_key,
         "event_action": "trigger",
@@ -49,6 +53,8 @@ def event(
                 "node": ev.node,
                 "port": ev.port,
                 "link": ev.link,
+                "labels": ev.labels(),
+                **({"runbook_url": ev.runbook_url} if ev.runbook_url else {}),
                 "score": ev.score,
                 "confidence": ev.confidence,
                 "opened_at": ev.opened_at,
@@ -58,5 +64,5 @@ def event(
         },
         "client": "graywire",
         "client_url": link,
-        "links": [{"href": link, "text": "graywire incident and evidence"}],
+        "links": links,
     }

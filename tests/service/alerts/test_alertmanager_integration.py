@@ -72,7 +72,9 @@ def test_incident_fires_refreshes_and_resolves_in_alertmanager(
         "incident_id": "1",
         "node": "gpu-0002",
         "port": "gpu-0002/mlx5_5",
+        "instance": "graywire.example.com",  # the external URL's host, alerts.instance unset
     }
+    assert alert["annotations"]["runbook_url"] == "docs/runbooks/speed_downgrade.md"
     assert alert["status"]["state"] == "active"
     assert alert["annotations"]["summary"] == "speed_downgrade on gpu-0002/mlx5_5: 400G, expected 800G"
     assert alert["generatorURL"] == "https://graywire.example.com/api/v1/incidents/1"
