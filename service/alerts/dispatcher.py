@@ -129,13 +129,14 @@ def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings, context:
 
     def render(messages: Sequence[OutboxMessage], now: datetime) -> tuple[bytes, dict[str, str]]:
         (event,) = _events(messages)
+        action = messages[0].action
         headers = _delivery_headers(messages)
         if rc.type == "webhook":
             body = _json(webhook.payload(event, rc.name, external))
             if secret:
                 headers[webhook.SIGNATURE_HEADER] = webhook.signature(secret, body)
         elif rc.type == "pagerduty":
-            body = _json(pagerduty.event(event, routing_key or "", external, rc.dedup_prefix))
+            body = _json(pagerduty.event(event, routing_key or "", external, rc.dedup_prefix, action))
         else:
             body = _json(slack.message(event, external))
         return body, headers
@@ -154,6 +155,7 @@ def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings, context:
             group_wait_s=settings.group_wait.total_seconds(),
             max_pending=settings.max_outbox,
             context=context,
+            acknowledge=rc.type == "pagerduty",
         ),
     )
 

@@ -81,6 +81,8 @@ class AlertEvent:
     instance: str | None = None
     static_labels: dict[str, str] = field(default_factory=dict)
     runbook_url: str | None = None
+    #: An operator acknowledged the incident (``POST /api/v1/incidents/{id}/ack``).
+    acknowledged: bool = False
 
     @classmethod
     def from_incident(
@@ -111,6 +113,7 @@ class AlertEvent:
             reopen_count=inc.reopen_count,
             finding_count=inc.finding_count,
             stored_late=late if isinstance(late, dict) else None,
+            acknowledged=inc.status == "acknowledged",
         )
         return (context or NO_CONTEXT).describe(event, inc.evidence)
 

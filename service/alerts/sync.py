@@ -59,6 +59,9 @@ class SyncTarget:
     max_pending: int | None = None
     #: Static labels, instance, runbook links and fabric places every event carries.
     context: AlertContext = NO_CONTEXT
+    #: PagerDuty only: an operator's ack of a paged incident is passed on once (a ``refresh``
+    #: of the acknowledged incident, which the PagerDuty renderer sends as ``acknowledge``).
+    acknowledge: bool = False
 
 
 @dataclass(slots=True)
@@ -281,6 +284,8 @@ def _sync_receiver(
             event = _snapshot(inc, started, target.context)
             outbox.enqueue(session, name, "trigger", event, now)
             result.triggered += 1
+            if target.acknowledge and event.acknowledged:  # acknowledged before it was paged
+                outbox.enqueue(session, name, "refresh", event, now)
             if state is None:
                 state = AlertState(incident_id=inc.id, receiver=name)
                 session.add(state)
@@ -319,6 +324,12 @@ def _sync_receiver(
             state.event = current.to_dict()
             state.last_enqueued_at = now
             result.refreshed += 1
+        if target.acknowledge and current.acknowledged and not sent.acknowledged:
+            # An operator acknowledged it (POST /api/v1/incidents/{id}/ack): tell the receiver
+            # once; the acknowledged snapshot in alert_state says it was told.
+            outbox.enqueue(session, name, "refresh", current, now)
+            state.event = current.to_dict()
+            state.last_enqueued_at = now
 
     if target.max_pending is not None:
         for (reason, severity), n in outbox.enforce_limit(session, name, target.max_pending, now).items():

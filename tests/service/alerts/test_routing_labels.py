@@ -141,10 +141,10 @@ def test_labels_carry_static_labels_instance_switch_rail_node_and_port() -> None
 
 def test_an_event_enqueued_before_these_fields_existed_still_loads() -> None:
     old = FIRING.to_dict()
-    for name in ("switch", "rail", "job", "instance", "static_labels", "runbook_url"):
+    for name in ("switch", "rail", "job", "instance", "static_labels", "runbook_url", "acknowledged"):
         del old[name]
     loaded = AlertEvent.from_dict(old)
-    assert loaded == FIRING and loaded.static_labels == {}
+    assert loaded == FIRING and loaded.static_labels == {} and not loaded.acknowledged
     assert set(loaded.labels()) == {"alertname", "severity", "kind", "entity", "incident_id", "node", "port"}
 
 
