@@ -89,7 +89,9 @@ def create_app(
 
     own_url = f"http://{settings.host}:{settings.port}"
     dispatcher = (
-        Dispatcher(engine, settings.alerts, default_external_url=own_url) if settings.alerts.enabled else None
+        Dispatcher(engine, settings.alerts, default_external_url=own_url, fabric=fabric)
+        if settings.alerts.enabled
+        else None
     )
     if dispatcher is not None:
         registry.register(AlertsExporter(dispatcher))

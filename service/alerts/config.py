@@ -9,16 +9,19 @@ from __future__ import annotations
 import os
 import re
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from graywire.collectors.units import Duration, PositiveDuration
 from graywire.detectors.findings import Severity
+from graywire.service.alerts.events import RESERVED_LABELS, RUNBOOK_DIR
 
 ReceiverType = Literal["alertmanager", "webhook", "pagerduty", "slack"]
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,127}$")
+#: Prometheus label names (``__``-prefixed ones are reserved for internal use).
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 def _http_url(v: str) -> str:
@@ -135,6 +138,16 @@ class AlertsSettings(BaseModel):
 
     #: Base URL of this service as on-call reaches it (generatorURL, links in messages).
     external_url: str | None = None
+    #: Labels every alert carries (``cluster: eu-1``), for routing and inhibition.
+    labels: dict[str, str] = Field(default_factory=dict)
+    #: The ``instance`` label: this deployment. Default: the host (and port) of
+    #: ``external_url`` when set, else this machine's hostname and the service port. Replicas
+    #: sharing a database must share one value, or their alerts change labels between syncs.
+    instance: str | None = Field(None, min_length=1, max_length=256, pattern=r"^\S+$")
+    #: The ``runbook_url`` annotation is ``<runbook_base_url>/<kind>.md``: where your copy of
+    #: ``docs/runbooks`` is served (a Git host's view of that folder, a wiki). The default is the
+    #: repository path, which receivers show as text, not as a link.
+    runbook_base_url: str = RUNBOOK_DIR
     #: Incidents below this severity are not sent anywhere.
     min_severity: Severity = Severity.WARNING
     alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
@@ -156,6 +169,48 @@ class AlertsSettings(BaseModel):
     @classmethod
     def _external(cls, v: str | None) -> str | None:
         return None if v is None else _http_url(v)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _label_values(cls, v: Any) -> Any:
+        """Numbers are fine as values (``rack: 12``), written as YAML gives them."""
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for name, value in v.items():
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                raise ValueError(f"label {name}: the value must be a string or a number, not {value!r}")
+            out[name] = str(value)
+        return out
+
+    @field_validator("labels")
+    @classmethod
+    def _label_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not _LABEL_NAME.match(name) or name.startswith("__"):
+                raise ValueError(
+                    f"label {name!r} is not a valid label name: use [a-zA-Z_][a-zA-Z0-9_]*, "
+                    "not starting with __"
+                )
+            if name == "instance":
+                raise ValueError("label instance is graywire's own: set alerts.instance instead")
+            if name in RESERVED_LABELS:
+                raise ValueError(
+                    f"label {name} is set by graywire on every alert and cannot be overridden "
+                    f"(reserved: {', '.join(sorted(RESERVED_LABELS))})"
+                )
+            if not value:
+                raise ValueError(f"label {name}: an empty value means no label to Alertmanager; drop it")
+        return v
+
+    @field_validator("runbook_base_url")
+    @classmethod
+    def _runbook_base(cls, v: str) -> str:
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", v):
+            return _http_url(v)
+        if not v or re.search(r"\s", v):
+            raise ValueError(f"{v!r} is neither an http(s) URL nor a path")
+        return v.rstrip("/")
 
     @model_validator(mode="after")
     def _unique_names(self) -> AlertsSettings:

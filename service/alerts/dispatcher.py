@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import random
+import socket
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,9 +25,11 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from sqlalchemy.engine import Engine
 
+from graywire.collectors.model import Fabric
 from graywire.service.alerts import alertmanager, outbox, pagerduty, slack, webhook
 from graywire.service.alerts.config import AlertsSettings, ReceiverConfig
-from graywire.service.alerts.events import AlertEvent
+from graywire.service.alerts.events import NO_CONTEXT, AlertContext, AlertEvent
+from graywire.service.alerts.places import FabricPlaces
 from graywire.service.alerts.sync import SyncResult, SyncTarget, sync_alerts
 from graywire.service.models import OutboxMessage
 
@@ -74,7 +77,31 @@ def _without_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}"))
 
 
-def _alertmanager_destination(url: str, settings: AlertsSettings) -> Destination:
+def default_instance(settings: AlertsSettings, service_url: str | None = None) -> str:
+    """The ``instance`` label when ``alerts.instance`` is not set: the host (and port) of the
+    configured ``external_url``, else this machine's hostname with the service's port."""
+    if settings.instance:
+        return settings.instance
+    if settings.external_url:
+        return urlsplit(settings.external_url).netloc.rpartition("@")[2]
+    port = urlsplit(service_url).port if service_url else None
+    host = socket.gethostname()
+    return f"{host}:{port}" if port else host
+
+
+def alert_context(
+    settings: AlertsSettings, instance: str | None, fabric: Fabric | None = None
+) -> AlertContext:
+    """What every event of this deployment carries besides its incident."""
+    return AlertContext(
+        labels=dict(settings.labels),
+        instance=instance,
+        runbook_base_url=settings.runbook_base_url,
+        places=FabricPlaces(fabric) if fabric is not None else None,
+    )
+
+
+def _alertmanager_destination(url: str, settings: AlertsSettings, context: AlertContext) -> Destination:
     refresh_s = settings.alertmanager.refresh_interval.total_seconds()
 
     def render(messages: Sequence[OutboxMessage], now: datetime) -> tuple[bytes, dict[str, str]]:
@@ -89,24 +116,27 @@ def _alertmanager_destination(url: str, settings: AlertsSettings) -> Destination
         timeout_s=settings.alertmanager.timeout.total_seconds(),
         batch=ALERTMANAGER_BATCH,
         render=render,
-        sync=SyncTarget(name, settings.min_severity, refresh_s, max_pending=settings.max_outbox),
+        sync=SyncTarget(
+            name, settings.min_severity, refresh_s, max_pending=settings.max_outbox, context=context
+        ),
     )
 
 
-def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings) -> Destination:
+def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings, context: AlertContext) -> Destination:
     external = settings.external_url
     secret = rc.secret_value()
     routing_key = rc.routing_key_value()
 
     def render(messages: Sequence[OutboxMessage], now: datetime) -> tuple[bytes, dict[str, str]]:
         (event,) = _events(messages)
+        action = messages[0].action
         headers = _delivery_headers(messages)
         if rc.type == "webhook":
             body = _json(webhook.payload(event, rc.name, external))
             if secret:
                 headers[webhook.SIGNATURE_HEADER] = webhook.signature(secret, body)
         elif rc.type == "pagerduty":
-            body = _json(pagerduty.event(event, routing_key or "", external, rc.dedup_prefix))
+            body = _json(pagerduty.event(event, routing_key or "", external, rc.dedup_prefix, action))
         else:
             body = _json(slack.message(event, external))
         return body, headers
@@ -124,14 +154,16 @@ def _receiver_destination(rc: ReceiverConfig, settings: AlertsSettings) -> Desti
             inhibit=True,
             group_wait_s=settings.group_wait.total_seconds(),
             max_pending=settings.max_outbox,
+            context=context,
+            acknowledge=rc.type == "pagerduty",
         ),
     )
 
 
-def destinations(settings: AlertsSettings) -> list[Destination]:
+def destinations(settings: AlertsSettings, context: AlertContext = NO_CONTEXT) -> list[Destination]:
     return [
-        *(_alertmanager_destination(u, settings) for u in settings.alertmanager.urls),
-        *(_receiver_destination(rc, settings) for rc in settings.receivers),
+        *(_alertmanager_destination(u, settings, context) for u in settings.alertmanager.urls),
+        *(_receiver_destination(rc, settings, context) for rc in settings.receivers),
     ]
 
 
@@ -146,12 +178,18 @@ class Dispatcher:
         rng: random.Random | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         default_external_url: str | None = None,
+        fabric: Fabric | None = None,
     ) -> None:
         self.engine = engine
+        #: The ``instance`` label, decided before external_url takes its default (which may
+        #: be a wildcard address such as 0.0.0.0).
+        self.instance = default_instance(settings, default_external_url)
         if settings.external_url is None and default_external_url:
             settings = settings.model_copy(update={"external_url": default_external_url.rstrip("/")})
         self.settings = settings
-        self.destinations = {d.name: d for d in destinations(settings)}
+        #: Fabric facts (switch, rail labels) come from ``fabric`` when given.
+        self.context = alert_context(settings, self.instance, fabric)
+        self.destinations = {d.name: d for d in destinations(settings, self.context)}
         self._client = client
         self._own_client = client is None
         self.rng = rng or random.Random()

@@ -1,20 +1,46 @@
 """The receiver-independent alert event, and the labels every receiver type shares.
 
 An event is a snapshot of an incident taken when the sync step enqueued it, so a message
-delivered an hour late still says what was true when it was decided.
+delivered an hour late still says what was true when it was decided. Besides the incident row
+it carries what the deployment adds (``alerts.labels``, the ``instance`` label, the runbook
+link) and where the incident sits in the fabric (the ``switch`` and ``rail`` labels), which an
+:class:`AlertContext` supplies, and the job of a job-scoped incident (the ``job`` label).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+from graywire.detectors.findings import Kind
 from graywire.service.models import Incident
 
 EventStatus = Literal["firing", "resolved"]
 #: Alertmanager's "no end time" (Go's zero time), as its own webhooks carry it.
 ZERO_TIME = "0001-01-01T00:00:00Z"
+#: Labels graywire sets on every alert itself: ``alerts.labels`` may not override them.
+RESERVED_LABELS = frozenset(
+    {"alertname", "severity", "kind", "entity", "incident_id", "node", "port", "link"}
+    | {"switch", "rail", "job", "instance"}
+)
+#: The runbooks' folder in the repository, one ``<kind>.md`` per kind; the default base of the
+#: ``runbook_url`` annotation (``alerts.runbook_base_url`` points it at where they are served).
+RUNBOOK_DIR = "docs/runbooks"
+#: Kinds about one job's collectives: their alerts carry the job as a label of its own.
+JOB_KINDS = frozenset(k.value for k in Kind if k.value.startswith("nccl_"))
+
+
+def job_of(kind: str, entity: str, evidence: Mapping[str, Any] | None) -> str | None:
+    """The job of a job-scoped incident: its evidence's ``job`` (NCCL channel, straggler and
+    transport findings carry it), else the entity of a job-wide slowdown (which is the job)."""
+    if kind not in JOB_KINDS:
+        return None
+    job = (evidence or {}).get("job")
+    if job is not None and str(job):
+        return str(job)
+    return entity if kind == Kind.NCCL_JOB_SLOWDOWN and entity else None
 
 
 def rfc3339(t: datetime) -> str:
@@ -46,11 +72,28 @@ class AlertEvent:
     #: The incident's ``evidence.stored_late``: its findings reached the database late (it
     #: was unavailable), with ``fired_at`` and ``cleared_at`` for an episode over by then.
     stored_late: dict[str, str] | None = None
+    #: Where it sits in the fabric: the switch it is on or behind, and its rail (see
+    #: ``places.FabricPlaces``); the job of a job-scoped kind.
+    switch: str | None = None
+    rail: str | None = None
+    job: str | None = None
+    #: The deployment: the ``instance`` label and ``alerts.labels``.
+    instance: str | None = None
+    static_labels: dict[str, str] = field(default_factory=dict)
+    runbook_url: str | None = None
+    #: An operator acknowledged the incident (``POST /api/v1/incidents/{id}/ack``).
+    acknowledged: bool = False
 
     @classmethod
-    def from_incident(cls, inc: Incident, status: EventStatus, started_at: datetime) -> AlertEvent:
+    def from_incident(
+        cls,
+        inc: Incident,
+        status: EventStatus,
+        started_at: datetime,
+        context: AlertContext | None = None,
+    ) -> AlertEvent:
         late = (inc.evidence or {}).get("stored_late")
-        return cls(
+        event = cls(
             incident_id=inc.id,
             status=status,
             kind=inc.kind,
@@ -70,7 +113,9 @@ class AlertEvent:
             reopen_count=inc.reopen_count,
             finding_count=inc.finding_count,
             stored_late=late if isinstance(late, dict) else None,
+            acknowledged=inc.status == "acknowledged",
         )
+        return (context or NO_CONTEXT).describe(event, inc.evidence)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AlertEvent:
@@ -94,8 +139,14 @@ class AlertEvent:
 
     def labels(self) -> dict[str, str]:
         """Identity and routing labels. Alertmanager identifies an alert by its label set, so
-        these never change over an incident's life (severity only rises within an episode)."""
+        these never change over an incident's life (severity only rises within an episode).
+
+        The deployment's static labels come first; graywire's own ones cannot be overridden
+        (``alerts.labels`` refuses them). ``switch``, ``rail`` and ``job`` let Alertmanager route,
+        group and inhibit by place (``deploy/alertmanager/alertmanager.yml``).
+        """
         labels = {
+            **self.static_labels,
             "alertname": self.alertname,
             "severity": self.severity,
             "kind": self.kind,
@@ -104,6 +155,10 @@ class AlertEvent:
             "node": self.node or "",
             "port": self.port or "",
             "link": self.link or "",
+            "switch": self.switch or "",
+            "rail": self.rail or "",
+            "job": self.job or "",
+            "instance": self.instance or "",
         }
         return {k: v for k, v in labels.items() if v}  # empty label values mean "absent"
 
@@ -115,6 +170,8 @@ class AlertEvent:
             + ")"
         )
         out = {"summary": self.summary, "description": description}
+        if self.runbook_url:
+            out["runbook_url"] = self.runbook_url
         note = self.late_note()
         if note:
             out["description"] += f"; {note}"
@@ -135,6 +192,65 @@ class AlertEvent:
     def time(self, field: Literal["started_at", "resolved_at", "last_seen_at"]) -> datetime | None:
         value = getattr(self, field)
         return None if value is None else datetime.fromisoformat(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where an incident sits in the fabric, as routing labels: the switch it is on or behind,
+    and its rail (as text, as labels are)."""
+
+    switch: str | None = None
+    rail: str | None = None
+
+
+class Placer(Protocol):
+    """Finds an incident's :class:`Place` from its row (``places.FabricPlaces`` does, from the
+    fabric model). It must answer the same for the same row: labels must not change."""
+
+    def place(
+        self, kind: str, entity: str, node: str | None, port: str | None, link: str | None
+    ) -> Place: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AlertContext:
+    """What every event says besides its incident: the deployment's static labels and
+    ``instance``, the runbook base, and where incidents sit in the fabric."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    instance: str | None = None
+    #: ``runbook_url`` = ``<base>/<kind>.md``; None: no runbook annotation.
+    runbook_base_url: str | None = RUNBOOK_DIR
+    places: Placer | None = None
+
+    def runbook_url(self, kind: str) -> str | None:
+        return None if self.runbook_base_url is None else f"{self.runbook_base_url}/{kind}.md"
+
+    def describe(self, event: AlertEvent, evidence: Mapping[str, Any] | None) -> AlertEvent:
+        """``event`` with the context's labels and links, and its place and job filled in."""
+        place = (
+            self.places.place(event.kind, event.entity, event.node, event.port, event.link)
+            if self.places is not None
+            else Place()
+        )
+        return replace(
+            event,
+            switch=place.switch,
+            rail=place.rail,
+            job=job_of(event.kind, event.entity, evidence),
+            instance=self.instance,
+            static_labels=dict(self.labels),
+            runbook_url=self.runbook_url(event.kind),
+        )
+
+
+#: No static labels, no instance, no fabric: the job and the default runbook link only.
+NO_CONTEXT = AlertContext()
+
+
+def absolute_url(url: str | None) -> str | None:
+    """``url`` if it is an absolute http(s) URL (one a pager can open), else None."""
+    return url if url and url.startswith(("http://", "https://")) else None
 
 
 def generator_url(external_url: str | None, incident_id: int) -> str:

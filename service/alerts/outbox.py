@@ -229,6 +229,10 @@ def _droppables(messages: Sequence[OutboxMessage], told: bool) -> list[_Droppabl
     receiver was never told the start of goes whole (``resolved``): it would page and unpage
     at once. A resolve of a page the receiver has is ``resolve`` (dropping it leaves that page
     open). The last message of an open segment is the page itself (``firing``).
+
+    An acknowledgement (a ``refresh`` of an acknowledged incident: PagerDuty's ``acknowledge``)
+    says less than the page before it, not more: it supersedes nothing and is itself dropped
+    as ``superseded`` (the page then stays unacknowledged there), before any page.
     """
     out: list[_Droppable] = []
     segment: list[OutboxMessage] = []
@@ -236,20 +240,32 @@ def _droppables(messages: Sequence[OutboxMessage], told: bool) -> list[_Droppabl
     def severity(ms: Sequence[OutboxMessage]) -> str:
         return max((str(m.event.get("severity", "")) for m in ms), key=lambda s: SEVERITY_RANK.get(s, 0))
 
+    def pages(ms: list[OutboxMessage]) -> list[OutboxMessage]:
+        acks = [x for x in ms if is_acknowledgement(x)]
+        out.extend(_Droppable("superseded", severity([x]), (x.id,)) for x in acks)
+        return [x for x in ms if not is_acknowledgement(x)]
+
     for m in messages:
         segment.append(m)
         if m.action != "resolve":
             continue
         if told:
-            out += [_Droppable("superseded", severity([x]), (x.id,)) for x in segment[:-1]]
+            out += [_Droppable("superseded", severity([x]), (x.id,)) for x in pages(segment[:-1])]
             out.append(_Droppable("resolve", severity([m]), (m.id,)))
         else:
             out.append(_Droppable("resolved", severity(segment), tuple(x.id for x in segment)))
         told, segment = False, []
+    segment = pages(segment)
     if segment:
         out += [_Droppable("superseded", severity([x]), (x.id,)) for x in segment[:-1]]
         out.append(_Droppable("firing", severity(segment[-1:]), (segment[-1].id,)))
     return out
+
+
+def is_acknowledgement(m: OutboxMessage) -> bool:
+    """A refresh of an acknowledged incident: for PagerDuty its ``acknowledge`` event (an
+    Alertmanager refresh of an acknowledged incident is one too, and as cheap to lose)."""
+    return m.action == "refresh" and bool(m.event.get("acknowledged"))
 
 
 def enforce_limit(session: Session, receiver: str, limit: int, now: datetime) -> Counter[tuple[str, str]]:

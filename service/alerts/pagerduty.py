@@ -4,25 +4,46 @@ Every event of one incident carries the same ``dedup_key``, so a redelivered tri
 the open PagerDuty alert instead of paging again, and the resolve closes it. A trigger and its
 resolve sent back to back (an episode stored only after it ended) open an incident, which
 notifies, and resolve it; a resolve for a key with no open alert is ignored by PagerDuty.
+
+An operator's acknowledgement in graywire (``POST /api/v1/incidents/{id}/ack``) reaches
+PagerDuty as an ``acknowledge`` event under the same key: the sync enqueues it once per episode,
+as a ``refresh`` of the acknowledged incident (the only refresh a direct receiver is sent). An
+acknowledged PagerDuty incident stops escalating and notifies no more, even on later triggers
+(an escalation), until it is resolved.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from graywire.service.alerts.events import AlertEvent, generator_url, rfc3339
+from graywire.service.alerts.events import AlertEvent, absolute_url, generator_url, rfc3339
+from graywire.service.models import AlertAction
 
 #: PagerDuty's own severities; graywire's map onto them one to one.
 SEVERITY = {"critical": "critical", "warning": "warning", "info": "info"}
 SUMMARY_LIMIT = 1024
 
 
+def event_action(ev: AlertEvent, action: AlertAction = "trigger") -> str:
+    """``trigger``, ``acknowledge`` or ``resolve``: what the outbox message asks of PagerDuty."""
+    if ev.status == "resolved":
+        return "resolve"
+    if action == "refresh" and ev.acknowledged:
+        return "acknowledge"
+    return "trigger"
+
+
 def event(
-    ev: AlertEvent, routing_key: str, external_url: str | None, dedup_prefix: str = "graywire"
+    ev: AlertEvent,
+    routing_key: str,
+    external_url: str | None,
+    dedup_prefix: str = "graywire",
+    action: AlertAction = "trigger",
 ) -> dict[str, Any]:
     key = ev.dedup_key_with(dedup_prefix)
-    if ev.status == "resolved":
-        return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": key}
+    what = event_action(ev, action)
+    if what != "trigger":  # acknowledge and resolve need nothing but the key
+        return {"routing_key": routing_key, "event_action": what, "dedup_key": key}
     when = ev.time("last_seen_at") or ev.time("started_at")
     summary = ev.summary
     if ev.stored_late and ev.stored_late.get("cleared_at"):
@@ -31,6 +52,10 @@ def event(
         summary = f"[cleared {ev.stored_late['cleared_at']}, stored late] {summary}"
         when = ev.time("started_at")
     link = generator_url(external_url, ev.incident_id)
+    links = [{"href": link, "text": "graywire incident and evidence"}]
+    runbook = absolute_url(ev.runbook_url)  # PagerDuty wants absolute hrefs
+    if runbook:
+        links.append({"href": runbook, "text": f"runbook: {ev.kind}"})
     return {
         "routing_key": routing_key,
         "event_action": "trigger",
@@ -49,6 +74,8 @@ def event(
                 "node": ev.node,
                 "port": ev.port,
                 "link": ev.link,
+                "labels": ev.labels(),
+                **({"runbook_url": ev.runbook_url} if ev.runbook_url else {}),
                 "score": ev.score,
                 "confidence": ev.confidence,
                 "opened_at": ev.opened_at,
@@ -58,5 +85,5 @@ def event(
         },
         "client": "graywire",
         "client_url": link,
-        "links": [{"href": link, "text": "graywire incident and evidence"}],
+        "links": links,
     }

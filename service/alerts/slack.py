@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graywire.service.alerts.events import AlertEvent, generator_url
+from graywire.service.alerts.events import AlertEvent, absolute_url, generator_url
 
 #: Slack rejects a section text over 3,000 characters.
 SECTION_LIMIT = 3000
@@ -22,7 +22,8 @@ def message(ev: AlertEvent, external_url: str | None) -> dict[str, Any]:
         head = f":white_check_mark: RESOLVED {ev.kind} on {ev.node or ev.entity}"
     else:
         head = f"{_ICON.get(ev.severity, '')} {ev.severity.upper()} {ev.kind} on {ev.node or ev.entity}"
-    where = ", ".join(f"{k} `{_escape(v)}`" for k, v in (("port", ev.port), ("link", ev.link)) if v)
+    places = (("port", ev.port), ("link", ev.link), ("switch", ev.switch), ("rail", ev.rail), ("job", ev.job))
+    where = ", ".join(f"{k} `{_escape(v)}`" for k, v in places if v)
     fields = [
         f"*Incident* <{link}|#{ev.incident_id}>",
         f"*Detector* {_escape(ev.detector)}",
@@ -33,6 +34,11 @@ def message(ev: AlertEvent, external_url: str | None) -> dict[str, Any]:
     note = ev.late_note()
     if note:
         fields.append(f"*Late* {_escape(note)}")
+    runbook = absolute_url(ev.runbook_url)
+    if runbook:
+        fields.append(f"*Runbook* <{runbook}|{_escape(ev.kind)}>")
+    elif ev.runbook_url:
+        fields.append(f"*Runbook* `{_escape(ev.runbook_url)}`")
     title = f"*{_escape(head)}*\n{_escape(ev.summary)}"[:SECTION_LIMIT]
     return {
         "text": f"{head}: {ev.summary}",

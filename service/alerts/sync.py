@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session
 
 from graywire.detectors.findings import SEVERITY_RANK
 from graywire.service.alerts import outbox
-from graywire.service.alerts.events import AlertEvent, EventStatus
+from graywire.service.alerts.events import NO_CONTEXT, AlertContext, AlertEvent, EventStatus
 from graywire.service.alerts.inhibit import load_effects, load_inhibited
 from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
 from graywire.service.models import ACTIVE_STATUSES, AlertState, Incident, LateEpisode, Silence
@@ -64,6 +64,11 @@ class SyncTarget:
     group_wait_s: float = 0.0
     #: Pending messages kept at most (``alerts.max_outbox``); None: no limit.
     max_pending: int | None = None
+    #: Static labels, instance, runbook links and fabric places every event carries.
+    context: AlertContext = NO_CONTEXT
+    #: PagerDuty only: an operator's ack of a paged incident is passed on once (a ``refresh``
+    #: of the acknowledged incident, which the PagerDuty renderer sends as ``acknowledge``).
+    acknowledge: bool = False
 
 
 @dataclass(slots=True)
@@ -81,9 +86,9 @@ class SyncResult:
     dropped: Counter[tuple[str, str, str]] = dataclasses.field(default_factory=Counter)
 
 
-def _snapshot(inc: Incident, started_at: datetime) -> AlertEvent:
+def _snapshot(inc: Incident, started_at: datetime, context: AlertContext) -> AlertEvent:
     status = "firing" if inc.status in ACTIVE_STATUSES else "resolved"
-    return AlertEvent.from_incident(inc, status, started_at)
+    return AlertEvent.from_incident(inc, status, started_at, context)
 
 
 def _resolve_of(sent: AlertEvent, inc: Incident, now: datetime) -> AlertEvent:
@@ -99,11 +104,11 @@ def _resolve_of(sent: AlertEvent, inc: Incident, now: datetime) -> AlertEvent:
     )
 
 
-def _late_event(ep: LateEpisode, status: EventStatus) -> AlertEvent:
+def _late_event(ep: LateEpisode, status: EventStatus, context: AlertContext) -> AlertEvent:
     """The episode as it stood when it ended, from when it fired."""
     inc = ep.incident
     late = (inc.get("evidence") or {}).get("stored_late")
-    return AlertEvent(
+    event = AlertEvent(
         incident_id=ep.incident_id,
         status=status,
         kind=inc["kind"],
@@ -124,6 +129,7 @@ def _late_event(ep: LateEpisode, status: EventStatus) -> AlertEvent:
         finding_count=int(inc["finding_count"]),
         stored_late=late if isinstance(late, dict) else None,
     )
+    return context.describe(event, inc.get("evidence"))
 
 
 def sync_alerts(
@@ -186,9 +192,9 @@ def _page_late(
     nobody. Every text says when it fired and cleared and that it was stored late.
     """
     name = target.name
-    last = _late_event(ep, "resolved")
+    last = _late_event(ep, "resolved", target.context)
     if not quiet:
-        trigger = _late_event(ep, "firing")
+        trigger = _late_event(ep, "firing", target.context)
         outbox.enqueue(session, name, "trigger", trigger, now)
         result.triggered += 1
         result.late += 1
@@ -282,9 +288,11 @@ def _sync_receiver(
             if target.inhibit and (now - started).total_seconds() < target.group_wait_s:
                 result.held += 1
                 continue
-            event = _snapshot(inc, started)
+            event = _snapshot(inc, started, target.context)
             outbox.enqueue(session, name, "trigger", event, now)
             result.triggered += 1
+            if target.acknowledge and event.acknowledged:  # acknowledged before it was paged
+                outbox.enqueue(session, name, "refresh", event, now)
             if state is None:
                 state = AlertState(incident_id=inc.id, receiver=name)
                 session.add(state)
@@ -297,7 +305,7 @@ def _sync_receiver(
 
         # Still firing, same episode.
         sent = AlertEvent.from_dict(state.event)
-        current = _snapshot(inc, state.started_at)
+        current = _snapshot(inc, state.started_at, target.context)
         if current.labels() != sent.labels():
             if target.refresh_s is not None:
                 # Alertmanager knows alerts by label set: retire the old set, post the new one.
@@ -323,6 +331,12 @@ def _sync_receiver(
             state.event = current.to_dict()
             state.last_enqueued_at = now
             result.refreshed += 1
+        if target.acknowledge and current.acknowledged and not sent.acknowledged:
+            # An operator acknowledged it (POST /api/v1/incidents/{id}/ack): tell the receiver
+            # once; the acknowledged snapshot in alert_state says it was told.
+            outbox.enqueue(session, name, "refresh", current, now)
+            state.event = current.to_dict()
+            state.last_enqueued_at = now
 
     if target.max_pending is not None:
         for (reason, severity), n in outbox.enforce_limit(session, name, target.max_pending, now).items():

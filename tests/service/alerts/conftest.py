@@ -9,14 +9,17 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.engine import Engine
 
 from graywire.detectors.findings import Finding
+from graywire.service.db import make_engine, upgrade
 from tests.conftest import _in_ci
 from tests.service.alerts.receiver import Recorder, serve_recorder
 
@@ -43,6 +46,16 @@ def finding(
     return Finding(
         kind=kind, entity=entity, status=status, time=T0 + timedelta(seconds=t), severity=severity, **values
     )
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
+    """SQLite only, for tests whose other half (a real Alertmanager) is the point."""
+    url = f"sqlite:///{tmp_path / 'graywire.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture
@@ -79,13 +92,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def alertmanager_url(tmp_path: Path, recorder: Recorder) -> Iterator[str]:
+@contextmanager
+def running_alertmanager(tmp_path: Path, config_text: str) -> Iterator[str]:
+    """A real Alertmanager on a free port with ``config_text`` as its configuration; its URL."""
     binary = shutil.which(ALERTMANAGER) or (ALERTMANAGER if os.access(ALERTMANAGER, os.X_OK) else None)
     if binary is None:
         _unavailable(f"{ALERTMANAGER} not found (Debian package prometheus-alertmanager)")
     config = tmp_path / "alertmanager.yml"
-    config.write_text(CONFIG.format(url=recorder.url))
+    config.write_text(config_text)
     port = _free_port()
     log = (tmp_path / "alertmanager.log").open("w")
     proc = subprocess.Popen(
@@ -117,3 +131,9 @@ def alertmanager_url(tmp_path: Path, recorder: Recorder) -> Iterator[str]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+@pytest.fixture
+def alertmanager_url(tmp_path: Path, recorder: Recorder) -> Iterator[str]:
+    with running_alertmanager(tmp_path, CONFIG.format(url=recorder.url)) as url:
+        yield url

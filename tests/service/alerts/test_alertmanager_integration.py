@@ -7,11 +7,7 @@ webhook payload against the one Alertmanager itself sends.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
-import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
@@ -21,21 +17,11 @@ from graywire.service.alerts.config import AlertsSettings
 from graywire.service.alerts.dispatcher import Dispatcher
 from graywire.service.alerts.events import AlertEvent
 from graywire.service.alerts.webhook import payload
-from graywire.service.db import make_engine, upgrade
 from graywire.service.models import AlertState
 from graywire.service.store import IncidentStore
 from tests.service.alerts.conftest import finding
 from tests.service.alerts.receiver import Recorder
 from tests.service.alerts.test_dispatcher import cycle_until
-
-
-@pytest.fixture
-def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
-    url = f"sqlite:///{tmp_path / 'graywire.db'}"
-    upgrade(url)
-    engine = make_engine(url)
-    yield engine
-    engine.dispose()
 
 
 def last_sent(engine: Engine) -> AlertEvent:
@@ -72,7 +58,9 @@ def test_incident_fires_refreshes_and_resolves_in_alertmanager(
         "incident_id": "1",
         "node": "gpu-0002",
         "port": "gpu-0002/mlx5_5",
+        "instance": "graywire.example.com",  # the external URL's host, alerts.instance unset
     }
+    assert alert["annotations"]["runbook_url"] == "docs/runbooks/speed_downgrade.md"
     assert alert["status"]["state"] == "active"
     assert alert["annotations"]["summary"] == "speed_downgrade on gpu-0002/mlx5_5: 400G, expected 800G"
     assert alert["generatorURL"] == "https://graywire.example.com/api/v1/incidents/1"

@@ -122,3 +122,18 @@ def test_the_outbox_limit_defaults_to_ten_thousand_per_receiver(tmp_path: Path) 
     assert {d.sync.max_pending for d in destinations(alerts)} == {10_000}
     with pytest.raises(ValueError, match=r"alerts\.max_outbox"):
         load_settings(write(tmp_path, {"alerts": {"max_outbox": 5}}))
+
+
+def test_the_example_configs_commented_alerts_section_is_valid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    example = (Path(__file__).resolve().parents[3] / "deploy" / "graywire.example.yaml").read_text()
+    lines = example[example.index("# alerts:") :].splitlines()
+    end = next((i for i, line in enumerate(lines[1:], 1) if not line.startswith("#   ")), len(lines))
+    block = [line[2:] for line in lines[:end]]
+    monkeypatch.setenv("GRAYWIRE_PD_ROUTING_KEY", "R0UT1NGKEY0000000000000000000000")
+    monkeypatch.setenv("GRAYWIRE_NOC_HMAC", "s")
+    alerts = load_settings(write(tmp_path, yaml.safe_load("\n".join(block)))).alerts
+    assert alerts.labels == {"cluster": "eu-1"} and alerts.instance == "graywire-eu-1:8000"
+    assert alerts.runbook_base_url.endswith("/docs/runbooks")
+    assert [r.type for r in alerts.receivers] == ["pagerduty", "webhook"]
