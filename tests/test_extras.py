@@ -12,6 +12,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import httpx
+import pytest
+
 from tests import installs
 
 #: Makes the named top-level packages look not installed: importing them, or finding their spec,
@@ -169,3 +172,40 @@ def test_features_that_are_configured_load_their_extra(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "True"]
+
+
+@pytest.mark.slow
+def test_the_wheel_without_extras_serves_the_demo(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`pip install graywire` with no extra: the wheel, its core requirements and nothing else."""
+    wheel = installs.build_wheel(tmp_path_factory.mktemp("wheel"))
+    tmp = tmp_path_factory.mktemp("core")
+    site = installs.install_wheel(wheel, tmp / "site")
+    dists = installs.closure(installs.wheel_requirements(site))
+    names = set(dists)
+    assert not names & {"scikit-learn", "scipy", "kubernetes", "pysnmp", "cryptography", "snmpsim"}, names
+    deps = installs.link_distributions(dists.values(), tmp / "deps")
+    assert not any((deps / m).exists() for m in installs.EXTRA_MODULES)
+    # That interpreter sees the wheel's graywire and cannot import what the extras bring.
+    probe = installs.isolated(
+        [site, deps],
+        "import importlib.util, graywire.service\n"
+        "print(graywire.service.__file__)\n"
+        f"print([m for m in {installs.EXTRA_MODULES!r} if importlib.util.find_spec(m)])",
+    )
+    seen = subprocess.run(
+        probe, capture_output=True, text=True, check=True, env=installs.env_without_python_vars()
+    )
+    where, found = seen.stdout.splitlines()
+    assert Path(where).is_relative_to(site) and found == "[]", seen.stdout
+    port = installs.free_port()
+    argv = installs.isolated(
+        [site, deps],
+        "from graywire.service.cli import main\n"
+        f"sys.exit(main(['demo', '--hosts', '8', '--port', '{port}', '--data-dir', 'data']))",
+    )
+    proc = installs.serve_until_healthy(argv, f"http://127.0.0.1:{port}/healthz", cwd=tmp)
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/api/v1/incidents", timeout=10).status_code == 200
+    finally:
+        out = installs.stop(proc)
+    assert "graywire demo: 8 hosts" in out
