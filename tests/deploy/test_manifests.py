@@ -98,6 +98,32 @@ def copied_sources(deploy_dir: Path, ins: dict[str, list[str]]) -> set[str]:
     return copied
 
 
+def test_agent_dockerfile_builds_the_agent_alone(deploy_dir: Path) -> None:
+    """A slim image: graywire without its dependencies, then the agent's requirement set only."""
+    ins = dockerfile_instructions(deploy_dir, "agent.Dockerfile")
+    assert all("slim" in base for base in ins["FROM"])
+    (user,) = ins["USER"]
+    assert user.split(":")[0] not in {"root", "0"}
+    assert ins["EXPOSE"] == [str(AGENT_PORT)]
+    assert yaml.safe_load(ins["ENTRYPOINT"][0]) == ["graywire"]
+    cmd = yaml.safe_load(ins["CMD"][0])
+    parses(cmd)
+    assert cmd[0] == "agent"
+    requirements = "deploy/agent-requirements.txt"
+    assert copied_sources(deploy_dir, ins) == {
+        "pyproject.toml",
+        "README.md",
+        requirements,
+        *package_folders(deploy_dir),
+    }
+    (install,) = [r for r in ins["RUN"] if " install " in r and "apt-get" not in r]
+    assert "install --no-deps /src" in install and f"install -r /src/{requirements}" in install
+    # The context leaves deploy/ out, but for the requirement set the build reads.
+    ignored = (deploy_dir.parent / ".dockerignore").read_text().split()
+    assert "deploy" in ignored and f"!{requirements}" in ignored
+    assert ignored.index(f"!{requirements}") > ignored.index("deploy")  # the later line wins
+
+
 def test_dockerignore_keeps_the_context_small(deploy_dir: Path) -> None:
     ignored = (deploy_dir.parent / ".dockerignore").read_text().split()
     assert {".git", ".venv", "tests"} <= set(ignored)
@@ -221,7 +247,8 @@ def test_kubernetes_workloads_run_as_non_root(deploy_dir: Path, name: str) -> No
     for c in spec["containers"]:
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
-        assert c["image"] == "graywire:0.1.0"
+        # The agent runs the slim image deploy/agent.Dockerfile builds; the rest the full one.
+        assert c["image"] == ("graywire-agent:0.1.0" if name.startswith("DaemonSet") else "graywire:0.1.0")
 
 
 def test_agent_daemonset_serves_the_port_the_service_scrapes(deploy_dir: Path) -> None:
