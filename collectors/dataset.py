@@ -21,6 +21,9 @@ import pyarrow.parquet as pq
 from graywire.collectors.schemas import SCHEMAS, record_kind
 
 HOUR_FMT = "%Y-%m-%dT%H"
+#: A file the writer has open has this name until it is closed: Parquet keeps its index at the
+#: end, so the file is unreadable until then, and readers skip it.
+OPEN_SUFFIX = ".parquet.tmp"
 
 
 def hour_of(batch: pa.RecordBatch) -> datetime:
@@ -81,7 +84,7 @@ class DatasetWriter:
             part.mkdir(parents=True, exist_ok=True)
             self._seq += 1
             path = part / f"part-{t.strftime('%Y%m%dT%H%M%S%f')}-{self._seq:05d}.parquet"
-            tmp = path.with_suffix(".parquet.tmp")
+            tmp = path.with_suffix(OPEN_SUFFIX)
             # Dictionary-encode only the key columns: counters are high-cardinality, and trying
             # a dictionary on them first costs a third of the write time for nothing.
             dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
@@ -102,7 +105,7 @@ class DatasetWriter:
         f = self._open.pop(kind)
         self._flush(f)
         f.writer.close()
-        f.path.with_suffix(".parquet.tmp").rename(f.path)
+        f.path.with_suffix(OPEN_SUFFIX).rename(f.path)
 
     def close(self) -> None:
         for kind in list(self._open):
@@ -126,6 +129,11 @@ def _files(root: Path, kind: str) -> list[Path]:
     if not base.is_dir():
         return []
     return sorted(p for d in sorted(base.glob("hour=*")) for p in d.glob("*.parquet"))
+
+
+def open_files(root: str | Path) -> list[Path]:
+    """Files a writer still has open under ``root`` (a live archive), which readers skip."""
+    return sorted(Path(root).glob(f"*/hour=*/*{OPEN_SUFFIX}"))
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:

@@ -15,15 +15,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-from sklearn.ensemble import IsolationForest
 
+from graywire.collectors.extras import require
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, Scores, column
 from graywire.detectors.findings import Finding, Kind
 from graywire.detectors.robust import MAD_TO_SIGMA
+
+if TYPE_CHECKING:  # scikit-learn is the optional extra graywire[ml]: loaded when the detector is built
+    from sklearn.ensemble import IsolationForest
+
+#: What a missing scikit-learn is reported as.
+FEATURE = "the multivariate detector (multivariate_outliers: true)"
 
 PAUSE_COLUMNS = tuple(f"pfc{p}_{d}_pause_seconds_per_second" for p in range(8) for d in ("rx", "tx"))
 #: (feature name, rate columns summed, divided by the received bits rate: a ratio, not a rate)
@@ -78,6 +85,8 @@ class MultivariateOutlier:
     def __init__(self, fabric: Fabric, cfg: MultivariateConfig | None = None) -> None:
         self.fabric = fabric
         self.cfg = cfg or MultivariateConfig()
+        # Here, not at the first fit: a missing extra fails when the pipeline is built.
+        self._forest: type[IsolationForest] = require("sklearn.ensemble", FEATURE).IsolationForest
         self.port_index = PortIndexer(fabric)
         self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
         self.rng = np.random.default_rng(self.cfg.seed)
@@ -196,7 +205,7 @@ class MultivariateOutlier:
         cfg = self.cfg
         if self.pool.shape[0] < cfg.min_ports:
             return
-        model = IsolationForest(n_estimators=cfg.n_estimators, max_samples=256, random_state=cfg.seed)
+        model = self._forest(n_estimators=cfg.n_estimators, max_samples=256, random_state=cfg.seed)
         model.fit(self.pool)
         train = model.score_samples(self.pool)
         self.threshold = float(np.quantile(train, cfg.threshold_quantile))

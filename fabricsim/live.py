@@ -99,7 +99,7 @@ def snmpsim_binary() -> str:
         Path(sys.executable).parent / "snmpsim-command-responder"
     )
     if not Path(found).exists():
-        raise RuntimeError("snmpsim-command-responder not found: pip install snmpsim pysmi")
+        raise RuntimeError("snmpsim-command-responder not found: pip install 'graywire[fakes]'")
     return found
 
 

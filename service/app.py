@@ -62,6 +62,7 @@ def create_app(
     run_loop: bool = True,
 ) -> FastAPI:
     """Build the app; the poll loop starts with the server and stops with it."""
+    settings.check_extras()  # a configured feature without its optional extra: one line, now
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     fabric, collectors = sources or build_sources(settings)
     upgrade(settings.db_url)

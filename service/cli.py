@@ -129,7 +129,7 @@ def ber_thresholds(args: argparse.Namespace) -> str | None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from graywire.collectors.dataset import iter_replay
+    from graywire.collectors.dataset import iter_replay, open_files
     from graywire.collectors.model import INVENTORY, load_inventory
     from graywire.detectors.ber_thresholds import ThresholdTable
     from graywire.detectors.pipeline import Pipeline, default_detectors
@@ -171,11 +171,33 @@ def cmd_replay(args: argparse.Namespace) -> int:
         truth = json.loads(truth_path.read_text())
         report["score"] = score(findings, truth, pipe.kinds).as_dict()
     report["ber_thresholds"] = ber or "generic PAM4 rule"
+    still_open = open_files(root)
+    report["open_files"] = len(still_open)
+    note = _replay_note(root, polls, still_open)
+    if note:
+        report["note"] = note
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
         _print_report(report)
     return 0
+
+
+def _replay_note(root: Path, batches: int, still_open: list[Path]) -> str | None:
+    """Why a replay found less than the directory seems to hold: files still open, or none."""
+    if still_open:
+        n = len(still_open)
+        hours = sorted({p.parent.name.removeprefix("hour=") for p in still_open})
+        files = f"{n} file{'s' if n > 1 else ''} of hour{'s' if len(hours) > 1 else ''} {', '.join(hours)}"
+        what = f"0 batches: {files}" if batches == 0 else f"not replayed: {files}"
+        return (
+            f"{what} {'are' if n > 1 else 'is'} still being written (*.parquet.tmp: the archive is live); "
+            "replay reads closed files only. The service closes them every archive.roll (5m by default), "
+            "at the turn of the hour and when it stops: replay again then"
+        )
+    if batches == 0:
+        return f"0 batches: {root} holds no closed <record>/hour=*/*.parquet file"
+    return None
 
 
 def _fmt(v: Any, pct: bool = False) -> str:
@@ -187,6 +209,8 @@ def _fmt(v: Any, pct: bool = False) -> str:
 def _print_report(report: dict[str, Any]) -> None:
     print(f"\n{report['batches']} batches, {report['findings']} findings opened, {report['seconds']} s")
     print(f"BER judged against: {report['ber_thresholds']}")
+    if report.get("note"):
+        print(f"note: {report['note']}")
     sc = report.get("score")
     if not sc:
         print("no truth.json: nothing to score against")

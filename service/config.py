@@ -32,6 +32,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from graywire.collectors import extras
 from graywire.collectors.discovery import ExpectRule, PurposeRule
 from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.nccl import NcclSourceConfig
@@ -443,6 +444,29 @@ class Settings(BaseSettings):
             if t.scope is not None and t.scope.scheduler == "slurmrest" and self.scheduler.slurmrest is None:
                 raise ValueError(f"token {t.name!r}: scope scheduler slurmrest needs scheduler.slurmrest.url")
         return self
+
+    def check_extras(self) -> None:
+        """Raise ``MissingExtra`` (one line per feature) when a configured feature needs an
+        optional dependency that is not installed: at start-up, before any source runs."""
+        needs = [(m, f) for m, f in self._optional_features() if not extras.available(m)]
+        if needs:
+            lines = [extras.missing_message(m, f) for m, f in needs]
+            raise extras.MissingExtra("\n".join(lines), name=needs[0][0])
+
+    def _optional_features(self) -> list[tuple[str, str]]:
+        """(module, what needs it) for every configured feature that needs an optional extra."""
+        out = []
+        for i, src in enumerate(self.sources):
+            if isinstance(src, SnmpSourceConfig):
+                names = [t.name or t.host for t in src.targets]
+                shown = ", ".join(names[:3]) + (f", ... ({len(names)} switches)" if len(names) > 3 else "")
+                out.append(("pysnmp", f"sources.{i} (type snmp: {shown})"))
+        if self.multivariate_outliers:
+            out.append(("sklearn", "multivariate_outliers: true"))
+        for t in self.auth.tokens:
+            if t.scope is not None and t.scope.scheduler == "kubernetes":
+                out.append(("kubernetes", f"token {t.name!r} (scope scheduler kubernetes)"))
+        return out
 
     @property
     def scrape_timeout_seconds(self) -> float:

@@ -38,7 +38,7 @@ from graywire.collectors.discovery import (
 )
 from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.model import Fabric, load_inventory
-from graywire.collectors.snmp import SnmpSourceConfig, walk_lldp
+from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmRestCollector, UfmSourceConfig
 from graywire.service.config import Settings
 
@@ -113,6 +113,8 @@ def lldp_topology(
 ) -> tuple[pa.Table, pa.Table, list[str], str]:
     """LLDP neighbours of the switches of ``sources``, as port facts and cables; host NICs named
     by their RDMA devices where ``agents`` say which netdev or MAC each one is."""
+    from graywire.collectors.snmp import walk_lldp  # here: pysnmp is the optional extra graywire[snmp]
+
     walked = [walk_lldp(s) for s in sources]
     switches = {n for w in walked for n in w.interfaces["switch"].to_pylist()}
     hosts = sorted({n for w in walked for n in w.neighbors["sys_name"].to_pylist() if n} - switches)

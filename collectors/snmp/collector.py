@@ -10,7 +10,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pyarrow as pa
-from pysnmp.hlapi.v3arch.asyncio import ContextData, UdpTransportTarget
 
 from graywire.collectors.base import ScrapeResult, Skips, failed
 from graywire.collectors.model import Fabric
@@ -18,7 +17,15 @@ from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
 from graywire.collectors.snmp.lldp import LLDP_COLUMNS, parse_lldp
 from graywire.collectors.snmp.oids import Oid
 from graywire.collectors.snmp.parse import PortSelector, build_batch, columns_to_walk, sys_name
-from graywire.collectors.snmp.walk import SnmpError, SnmpSession, Tables, auth_data, walk_columns
+from graywire.collectors.snmp.walk import (
+    ContextData,
+    SnmpError,
+    SnmpSession,
+    Tables,
+    UdpTransportTarget,
+    auth_data,
+    walk_columns,
+)
 
 SOURCE = "snmp"
 
@@ -62,7 +69,7 @@ class SnmpCollector:
         v3 = cfg.v3 if cfg.version == "3" else None
         self._config_error: str | None = None
         if v3 is not None and v3.priv_key is not None and importlib.util.find_spec("cryptography") is None:
-            self._config_error = "SNMPv3 privacy (priv_key) needs the 'cryptography' package (not installed)"
+            self._config_error = "SNMPv3 privacy (priv_key) needs cryptography: pip install 'graywire[snmp]'"
 
     def _lldp_due(self, now: datetime) -> bool:
         if not self.cfg.lldp:

@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from pysnmp.hlapi.v3arch.asyncio import ContextData, UdpTransportTarget
 
 from graywire.collectors.base import BAD_PORT, MALFORMED_LINE, Skips
 from graywire.collectors.keys import port_key
@@ -54,7 +53,16 @@ from graywire.collectors.schemas import LINK, make_batch
 from graywire.collectors.snmp import oids as O
 from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
 from graywire.collectors.snmp.parse import PortSelector, sys_name
-from graywire.collectors.snmp.walk import SnmpError, SnmpSession, Tables, Value, auth_data, walk_columns
+from graywire.collectors.snmp.walk import (
+    ContextData,
+    SnmpError,
+    SnmpSession,
+    Tables,
+    UdpTransportTarget,
+    Value,
+    auth_data,
+    walk_columns,
+)
 
 SOURCE = "lldp"
 

@@ -19,32 +19,40 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyasn1.type import univ
-from pysnmp.hlapi.v3arch.asyncio import (
-    USM_AUTH_HMAC96_MD5,
-    USM_AUTH_HMAC96_SHA,
-    USM_AUTH_HMAC128_SHA224,
-    USM_AUTH_HMAC192_SHA256,
-    USM_AUTH_HMAC256_SHA384,
-    USM_AUTH_HMAC384_SHA512,
-    USM_AUTH_NONE,
-    USM_PRIV_CBC56_DES,
-    USM_PRIV_CBC168_3DES,
-    USM_PRIV_CFB128_AES,
-    USM_PRIV_CFB192_AES,
-    USM_PRIV_CFB256_AES,
-    USM_PRIV_NONE,
-    CommunityData,
-    ContextData,
-    ObjectIdentity,
-    ObjectType,
-    SnmpEngine,
-    UdpTransportTarget,
-    UsmUserData,
-    bulk_cmd,
-)
-from pysnmp.proto.rfc1902 import ObjectName
-from pysnmp.smi import builder, view
+from graywire.collectors.extras import missing_import
+
+# pysnmp (and its pyasn1) is the optional extra graywire[snmp]; this is the one module that
+# imports it, so a missing extra is one line wherever SNMP is first used.
+try:
+    from pyasn1.type import univ
+    from pysnmp.hlapi.v3arch.asyncio import (
+        USM_AUTH_HMAC96_MD5,
+        USM_AUTH_HMAC96_SHA,
+        USM_AUTH_HMAC128_SHA224,
+        USM_AUTH_HMAC192_SHA256,
+        USM_AUTH_HMAC256_SHA384,
+        USM_AUTH_HMAC384_SHA512,
+        USM_AUTH_NONE,
+        USM_PRIV_CBC56_DES,
+        USM_PRIV_CBC168_3DES,
+        USM_PRIV_CFB128_AES,
+        USM_PRIV_CFB192_AES,
+        USM_PRIV_CFB256_AES,
+        USM_PRIV_NONE,
+        CommunityData,
+        ContextData,
+        ObjectIdentity,
+        ObjectType,
+        SnmpEngine,
+        UdpTransportTarget,
+        UsmUserData,
+        bulk_cmd,
+    )
+    from pysnmp.proto.rfc1902 import ObjectName
+    from pysnmp.smi import builder, view
+except ImportError as e:
+    raise missing_import("pysnmp", "SNMP (polling, LLDP discovery)", e) from None
+
 
 from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
 from graywire.collectors.snmp.oids import Oid, oid_text

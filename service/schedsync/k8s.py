@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from graywire.collectors.extras import require
 from graywire.service.schedsync.drainlist import DrainList
 from graywire.service.schedsync.plan import Action, Plan, SchedulerError, tagged_reason
 
@@ -27,6 +28,9 @@ CONDITION = "FabricLinkDegraded"
 OWNER_LABEL = "graywire.io/drained"
 REASON_ANNOTATION = "graywire.io/drain-reason"
 CORDON_ANNOTATION = "graywire.io/cordoned"
+#: What a missing client is reported as: it is the optional extra graywire[k8s], loaded by
+#: ``load_core_api`` (every other use of it follows one).
+FEATURE = "the Kubernetes backend (k8s-sync, scheduler kubernetes)"
 
 
 #: A label value (what a job name must be to be selected by it) and a namespace name.
@@ -157,7 +161,8 @@ def undo_patches(node: KubeNode, now: str | None = None) -> tuple[dict[str, Any]
 
 def load_core_api(kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False) -> Any:
     """A ``CoreV1Api`` from the pod's service account or a kubeconfig (``$KUBECONFIG``, ~/.kube/config)."""
-    from kubernetes import client, config
+    client = require("kubernetes.client", FEATURE)
+    config = require("kubernetes.config", FEATURE)
 
     try:
         if in_cluster:

@@ -10,6 +10,7 @@ import configparser
 import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,9 @@ def settings_from_text(text: str, tmp_path: Path) -> Settings:
     return load_settings(path)
 
 
-def dockerfile_instructions(deploy_dir: Path) -> dict[str, list[str]]:
+def dockerfile_instructions(deploy_dir: Path, name: str = "Dockerfile") -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    text = (deploy_dir / "Dockerfile").read_text().replace("\\\n", " ")
+    text = (deploy_dir / name).read_text().replace("\\\n", " ")
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
@@ -77,11 +78,50 @@ def test_dockerfile_runs_as_non_root_from_a_slim_base(deploy_dir: Path) -> None:
     assert entry == ["graywire"]
     parses(cmd)
     assert cmd[-1] == CONFIG_PATH
-    # Only what the image needs is copied, and every package the project declares is.
-    root = deploy_dir.parent
-    copied = {c.split()[0] for c in ins["COPY"] if not c.startswith("--from")}
-    for pkg in ("collectors", "detectors", "service", "fabricsim", "migrations"):
-        assert pkg in copied and (root / pkg / "__init__.py").exists()
+    assert copied_sources(deploy_dir, ins) == {"pyproject.toml", "README.md", *package_folders(deploy_dir)}
+    # Every optional feature by default (the service's config may use any), or the ones asked for.
+    assert "EXTRAS=all" in ins["ARG"]
+    assert any('pip install "/src[${EXTRAS}]"' in r for r in ins["RUN"])
+
+
+def package_folders(deploy_dir: Path) -> set[str]:
+    """The folders the wheel is built from: setuptools fails on a listed one that is missing."""
+    cfg = tomllib.loads((deploy_dir.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return set(cfg["package-dir"].values())
+
+
+def copied_sources(deploy_dir: Path, ins: dict[str, list[str]]) -> set[str]:
+    """What the build copies from the context (not between stages); each must exist there."""
+    copied = {w for c in ins["COPY"] if not c.startswith("--from") for w in c.split()[:-1]}
+    for src in copied:
+        assert (deploy_dir.parent / src).exists(), src
+    return copied
+
+
+def test_agent_dockerfile_builds_the_agent_alone(deploy_dir: Path) -> None:
+    """A slim image: graywire without its dependencies, then the agent's requirement set only."""
+    ins = dockerfile_instructions(deploy_dir, "agent.Dockerfile")
+    assert all("slim" in base for base in ins["FROM"])
+    (user,) = ins["USER"]
+    assert user.split(":")[0] not in {"root", "0"}
+    assert ins["EXPOSE"] == [str(AGENT_PORT)]
+    assert yaml.safe_load(ins["ENTRYPOINT"][0]) == ["graywire"]
+    cmd = yaml.safe_load(ins["CMD"][0])
+    parses(cmd)
+    assert cmd[0] == "agent"
+    requirements = "deploy/agent-requirements.txt"
+    assert copied_sources(deploy_dir, ins) == {
+        "pyproject.toml",
+        "README.md",
+        requirements,
+        *package_folders(deploy_dir),
+    }
+    (install,) = [r for r in ins["RUN"] if " install " in r and "apt-get" not in r]
+    assert "install --no-deps /src" in install and f"install -r /src/{requirements}" in install
+    # The context leaves deploy/ out, but for the requirement set the build reads.
+    ignored = (deploy_dir.parent / ".dockerignore").read_text().split()
+    assert "deploy" in ignored and f"!{requirements}" in ignored
+    assert ignored.index(f"!{requirements}") > ignored.index("deploy")  # the later line wins
 
 
 def test_dockerignore_keeps_the_context_small(deploy_dir: Path) -> None:
@@ -207,7 +247,8 @@ def test_kubernetes_workloads_run_as_non_root(deploy_dir: Path, name: str) -> No
     for c in spec["containers"]:
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
-        assert c["image"] == "graywire:0.1.0"
+        # The agent runs the slim image deploy/agent.Dockerfile builds; the rest the full one.
+        assert c["image"] == ("graywire-agent:0.1.0" if name.startswith("DaemonSet") else "graywire:0.1.0")
 
 
 def test_agent_daemonset_serves_the_port_the_service_scrapes(deploy_dir: Path) -> None:

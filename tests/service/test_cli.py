@@ -14,9 +14,12 @@ import pytest
 import sqlalchemy as sa
 from fastapi import FastAPI
 
-from graywire.collectors.dataset import iter_polls
+from graywire.collectors.dataset import DatasetWriter, iter_polls
 from graywire.collectors.host.agent_wire import DEFAULT_AGENT_PORT
+from graywire.collectors.model import INVENTORY
 from graywire.fabricsim.faults import CABLING_KINDS
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 from graywire.service.cli import DEMO_FAULTS, ber_thresholds, build_parser, main
 from graywire.service.config import FabricSimSource
 from graywire.service.simulated import FabricSimCollector
@@ -51,6 +54,60 @@ def test_replay_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "is not a directory" in capsys.readouterr().err
     assert main(["replay", str(tmp_path)]) == 2
     assert "no inventory" in capsys.readouterr().err
+
+
+def test_replay_of_a_live_archive_says_its_files_are_still_being_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The service's archive writer (the same rolling by data time) with its files still open:
+    replay says so instead of a bare "0 batches", and replays what has closed."""
+    sim = FabricSim(
+        SimConfig(topology=TopologySpec(hosts=4), interval_s=60.0, duration_s=600.0, faults="none")
+    )
+    root = tmp_path / "archive"
+    root.mkdir()
+    sim.fabric.write_inventory(root / INVENTORY)
+    writer = DatasetWriter(root, roll_seconds=300.0)
+    steps = iter(sim.run())
+
+    def archive(n: int) -> None:
+        for step, _ in zip(steps, range(n), strict=False):
+            for batch in (step.port_sample, step.nccl_timing):
+                if batch is not None:
+                    writer.write(batch)
+
+    def replay() -> tuple[dict, str]:
+        assert main(["replay", str(root), "-q"]) == 0
+        text = capsys.readouterr().out
+        assert main(["replay", str(root), "-q", "--json"]) == 0
+        return json.loads(capsys.readouterr().out), text
+
+    hour = f"{EPOCH:%Y-%m-%dT%H}"
+    archive(3)  # three polls, every file still open
+    report, text = replay()
+    assert (report["batches"], report["open_files"]) == (0, 2)
+    assert report["note"].startswith(f"0 batches: 2 files of hour {hour} are still being written")
+    assert "replay reads closed files only" in report["note"]
+    assert f"note: {report['note']}" in text
+
+    archive(5)  # past archive.roll of data time: the first files closed, new ones opened
+    report, text = replay()
+    assert report["batches"] > 0 and report["open_files"] == 2
+    assert report["note"].startswith(f"not replayed: 2 files of hour {hour} are still being written")
+
+    writer.close()  # the service stopped: everything replays, nothing to say
+    report, text = replay()
+    assert report["open_files"] == 0 and "note" not in report and "note:" not in text
+    assert report["batches"] == 8 + 7  # port samples every poll, NCCL timings from the second on
+
+
+def test_replay_of_an_empty_archive_says_there_is_nothing_closed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build_fabric(TopologySpec(hosts=2)).write_inventory(tmp_path / INVENTORY)
+    assert main(["replay", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["note"] == f"0 batches: {tmp_path} holds no closed <record>/hour=*/*.parquet file"
 
 
 def test_ber_thresholds_default_to_the_environment_when_the_command_runs(
