@@ -83,6 +83,11 @@ class AlertEvent:
     runbook_url: str | None = None
     #: An operator acknowledged the incident (``POST /api/v1/incidents/{id}/ack``).
     acknowledged: bool = False
+    #: Root causes: the incident this one folds under, and why; the effects folded under this
+    #: one (``#id kind entity``), at most ``MAX_EFFECTS_SHOWN`` of them, then how many more.
+    caused_by: int | None = None
+    cause_reason: str | None = None
+    effects: list[str] = field(default_factory=list)
 
     @classmethod
     def from_incident(
@@ -114,6 +119,8 @@ class AlertEvent:
             finding_count=inc.finding_count,
             stored_late=late if isinstance(late, dict) else None,
             acknowledged=inc.status == "acknowledged",
+            caused_by=inc.caused_by,
+            cause_reason=inc.cause_reason,
         )
         return (context or NO_CONTEXT).describe(event, inc.evidence)
 
@@ -172,6 +179,11 @@ class AlertEvent:
         out = {"summary": self.summary, "description": description}
         if self.runbook_url:
             out["runbook_url"] = self.runbook_url
+        if self.caused_by is not None:
+            why = f": {self.cause_reason}" if self.cause_reason else ""
+            out["caused_by"] = f"incident {self.caused_by}{why}"
+        if self.effects:
+            out["effects"] = "; ".join(self.effects)
         note = self.late_note()
         if note:
             out["description"] += f"; {note}"

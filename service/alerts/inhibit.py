@@ -112,3 +112,25 @@ def load_effects(session: Session) -> set[int]:
             .where(Incident.status.in_(ACTIVE_STATUSES), cause.status.in_(ACTIVE_STATUSES))
         )
     )
+
+
+#: Effects listed by name on their cause's page; the rest are counted.
+MAX_EFFECTS_SHOWN = 10
+
+
+def load_effect_lines(session: Session) -> dict[int, list[str]]:
+    """Active cause id -> its active effects as ``#id kind entity``, for the cause's page."""
+    cause = aliased(Incident)
+    out: dict[int, list[str]] = {}
+    rows = session.execute(
+        sa.select(Incident.caused_by, Incident.id, Incident.kind, Incident.entity)
+        .join(cause, cause.id == Incident.caused_by)
+        .where(Incident.status.in_(ACTIVE_STATUSES), cause.status.in_(ACTIVE_STATUSES))
+        .order_by(Incident.caused_by, Incident.id)
+    )
+    for cid, eid, kind, entity in rows:
+        out.setdefault(int(cid), []).append(f"#{eid} {kind} {entity}")
+    for cid, lines in out.items():
+        if len(lines) > MAX_EFFECTS_SHOWN:
+            out[cid] = [*lines[:MAX_EFFECTS_SHOWN], f"and {len(lines) - MAX_EFFECTS_SHOWN} more"]
+    return out

@@ -76,6 +76,7 @@ def event(
                 "link": ev.link,
                 "labels": ev.labels(),
                 **({"runbook_url": ev.runbook_url} if ev.runbook_url else {}),
+                **({"effects": ev.effects} if ev.effects else {}),
                 "score": ev.score,
                 "confidence": ev.confidence,
                 "opened_at": ev.opened_at,

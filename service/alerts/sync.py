@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 from graywire.detectors.findings import SEVERITY_RANK
 from graywire.service.alerts import outbox
 from graywire.service.alerts.events import NO_CONTEXT, AlertContext, AlertEvent, EventStatus
-from graywire.service.alerts.inhibit import load_effects, load_inhibited
+from graywire.service.alerts.inhibit import load_effect_lines, load_effects, load_inhibited
 from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
 from graywire.service.models import ACTIVE_STATUSES, AlertState, Incident, LateEpisode, Silence
 
@@ -86,9 +86,12 @@ class SyncResult:
     dropped: Counter[tuple[str, str, str]] = dataclasses.field(default_factory=Counter)
 
 
-def _snapshot(inc: Incident, started_at: datetime, context: AlertContext) -> AlertEvent:
+def _snapshot(
+    inc: Incident, started_at: datetime, context: AlertContext, effects: dict[int, list[str]]
+) -> AlertEvent:
     status = "firing" if inc.status in ACTIVE_STATUSES else "resolved"
-    return AlertEvent.from_incident(inc, status, started_at, context)
+    event = AlertEvent.from_incident(inc, status, started_at, context)
+    return dataclasses.replace(event, effects=effects.get(inc.id, [])) if inc.id in effects else event
 
 
 def _resolve_of(sent: AlertEvent, inc: Incident, now: datetime) -> AlertEvent:
@@ -153,6 +156,7 @@ def sync_alerts(
         }
         inhibited = load_inhibited(session) if any(t.inhibit for t in targets) else set()
         effects = load_effects(session) if any(t.inhibit for t in targets) else set()
+        effect_lines = load_effect_lines(session)
         late: dict[int, list[LateEpisode]] = {}
         for ep in session.scalars(
             sa.select(LateEpisode).order_by(LateEpisode.incident_id, LateEpisode.episode)
@@ -160,7 +164,7 @@ def sync_alerts(
             late.setdefault(ep.incident_id, []).append(ep)
         for target in targets:
             held_back = (inhibited | effects) if target.inhibit else set()
-            _sync_receiver(session, target, now, result, silenced, held_back, late)
+            _sync_receiver(session, target, now, result, silenced, held_back, late, effect_lines)
         if retention_s is not None:
             before = now - timedelta(seconds=retention_s)
             result.pruned = outbox.prune_delivered(session, before)
@@ -222,6 +226,7 @@ def _sync_receiver(
     silenced: set[tuple[str, str]],
     inhibited: set[int],
     late: dict[int, list[LateEpisode]],
+    effect_lines: dict[int, list[str]],
 ) -> None:
     name = target.name
     floor = SEVERITY_RANK[target.min_severity]
@@ -288,7 +293,7 @@ def _sync_receiver(
             if target.inhibit and (now - started).total_seconds() < target.group_wait_s:
                 result.held += 1
                 continue
-            event = _snapshot(inc, started, target.context)
+            event = _snapshot(inc, started, target.context, effect_lines)
             outbox.enqueue(session, name, "trigger", event, now)
             result.triggered += 1
             if target.acknowledge and event.acknowledged:  # acknowledged before it was paged
@@ -305,7 +310,7 @@ def _sync_receiver(
 
         # Still firing, same episode.
         sent = AlertEvent.from_dict(state.event)
-        current = _snapshot(inc, state.started_at, target.context)
+        current = _snapshot(inc, state.started_at, target.context, effect_lines)
         if current.labels() != sent.labels():
             if target.refresh_s is not None:
                 # Alertmanager knows alerts by label set: retire the old set, post the new one.

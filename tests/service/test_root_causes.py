@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from graywire.service.alerts.events import AlertEvent
 from graywire.service.alerts.outbox import OutboxMessage
 from graywire.service.alerts.sync import SyncTarget, sync_alerts
 from graywire.service.app import create_app
@@ -80,6 +81,18 @@ def test_a_link_fault_that_slows_nccl_is_one_page_with_its_effects(downgrade: Te
     result = sync_alerts(engine, [DIRECT, ALERTMANAGER], later)
     assert triggers(c) == {"pd": [link["id"]], "am": sorted([link["id"], *link["effects"]])}
     assert result.inhibited == len(slow)
+    # The cause's page lists its effects; Alertmanager's copy of an effect names its cause.
+    with Session(engine) as session:
+        events = {
+            (m.receiver, m.incident_id): m.event
+            for m in session.scalars(sa.select(OutboxMessage).where(OutboxMessage.action == "trigger"))
+        }
+    assert events[("pd", link["id"])]["effects"] == [
+        f"#{i['id']} nccl_channel_slow {i['entity']}" for i in sorted(slow, key=lambda i: i["id"])
+    ]
+    effect = AlertEvent.from_dict(events[("am", slow[0]["id"])])
+    why = effect.annotations()["caused_by"]
+    assert why.startswith(f"incident {link['id']}: its rank's NIC is on a bad link")
     # The drain is the host's, for the link, with the NCCL evidence beside it.
     (drain,) = c.get("/api/v1/drain").json()
     assert drain["node"] == "gpu-0003" and link["id"] in drain["incident_ids"]

@@ -164,3 +164,40 @@ def test_the_shipped_inhibit_rule_targets_exactly_the_port_link_and_path_kinds()
 
 def _alertname(kind: str) -> str:
     return "Graywire" + "".join(part.capitalize() for part in kind.split("_"))
+
+
+def test_a_bad_link_inhibits_the_slow_nccl_rank_on_its_nic_by_the_port_label(
+    tmp_path: Path, sqlite_engine: Engine
+) -> None:
+    """The cause pages, its effect is suppressed: what graywire's ``caused_by`` says, in
+    Alertmanager's own terms."""
+    store = IncidentStore(sqlite_engine)
+    drain = DrainEngine(sqlite_engine, store, FABRIC, DrainPolicy(), clock=lambda: datetime.now(UTC))
+    drain.sync_inventory()
+    link = downgrade(3)
+    nic = "gpu-0003/mlx5_2"
+    on_nic = finding("world|AllReduce|29|rank 26", kind="nccl_channel_slow", severity="warning",
+                     node="gpu-0003", port=nic, evidence={"job": "train-42"})  # fmt: skip
+    other_nic = finding("world|AllReduce|29|rank 29", kind="nccl_channel_slow", severity="warning",
+                        node="gpu-0003", port="gpu-0003/mlx5_5", evidence={"job": "train-42"})  # fmt: skip
+    store.apply([link, on_nic, other_nic])
+    drain.evaluate()  # records the root causes too
+    caused = {i["entity"]: i["caused_by"] for i in store.list_incidents()}
+    assert caused[on_nic.entity] is not None and caused[other_nic.entity] is None
+
+    with running_alertmanager(tmp_path, SHIPPED.read_text()) as am:
+        settings = AlertsSettings(
+            labels={"cluster": "eu-1"},
+            alertmanager={"urls": [am], "refresh_interval": "1m"},
+            retry={"initial_backoff": "0.1s", "max_backoff": "1s"},
+        )
+        dispatcher = Dispatcher(sqlite_engine, settings, fabric=FABRIC)
+        cycle_until(dispatcher, lambda: len(graywire_alerts(am)) == 3)
+
+        def state() -> dict[str, str]:
+            return {e: a["status"]["state"] for e, a in graywire_alerts(am).items()}
+
+        wait_until(lambda: state()[on_nic.entity] == "suppressed")
+        alerts = graywire_alerts(am)
+        assert alerts[on_nic.entity]["status"]["inhibitedBy"] == [fingerprint(alerts[link.entity]["labels"])]
+        assert state()[link.entity] == "active" and state()[other_nic.entity] == "active"
