@@ -317,6 +317,8 @@ def cmd_fakes(args: argparse.Namespace) -> int:
         run_fakes(cfg, say=lambda line: print(line, flush=True))
     except RuntimeError as e:
         raise ValueError(str(e)) from e
+    except KeyboardInterrupt:
+        return 0  # asked to stop (Ctrl-C, kill, systemd): everything it started has stopped
     return 0
 
 

@@ -84,8 +84,19 @@ def test_pfc_storm_found_within_two_polls_and_cleared(seed: int) -> None:
     run = simulate(f"pfc_storm@60s+120s:{HOST}", seed)
     fault = run.faults[0]
     assert (fault.port, fault.node, fault.start_s, fault.end_s) == (HOST, "gpu-0003", START, 180.0)
-    assert [f.status for f in run.pfc] == ["firing", "cleared"]
-    f, c = run.pfc
+    culprit = [f for f in run.pfc if f.entity == HOST]
+    assert [f.status for f in culprit] == ["firing", "cleared"]
+    # The storm spreads: the leaf, its buffers full, pauses every other port feeding it. Those
+    # are reported where they are (the leaf's ports), and clear with the storm.
+    leaf = LEAF.split("/")[0]
+    assert fault.extra == {"spreads_to": leaf}
+    spread = [f for f in run.pfc if f.entity != HOST]
+    assert spread and all(f.node == leaf and f.port.startswith(f"{leaf}/") for f in spread)
+    by_port: dict[str, list[str]] = {}
+    for x in spread:
+        by_port.setdefault(x.entity, []).append(x.status)
+    assert all(statuses == ["firing", "cleared"] for statuses in by_port.values()), by_port
+    f, c = culprit
     assert f.kind == "pfc_storm" and f.detector == "pfc_storm/1"
     check_place(f)
     assert f.severity == "critical"

@@ -283,3 +283,59 @@ def test_every_option_of_every_command_says_what_it_is_for() -> None:
     assert walk(parser, "graywire") == []
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert all(c in (parser.description or "") for c in commands), "the top-level help names every command"
+
+
+def _children(pid: int) -> set[int]:
+    """Every descendant of ``pid``, from each process's parent in /proc (Linux)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = {c for c, pp in parent.items() if pp == p and c not in out}
+        out |= kids
+        todo.extend(kids)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_to_fakes_stops_its_snmpsim(tmp_path: Path) -> None:
+    """``kill`` (or systemd's stop) of ``graywire fakes`` takes its snmpsim down with it."""
+    ports = [str(_free_port()) for _ in range(4)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graywire.service.cli", "fakes", "--out", str(tmp_path / "fakes"),
+         "--hosts", "4", "--seed", "3", "--ufm-port", ports[0], "--snmp-port", ports[1],
+         "--agent-port", ports[2], "--service-port", ports[3], "--agent-hosts", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in proc.stdout:
+            if line.startswith("then: graywire serve"):
+                break
+            assert time.monotonic() < deadline, "fakes never said it was ready"
+        snmpsim = [p for p in _children(proc.pid) if "snmpsim" in Path(f"/proc/{p}/cmdline").read_text()]
+        assert snmpsim, "fakes runs snmpsim as its child"
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0  # a stop it was asked for
+        deadline = time.monotonic() + 15
+        while any(_alive(p) for p in snmpsim):
+            assert time.monotonic() < deadline, "snmpsim outlived the fakes it belonged to"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
