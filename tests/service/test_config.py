@@ -163,3 +163,10 @@ def test_a_typo_is_named_with_what_was_meant(tmp_path: Path, overrides: dict, me
     with pytest.raises(ValueError) as e:
         load_settings(None, data_dir=tmp_path, **overrides)
     assert message in str(e.value) + "\n"
+
+
+def test_a_fresh_install_is_in_shadow_mode(tmp_path: Path) -> None:
+    """No config at all: drains are recommended, never acted on, until someone turns it off."""
+    settings = load_settings(None, data_dir=tmp_path)
+    assert settings.drain.shadow is True
+    assert (settings.drain.min_nodes, settings.drain.max_fraction) == (2, 0.1)

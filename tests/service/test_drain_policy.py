@@ -151,3 +151,13 @@ def test_pushed_timings_never_raise_a_verdict_to_a_drain_nor_keep_a_drain() -> N
     later = T0 + timedelta(minutes=11)
     d = by_node(decide([pushed], incs, cur, {}, OPEN, hosts=64, policy=POLICY, now=later))["gpu-0001"]
     assert (d.action, d.event) == ("none", "return_to_service")
+
+
+def test_two_drains_on_16_hosts_do_not_trip_the_breaker_a_third_does() -> None:
+    """10% of 16 hosts is one node; the cap never goes under drain.min_nodes (2)."""
+    two = decide([link("gpu-0001", 1), link("gpu-0002", 2)], incidents(1, 2), {}, {}, OPEN, hosts=16,
+                 policy=DrainPolicy(), now=T0)  # fmt: skip
+    assert [d.action for d in two.decisions] == ["drain", "drain"] and not two.tripped_now
+    three = decide([link(f"gpu-000{i}", i) for i in (1, 2, 3)], incidents(1, 2, 3), {}, {}, OPEN, hosts=16,
+                   policy=DrainPolicy(), now=T0)  # fmt: skip
+    assert sorted(d.action for d in three.decisions) == ["drain", "drain", "watch"] and three.tripped_now
