@@ -40,7 +40,8 @@ def run(repeat_from: int | None, repeats: int, jitter_s: float = 0.0) -> list[Fi
             batch = restamp(last, 10.0 * (k - last_k))  # the source kept serving one snapshot
         else:
             last, last_k = batch, k
-        found += [f for f in pipe.process(batch) if f.kind == "pfc_storm"]
+        # The storming NIC itself (its leaf's ports pausing their hosts are the spread).
+        found += [f for f in pipe.process(batch) if f.kind == "pfc_storm" and f.port == NIC]
     return found
 
 
