@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from graywire.service.fabric_state import FabricState, StateBoard
-from graywire.service.metrics.exposition import ArrayGauge, render_labels
+from graywire.service.metrics.exposition import Extra, PortFamily, PortLabels
 from graywire.service.metrics.nccl import per_channel_max
 from graywire.service.metrics.ports import (
     HEALTH_STATES,
@@ -51,7 +51,7 @@ class GraywireExporter(Collector):
 
     def __init__(self, board: StateBoard) -> None:
         self.board = board
-        self._port_labels: dict[tuple[tuple[str, str], ...], tuple[list[str], list[dict[str, str]]]] = {}
+        self._port_labels: PortLabels | None = None
 
     def collect(self) -> Iterator[Metric]:
         """Families of one published state: immutable, so rendering takes no lock at all."""
@@ -293,32 +293,23 @@ class GraywireExporter(Collector):
                 pause.add_metric([name], float(g.pfc_pause_ratio_max[i]))
         yield from (ports, below, ber, pause)
 
-    def _labels(
-        self, s: FabricState, extra: tuple[tuple[str, str], ...]
-    ) -> tuple[list[str], list[dict[str, str]]]:
-        """Label strings and dicts per port, built once and shared by every scrape (never mutated)."""
-        cached = self._port_labels.get(extra)
-        if cached is None:
-            f = s.fabric
-            names = ["port", "node", *(k for k, _ in extra)]
-            rows = [
-                (k, f.node_names[n], *(v for _, v in extra))
-                for k, n in zip(f.keys, f.node_of_port.tolist(), strict=True)
-            ]
-            cached = (render_labels(names, rows), [dict(zip(names, r, strict=True)) for r in rows])
-            self._port_labels[extra] = cached
-        return cached
+    def _labels(self, s: FabricState) -> PortLabels:
+        """Every port's label string, built once and shared by every family and scrape."""
+        if self._port_labels is None or self._port_labels.fabric is not s.fabric:
+            self._port_labels = PortLabels(s.fabric)
+        return self._port_labels
 
     def _port_family(
         self,
         s: FabricState,
         name: str,
         doc: str,
-        parts: Iterable[tuple[tuple[tuple[str, str], ...], np.ndarray]],
+        parts: Iterable[tuple[Extra, np.ndarray]],
+        typ: str = "gauge",
     ) -> Metric:
-        m = ArrayGauge(name, doc)
+        m = PortFamily(name, doc, typ, self._labels(s))
         for extra, values in parts:
-            m.add(*self._labels(s, extra), values)
+            m.add(extra, values)
         return m
 
     def _ports(self, s: FabricState) -> Iterator[Metric]:
@@ -327,7 +318,7 @@ class GraywireExporter(Collector):
         f = s.fabric
         reported = s.port_reported
         fig = s.figures
-        by_metric: dict[str, tuple[str, list[tuple[tuple[tuple[str, str], ...], np.ndarray]]]] = {}
+        by_metric: dict[str, tuple[str, list[tuple[Extra, np.ndarray]]]] = {}
         for ps in PORT_SERIES:
             by_metric.setdefault(ps.metric, (ps.help, []))[1].append((ps.extra, fig[ps.figure]))
         for name, (doc, parts) in by_metric.items():
