@@ -99,6 +99,9 @@ class MetricsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: Per-port and per-rank series. Off on very large fabrics: leaf/rail/channel aggregates stay.
     per_port: bool = True
+    #: With per-port series: the sources' cumulative counters too (``graywire_port_*_total``,
+    #: one series per port and source), so Prometheus's ``rate()`` works at any scrape interval.
+    raw_counters: bool = True
 
 
 class DrainSettings(BaseModel):

@@ -7,7 +7,8 @@ fabric model), rank and channel (the GPUs of the cluster), leaf and rail, detect
 severities; never a job id.
 
 ``metrics.per_port: false`` drops every per-port and per-rank series (the cardinality switch
-for very large fabrics); the leaf, rail and channel aggregates stay.
+for very large fabrics); the leaf, rail and channel aggregates stay. ``metrics.raw_counters:
+false`` drops only the sources' cumulative counters (``graywire_port_*_total``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from graywire.service.metrics.nccl import per_channel_max
 from graywire.service.metrics.ports import (
     HEALTH_STATES,
     PORT_SERIES,
+    RAW_COUNTERS,
     GroupFigures,
     group_figures,
 )
@@ -62,6 +64,7 @@ class GraywireExporter(Collector):
         yield from self._nccl(s)
         if s.per_port:
             yield from self._ports(s)
+            yield from self._raw_counters(s)
 
     def _service(self, s: FabricState) -> Iterator[Metric]:
         yield _gauge("graywire_ports", "Ports in the fabric model", s.fabric.n_ports)
@@ -344,6 +347,25 @@ class GraywireExporter(Collector):
             "Worst open incident on the port: 0 none, 1 warning, 2 critical",
             [((), np.where(reported, sev.astype(np.float64), np.nan))],
         )
+
+    def _raw_counters(self, s: FabricState) -> Iterator[Metric]:
+        """The sources' cumulative counters, one series per (port, source). A stale port's are
+        left out: its last value standing still would read as an idle link to ``rate()``."""
+        if not s.raw_counters:
+            return
+        stale = s.port_stale if s.port_stale is not None and s.port_stale.any() else None
+        families: dict[str, tuple[str, list[tuple[Extra, np.ndarray]]]] = {}
+        for rc in RAW_COUNTERS:
+            for source in sorted(s.raw_counters):
+                values = s.raw_counters[source].get(rc.column)
+                if values is None:
+                    continue
+                if stale is not None:
+                    values = np.where(stale, np.nan, values)
+                parts = families.setdefault(rc.metric, (rc.help, []))[1]
+                parts.append(((*rc.extra, ("source", source)), values))
+        for name, (doc, parts) in families.items():
+            yield self._port_family(s, name, doc, parts, "counter")
 
     # -- NCCL ----------------------------------------------------------------------------------
     def _nccl(self, s: FabricState) -> Iterator[Metric]:

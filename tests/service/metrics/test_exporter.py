@@ -20,7 +20,7 @@ from tests.scrape import run_promtool, scrape
 
 #: Labels a series may carry: each is bounded by the fabric model, the cluster's GPUs or the code.
 BOUNDED_LABELS = {
-    "port", "node", "direction", "leaf", "rail", "health", "host", "rank", "channel",
+    "port", "node", "direction", "priority", "leaf", "rail", "health", "host", "rank", "channel",
     "source", "target", "record", "kind", "severity", "status", "stage", "action", "receiver", "result",
     "shadow",
 }  # fmt: skip
