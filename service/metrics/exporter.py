@@ -13,12 +13,14 @@ false`` drops only the sources' cumulative counters (``graywire_port_*_total``).
 
 from __future__ import annotations
 
+import platform
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -408,7 +410,37 @@ class GraywireExporter(Collector):
         yield from (dur, ratio)
 
 
+def graywire_version() -> str:
+    """The installed distribution's version ("unknown" when run from an uninstalled tree)."""
+    try:
+        return version("graywire")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class BuildInfo(Collector):
+    """``graywire_build_info{version, python} 1``: join on it to tell replicas' versions apart."""
+
+    def __init__(self) -> None:
+        self.labels = [graywire_version(), platform.python_version()]
+
+    def collect(self) -> Iterator[Metric]:
+        g = GaugeMetricFamily(
+            "graywire_build_info",
+            "Always 1; the labels say which graywire and Python this process runs",
+            labels=["version", "python"],
+        )
+        g.add_metric(self.labels, 1)
+        yield g
+
+
 def make_registry(board: StateBoard) -> CollectorRegistry:
+    """graywire's series, its build, and the process's own (CPU, memory, file descriptors, start
+    time: ``process_*``; ``python_info``; ``python_gc_*``), as every Prometheus client exports."""
     registry = CollectorRegistry(auto_describe=False)
+    registry.register(BuildInfo())
     registry.register(GraywireExporter(board))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return registry

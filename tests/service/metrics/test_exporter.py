@@ -24,6 +24,8 @@ BOUNDED_LABELS = {
     "source", "target", "record", "kind", "severity", "status", "stage", "action", "receiver", "result",
     "shadow",
 }  # fmt: skip
+#: Constant labels of the build and the interpreter (one series each).
+BUILD_LABELS = {"version", "python", "implementation", "major", "minor", "patchlevel", "generation"}
 
 
 @pytest.fixture(scope="module")
@@ -107,11 +109,25 @@ def test_service_figures(full: str) -> None:
     assert value(full, "graywire_detector_rows_over_capacity_total", stage="nccl_step_time") == 0
 
 
+def test_build_info_and_the_process_metrics(full: str) -> None:
+    from importlib.metadata import version
+
+    (build,) = samples(full)["graywire_build_info"]
+    assert build[1] == 1 and build[0]["version"] == version("graywire") and build[0]["python"]
+    assert value(full, "process_resident_memory_bytes") > 0
+    assert value(full, "process_start_time_seconds") > 0
+    assert "process_cpu_seconds_total" in samples(full)
+    assert len(samples(full)["python_info"]) == 1
+
+
 @pytest.mark.parametrize("which", ["full", "aggregates_only"])
 def test_every_label_is_bounded(which: str, request: pytest.FixtureRequest) -> None:
     for name, rows in samples(request.getfixturevalue(which)).items():
         for labels, _ in rows:
-            assert set(labels) <= BOUNDED_LABELS, (name, labels)
+            allowed = BOUNDED_LABELS | (
+                BUILD_LABELS if name.startswith(("graywire_build", "python_")) else set()
+            )
+            assert set(labels) <= allowed, (name, labels)
 
 
 def test_cardinality_switch_keeps_only_aggregates(full: str, aggregates_only: str) -> None:
@@ -139,14 +155,15 @@ def test_fast_renderer_matches_prometheus_client(tmp_path: Path) -> None:
             app.state.runner.tick()
         registry = make_registry(app.state.fabric_state)
         ours, theirs = render(registry).decode(), generate_latest(registry).decode()
-    drop_volatile = {"graywire_scrape_staleness_seconds"}  # computed at collection time
+    # Computed at collection time: the ages, and the process's own figures.
+    drop_volatile = {"graywire_scrape_staleness_seconds"}
 
     def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         return {
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for f in text_string_to_metric_families(text)
             for s in f.samples
-            if s.name not in drop_volatile
+            if s.name not in drop_volatile and not s.name.startswith(("process_", "python_gc_"))
         }
 
     assert parsed(ours) == parsed(theirs)
@@ -172,7 +189,7 @@ def test_a_poll_completes_while_a_scrape_is_still_rendering(tmp_path: Path) -> N
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for f in text_string_to_metric_families(text)
             for s in f.samples
-            if s.name not in volatile
+            if s.name not in volatile and not s.name.startswith(("process_", "python_gc_"))
         }
 
     with TestClient(app):
