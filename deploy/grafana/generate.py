@@ -580,7 +580,7 @@ def port_detail() -> dict:
 
 
 def nccl_job() -> dict:
-    sel = '{host=~"$host"}'
+    sel = '{node=~"$node"}'
     panels = [
         panel(
             "heatmap",
@@ -622,8 +622,8 @@ def nccl_job() -> dict:
         ),
         panel(
             "timeseries",
-            "Slowdown by host",
-            [target(f"max by (host) (graywire_nccl_channel_slowdown_ratio{sel})", "{{host}}")],
+            "Slowdown by node",
+            [target(f"max by (node) (graywire_nccl_channel_slowdown_ratio{sel})", "{{node}}")],
             (10, 10, 14, 10),
             thresholds=[(None, "green"), (1.05, "orange"), (1.2, "red")],
         ),
@@ -650,7 +650,7 @@ def nccl_job() -> dict:
     ]
     variables = [
         query_var(
-            "host", "label_values(graywire_nccl_channel_duration_seconds, host)", multi=True, label="Host"
+            "node", "label_values(graywire_nccl_channel_duration_seconds, node)", multi=True, label="Node"
         )
     ]
     return dashboard(

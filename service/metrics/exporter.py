@@ -56,6 +56,7 @@ class GraywireExporter(Collector):
     def __init__(self, board: StateBoard) -> None:
         self.board = board
         self._port_labels: PortLabels | None = None
+        self._info_labels: PortLabels | None = None
 
     def collect(self) -> Iterator[Metric]:
         """Families of one published state: immutable, so rendering takes no lock at all."""
@@ -304,6 +305,29 @@ class GraywireExporter(Collector):
             self._port_labels = PortLabels(s.fabric)
         return self._port_labels
 
+    def _port_info(self, s: FabricState) -> Metric:
+        """``graywire_port_info{node, port, leaf, rail, role} 1`` for every port of the fabric
+        model: what dashboards join on (``and on (node)``) to narrow any per-port or per-rank
+        series to a leaf or a rail, without those labels on every series."""
+        f = s.fabric
+        if self._info_labels is None or self._info_labels.fabric is not f:
+            leaf = s.leaf_of_port.tolist()
+            columns = {
+                "leaf": [f.node_names[i] if i >= 0 else "" for i in leaf],
+                "rail": [str(r) if r >= 0 else "" for r in f.rail.tolist()],
+                "role": [f.node_roles[n] for n in f.node_of_port.tolist()],
+            }
+            self._info_labels = PortLabels(f, columns)
+        m = PortFamily(
+            "graywire_port_info",
+            "Always 1 per port of the fabric model; leaf: the leaf it is on or cabled to, rail: its rail, "
+            "role: its node's",
+            "gauge",
+            self._info_labels,
+        )
+        m.add((), np.ones(f.n_ports))
+        return m
+
     def _port_family(
         self,
         s: FabricState,
@@ -318,6 +342,7 @@ class GraywireExporter(Collector):
         return m
 
     def _ports(self, s: FabricState) -> Iterator[Metric]:
+        yield self._port_info(s)
         if s.port_reported is None:
             return
         f = s.fabric
@@ -391,7 +416,7 @@ class GraywireExporter(Collector):
         yield from (worst, ranks)
         if not s.per_port:
             return
-        labels = ["host", "rank", "channel"]
+        labels = ["node", "rank", "channel"]  # the rank's host, under the one label every series uses
         dur = GaugeMetricFamily(
             "graywire_nccl_channel_duration_seconds",
             "Mean duration of a rank's channel operations in the last poll",

@@ -147,7 +147,6 @@ def substitute(expr: str) -> str:
         ("$__rate_interval", "15s"),
         ("$node", "gpu-0002"),
         ("$port", ".*"),
-        ("$host", ".*"),
     ):
         expr = expr.replace(var, value)
     return expr

@@ -20,7 +20,7 @@ from tests.scrape import run_promtool, scrape
 
 #: Labels a series may carry: each is bounded by the fabric model, the cluster's GPUs or the code.
 BOUNDED_LABELS = {
-    "port", "node", "direction", "priority", "leaf", "rail", "health", "host", "rank", "channel",
+    "port", "node", "direction", "priority", "leaf", "rail", "health", "role", "rank", "channel",
     "source", "target", "record", "kind", "severity", "status", "stage", "action", "receiver", "result",
     "shadow",
 }  # fmt: skip
@@ -88,7 +88,7 @@ def test_leaf_and_rail_aggregates_count_the_degraded_link(full: str) -> None:
 
 def test_nccl_series_name_the_slow_rank_without_a_job_label(full: str) -> None:
     ratios = samples(full)["graywire_nccl_channel_slowdown_ratio"]
-    assert ratios and all(set(lv) == {"host", "rank", "channel"} for lv, _ in ratios)
+    assert ratios and all(set(lv) == {"node", "rank", "channel"} for lv, _ in ratios)
     worst_labels, worst = max(ratios, key=lambda s: s[1])
     assert worst > 1.2
     typical = sorted(v for _, v in ratios)[len(ratios) // 2]
@@ -107,6 +107,27 @@ def test_service_figures(full: str) -> None:
     assert value(full, "graywire_pipeline_lag_seconds") >= 0
     # A detector with bounded state says so from the start (0), so rate() works before any drop.
     assert value(full, "graywire_detector_rows_over_capacity_total", stage="nccl_step_time") == 0
+
+
+def test_one_label_names_a_host_on_every_series(full: str) -> None:
+    """Ports, ranks and drains all say ``node``; nothing spells a host another way."""
+    for name, rows in samples(full).items():
+        for labels, _ in rows:
+            assert not set(labels) & {"host", "hostname", "nodename", "instance_host"}, (name, labels)
+    ranks = {lv["node"] for lv, _ in samples(full)["graywire_nccl_channel_duration_seconds"]}
+    ports = {lv["node"] for lv, _ in samples(full)["graywire_port_health"]}
+    assert ranks and ranks <= ports
+
+
+def test_port_info_places_every_port_on_its_leaf_and_rail(full: str) -> None:
+    info = {lv["port"]: lv for lv, v in samples(full)["graywire_port_info"] if v == 1}
+    assert len(info) == value(full, "graywire_ports")
+    assert info["gpu-0002/mlx5_5"] == {
+        "node": "gpu-0002", "port": "gpu-0002/mlx5_5", "leaf": "leaf-r5-000", "rail": "5", "role": "host"
+    }  # fmt: skip
+    leaf_port = info[next(k for k, lv in info.items() if lv["role"] == "leaf")]
+    assert leaf_port["leaf"] == leaf_port["node"]
+    assert all("rail" not in lv for lv in info.values() if lv["role"] == "spine")
 
 
 def test_build_info_and_the_process_metrics(full: str) -> None:
