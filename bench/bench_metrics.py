@@ -1,9 +1,11 @@
-"""Cost of ``GET /metrics`` on a large fabric, with per-port series on and off.
+"""Cost of ``GET /metrics`` on a large fabric, with per-port series off, on without the raw
+counters, and on with them (the default).
 
 Run: ``python bench/bench_metrics.py [--hosts 4096] [--polls 3] [--renders 3]``. For each
-``metrics.per_port`` setting it starts the service over the built-in fabricsim source (32 ports
-per 8-GPU host: 4,096 hosts are 131,072 ports) with a link downgrade and a slow NCCL channel, runs
-the polls, then times a whole scrape through the HTTP app and the exposition alone (``render``).
+``metrics.per_port`` / ``metrics.raw_counters`` setting it starts the service over the built-in
+fabricsim source (32 ports per 8-GPU host: 4,096 hosts are 131,072 ports) with a link downgrade
+and a slow NCCL channel, runs the polls, then times a whole scrape through the HTTP app and the
+exposition alone (``render``).
 A scrape reads the fabric state the last poll published and takes no lock, so it never blocks a
 poll. It prints series, bytes, seconds (best and median) and peak RSS.
 """
@@ -46,14 +48,14 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def bench(hosts: int, per_port: bool, polls: int, renders: int) -> None:
+def bench(hosts: int, per_port: bool, raw_counters: bool, polls: int, renders: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(
             None,
             data_dir=Path(tmp),
             poll_interval="10s",
             sources=[{"type": "fabricsim", "hosts": hosts, "seed": 3, "faults": FAULTS}],
-            metrics={"per_port": per_port},
+            metrics={"per_port": per_port, "raw_counters": raw_counters},
             archive={"enabled": False},
         )
         app = create_app(settings, run_loop=False)
@@ -71,6 +73,7 @@ def bench(hosts: int, per_port: bool, polls: int, renders: int) -> None:
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
         print(
             f"hosts {hosts:6d}  ports {state.fabric.n_ports:8d}  per_port {'on ' if per_port else 'off'}"
+            f"  raw_counters {'on ' if per_port and raw_counters else 'off'}"
             f"  poll {poll_s:6.2f} s  series {series:9d}  {len(body) / 1e6:7.1f} MB"
         )
         print(f"  render (exposition only)  {fmt(render_times)}  {series / min(render_times):,.0f} series/s")
@@ -84,8 +87,8 @@ def main() -> None:
     ap.add_argument("--polls", type=int, default=3)
     ap.add_argument("--renders", type=int, default=3)
     args = ap.parse_args()
-    for per_port in (False, True):
-        bench(args.hosts, per_port, args.polls, args.renders)
+    for per_port, raw_counters in ((False, False), (True, False), (True, True)):
+        bench(args.hosts, per_port, raw_counters, args.polls, args.renders)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def create_app(
     engine = make_engine(settings.db_url)
     store = IncidentStore(engine)
     cache = ReadCache(engine, ttl_s=settings.http.read_cache_ttl.total_seconds())
-    state = StateBoard(fabric, per_port=settings.metrics.per_port)
+    state = StateBoard(fabric, settings.metrics.per_port, settings.metrics.raw_counters)
     registry = make_registry(state)
     drain = DrainEngine(engine, store, fabric, policy_from_settings(settings.drain))
     drain.sync_inventory()

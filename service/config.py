@@ -36,6 +36,7 @@ from graywire.collectors import extras
 from graywire.collectors.discovery import ExpectRule, PurposeRule
 from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.nccl import NcclSourceConfig
+from graywire.collectors.prometheus import PrometheusSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
 from graywire.collectors.units import Duration, PositiveDuration
@@ -80,11 +81,12 @@ SourceConfig = Annotated[
     | Annotated[NcclSourceConfig, Tag("nccl")]
     | Annotated[AgentSourceConfig, Tag("agent")]
     | Annotated[SnmpSourceConfig, Tag("snmp")]
-    | Annotated[UfmSourceConfig, Tag("ufm")],
+    | Annotated[UfmSourceConfig, Tag("ufm")]
+    | Annotated[PrometheusSourceConfig, Tag("prometheus")],
     Discriminator(
         _source_type,
         custom_error_type="source_type",
-        custom_error_message="each source needs a type: fabricsim, ufm, snmp, agent or nccl",
+        custom_error_message="each source needs a type: fabricsim, ufm, snmp, agent, nccl or prometheus",
     ),
 ]
 
@@ -100,6 +102,9 @@ class MetricsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: Per-port and per-rank series. Off on very large fabrics: leaf/rail/channel aggregates stay.
     per_port: bool = True
+    #: With per-port series: the sources' cumulative counters too (``graywire_port_*_total``,
+    #: one series per port and source), so Prometheus's ``rate()`` works at any scrape interval.
+    raw_counters: bool = True
 
 
 class StatusPageSettings(BaseModel):
@@ -522,7 +527,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         raise ValueError("invalid configuration:\n" + "\n".join(lines)) from None
 
 
-SOURCE_TYPES = ("fabricsim", "ufm", "snmp", "agent", "nccl")
+SOURCE_TYPES = ("fabricsim", "ufm", "snmp", "agent", "nccl", "prometheus")
 
 
 def _known_keys(model: Any = None, seen: set[Any] | None = None) -> set[str]:

@@ -27,7 +27,7 @@ from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import PORT_HEALTH
 from graywire.detectors.pipeline import StageStats
 from graywire.service.metrics.nccl import NcclSnapshot, nccl_snapshot
-from graywire.service.metrics.ports import FIGURES, leaf_of_ports, port_figures
+from graywire.service.metrics.ports import FIGURES, RawCounterBook, leaf_of_ports, port_figures
 
 _EMPTY: Mapping[Any, int] = MappingProxyType({})
 
@@ -94,6 +94,9 @@ class FabricState:
     port_phys_state: np.ndarray | None = None
     port_logical_state: np.ndarray | None = None
     port_updated: np.ndarray | None = None  # unix seconds of the sample
+    #: The sources' cumulative counters as last reported, by source and column, indexed by
+    #: fabric port (NaN = none); empty unless per-port series and ``metrics.raw_counters`` are on.
+    raw_counters: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=_empty)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -123,10 +126,11 @@ class StateBoard:
     themselves so no update is lost; readers never take it.
     """
 
-    def __init__(self, fabric: Fabric, per_port: bool = True) -> None:
+    def __init__(self, fabric: Fabric, per_port: bool = True, raw_counters: bool = True) -> None:
         self.fabric = fabric
         self._lock = threading.Lock()
         self._indexer = PortIndexer(fabric)
+        self._raw = RawCounterBook(fabric) if per_port and raw_counters else None
         self._state = FabricState(fabric, per_port, _frozen(leaf_of_ports(fabric)))
 
     @property
@@ -173,14 +177,17 @@ class StateBoard:
         """
         rows: Counter[str] = Counter()
         count: Counter[str] = Counter()
-        nccl_batches = []
+        nccl_batches, samples = [], []
         for b in batches:
             kind = record_kind(b.schema)
             rows[kind] += b.num_rows
             count[kind] += 1
             if kind == "nccl_timing":
                 nccl_batches.append(b)
+            elif kind == "port_sample":
+                samples.append(b)
         snap = nccl_snapshot(nccl_batches)
+        raw = self._raw.observe(samples) if self._raw is not None and samples else None
         idx = figures = None
         if port_rates is not None and port_rates.num_rows:
             idx = self._indexer(port_rates.column("port"))
@@ -209,6 +216,10 @@ class StateBoard:
                     }
                 )
                 changes["port_reported"] = _updated(s.port_reported, np.zeros(n, dtype=bool), idx, True)
+            if raw:
+                changes["raw_counters"] = MappingProxyType(
+                    {**s.raw_counters, **{src: MappingProxyType(a) for src, a in raw.items()}}
+                )
             self._publish(**changes)
 
     def record_ports(

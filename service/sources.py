@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graywire.collectors import nccl, snmp, ufm
+from graywire.collectors import nccl, prometheus, snmp, ufm
 from graywire.collectors.base import Collector
 from graywire.collectors.host import agent_client
 from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.model import Fabric, load_inventory
 from graywire.collectors.nccl import NcclSourceConfig
+from graywire.collectors.prometheus import PrometheusSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
 from graywire.service.config import FabricSimSource, Settings
@@ -56,4 +57,6 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
             collectors.extend(snmp.build_collectors(cfg, fabric))
         elif isinstance(cfg, UfmSourceConfig):
             collectors.extend(ufm.build_collectors(cfg, fabric))
+        elif isinstance(cfg, PrometheusSourceConfig):
+            collectors.extend(prometheus.build_collectors(cfg, fabric))
     return fabric, collectors

@@ -4,6 +4,13 @@
 The JSON files are committed (Grafana provisioning reads them); the tests check they equal
 this script's output and that every query names a metric graywire exports. UIDs are fixed so
 links and bookmarks survive regeneration. Standard library only: no network, no SDK.
+
+Every dashboard has ``cluster`` and ``job`` variables: the Prometheus target labels of the
+graywire deployment (``job`` is the scrape job, never a training job: graywire exports no job
+ids; ``cluster`` is a target label set in the scrape config, or an external label where a
+global view such as Thanos or Mimir answers). ``leaf`` and ``rail`` narrow the fabric: the
+leaf and rail aggregates carry them, and per-port and per-rank series are joined to
+``graywire_port_info`` on their node. Annotations mark open incidents and firing graywire alerts.
 """
 
 from __future__ import annotations
@@ -116,7 +123,12 @@ def query_var(name: str, query: str, *, multi: bool = False, label: str = "") ->
 
 
 def dashboard(
-    uid: str, title: str, description: str, panels: list[Panel], variables: list[dict[str, Any]]
+    uid: str,
+    title: str,
+    description: str,
+    panels: list[Panel],
+    variables: list[dict[str, Any]],
+    annotations: list[dict[str, Any]],
 ) -> dict:
     for i, p in enumerate(panels, start=1):
         p["id"] = i
@@ -133,7 +145,7 @@ def dashboard(
         "version": 1,
         "time": {"from": "now-6h", "to": "now"},
         "templating": {"list": [datasource_var(), *variables]},
-        "annotations": {"list": []},
+        "annotations": {"list": annotations},
         "links": [
             {
                 "type": "dashboards",
@@ -160,8 +172,75 @@ HEALTH_MAPPING = [
 STACKED = {"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60, "lineWidth": 1}
 LOG_Y = {"scaleDistribution": {"type": "log", "log": 10}}
 
+#: The graywire deployment(s) a dashboard shows: every selector carries it.
+SCOPE = 'cluster=~"$cluster", job=~"$job"'
+#: Ports of the chosen leaves and rails (the fabric model's ports, per_port series on).
+IN_FABRIC = f'graywire_port_info{{{SCOPE}, leaf=~"$leaf", rail=~"$rail"}}'
+
+
+def sel(*matchers: str) -> str:
+    """A label selector: the scope, then ``matchers``."""
+    return "{" + ", ".join((SCOPE, *matchers)) + "}"
+
+
+def scope_vars(*, fabric: bool = True) -> list[dict[str, Any]]:
+    """cluster and job, then (``fabric``) leaf and rail, each filtered by the ones before it."""
+    out = [
+        query_var("cluster", "label_values(graywire_build_info, cluster)", multi=True, label="Cluster"),
+        query_var(
+            "job", 'label_values(graywire_build_info{cluster=~"$cluster"}, job)', multi=True, label="Job"
+        ),
+    ]
+    if fabric:
+        out += [
+            query_var("leaf", f"label_values(graywire_leaf_ports{sel()}, leaf)", multi=True, label="Leaf"),
+            query_var("rail", f"label_values(graywire_rail_ports{sel()}, rail)", multi=True, label="Rail"),
+        ]
+    return out
+
+
+def annotation(name: str, expr: str, title: str, text: str, tags: str, color: str) -> dict[str, Any]:
+    """A Prometheus annotation: a region while ``expr`` has a value (step 30 s)."""
+    return {
+        "name": name,
+        "datasource": DS,
+        "enable": True,
+        "hide": False,
+        "iconColor": color,
+        "expr": expr,
+        "step": "30s",
+        "titleFormat": title,
+        "textFormat": text,
+        "tagKeys": tags,
+        "useValueForTime": False,
+        "target": {"expr": expr, "refId": "Anno", "interval": "30s"},
+    }
+
+
+def incident_annotations(kinds: str = ".*") -> list[dict[str, Any]]:
+    """Open incidents (graywire's own, by kind and severity) and firing graywire alert rules."""
+    return [
+        annotation(
+            "Incidents",
+            "sum by (kind, severity) (graywire_incidents_open" + sel(f'kind=~"{kinds}"') + ") > 0",
+            "{{kind}} ({{severity}})",
+            "open incidents: {{value}}",
+            "kind,severity",
+            "red",
+        ),
+        annotation(
+            "Alerts",
+            'ALERTS{alertname=~"Graywire.*", alertstate="firing", cluster=~"$cluster"}',
+            "{{alertname}}",
+            "{{leaf}}{{rail}}{{receiver}}{{target}}",
+            "alertname,severity",
+            "orange",
+        ),
+    ]
+
 
 def fabric_overview() -> dict:
+    S, LEAF, RAIL = sel(), sel('leaf=~"$leaf"'), sel('rail=~"$rail"')
     health_colors = [
         {
             "matcher": {"id": "byName", "options": h},
@@ -174,7 +253,7 @@ def fabric_overview() -> dict:
         panel(
             "stat",
             "Ports by health",
-            [target("sum by (health) (graywire_leaf_ports)", "{{health}}")],
+            [target(f"sum by (health) (graywire_leaf_ports{LEAF})", "{{health}}")],
             (0, 1, 8, 4),
             description="Ports any source reports, by worst open incident (stale: the source is failing).",
             overrides=health_colors,
@@ -188,8 +267,12 @@ def fabric_overview() -> dict:
             "stat",
             "Open incidents",
             [
-                target('sum(graywire_incidents_open{severity="critical"}) or vector(0)', "critical"),
-                target('sum(graywire_incidents_open{severity="warning"}) or vector(0)', "warning"),
+                target(
+                    "sum(graywire_incidents_open" + sel('severity="critical"') + ") or vector(0)", "critical"
+                ),
+                target(
+                    "sum(graywire_incidents_open" + sel('severity="warning"') + ") or vector(0)", "warning"
+                ),
             ],
             (8, 1, 6, 4),
             options={
@@ -203,8 +286,8 @@ def fabric_overview() -> dict:
             "stat",
             "Blind spots",
             [
-                target("sum(graywire_stale_ports) or vector(0)", "stale ports"),
-                target("count(graywire_scrape_success == 0) or vector(0)", "failing targets"),
+                target(f"sum(graywire_stale_ports{S}) or vector(0)", "stale ports"),
+                target(f"count(graywire_scrape_success{S} == 0) or vector(0)", "failing targets"),
             ],
             (14, 1, 5, 4),
             description="Ports whose source is failing are not judged at all.",
@@ -218,7 +301,7 @@ def fabric_overview() -> dict:
         panel(
             "stat",
             "Links below expected speed",
-            [target("sum(graywire_leaf_ports_below_expected_speed) or vector(0)", "ports")],
+            [target(f"sum(graywire_leaf_ports_below_expected_speed{LEAF}) or vector(0)", "ports")],
             (19, 1, 5, 4),
             description="Ports negotiated slower than the inventory expects (both ends of a cable count).",
             options={"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "background"},
@@ -227,7 +310,7 @@ def fabric_overview() -> dict:
         panel(
             "bargauge",
             "Unhealthy share by leaf (worst 20)",
-            [target("topk(20, leaf:graywire_leaf_ports_unhealthy:ratio)", "{{leaf}}", instant=True)],
+            [target(f"topk(20, leaf:graywire_leaf_ports_unhealthy:ratio{LEAF})", "{{leaf}}", instant=True)],
             (0, 5, 12, 9),
             unit="percentunit",
             description="Share of a leaf's ports (its own and the ports cabled to it) with open incidents.",
@@ -243,7 +326,10 @@ def fabric_overview() -> dict:
             "Port health by rail",
             [
                 target(
-                    'sum by (rail) (graywire_rail_ports{health=~"warning|critical|stale"})', "rail {{rail}}"
+                    "sum by (rail) (graywire_rail_ports"
+                    + sel('rail=~"$rail"', 'health=~"warning|critical|stale"')
+                    + ")",
+                    "rail {{rail}}",
                 )
             ],
             (12, 5, 12, 9),
@@ -253,7 +339,7 @@ def fabric_overview() -> dict:
         panel(
             "timeseries",
             "Fabric ports by health",
-            [target("sum by (health) (graywire_leaf_ports)", "{{health}}")],
+            [target(f"sum by (health) (graywire_leaf_ports{LEAF})", "{{health}}")],
             (0, 14, 12, 8),
             custom=STACKED,
             overrides=health_colors,
@@ -261,14 +347,14 @@ def fabric_overview() -> dict:
         panel(
             "timeseries",
             "Open incidents by kind and severity",
-            [target("sum by (kind, severity) (graywire_incidents_open)", "{{kind}} {{severity}}")],
+            [target(f"sum by (kind, severity) (graywire_incidents_open{S})", "{{kind}} {{severity}}")],
             (12, 14, 12, 8),
             custom=STACKED,
         ),
         panel(
             "timeseries",
             "Worst pre-FEC BER by rail",
-            [target("max by (rail) (graywire_rail_pre_fec_bit_error_ratio_max)", "rail {{rail}}")],
+            [target(f"max by (rail) (graywire_rail_pre_fec_bit_error_ratio_max{RAIL})", "rail {{rail}}")],
             (0, 22, 8, 8),
             unit="sci",
             custom=LOG_Y,
@@ -276,22 +362,48 @@ def fabric_overview() -> dict:
         panel(
             "timeseries",
             "Worst PFC pause share by rail",
-            [target("max by (rail) (graywire_rail_pfc_pause_ratio_max)", "rail {{rail}}")],
+            [target(f"max by (rail) (graywire_rail_pfc_pause_ratio_max{RAIL})", "rail {{rail}}")],
             (8, 22, 8, 8),
             unit="percentunit",
         ),
         panel(
             "timeseries",
             "Ports below expected speed by leaf",
-            [target("sum by (leaf) (graywire_leaf_ports_below_expected_speed) > 0", "{{leaf}}")],
+            [target(f"sum by (leaf) (graywire_leaf_ports_below_expected_speed{LEAF}) > 0", "{{leaf}}")],
             (16, 22, 8, 8),
         ),
-        row("Drains", 30),
+        panel(
+            "timeseries",
+            "Host traffic by rail",
+            [
+                target(
+                    "sum by (rail) (max by (cluster, job, instance, port) "
+                    f"(rate(graywire_port_receive_bytes_total{S}[$__rate_interval])) "
+                    "* on (cluster, job, instance, port) group_left (rail) "
+                    + IN_FABRIC.replace("}", ', role="host"}')
+                    + ") * 8",
+                    "rail {{rail}} rx",
+                ),
+                target(
+                    "sum by (rail) (max by (cluster, job, instance, port) "
+                    f"(rate(graywire_port_transmit_bytes_total{S}[$__rate_interval])) "
+                    "* on (cluster, job, instance, port) group_left (rail) "
+                    + IN_FABRIC.replace("}", ', role="host"}')
+                    + ") * 8",
+                    "rail {{rail}} tx",
+                ),
+            ],
+            (0, 30, 24, 8),
+            unit="bps",
+            description="Data the host NICs of each rail receive and send, from the sources' cumulative "
+            "counters (metrics.raw_counters): rate() over any scrape interval, resets handled by Prometheus.",
+        ),
+        row("Drains", 38),
         panel(
             "stat",
             "Drain recommendations",
-            [target("max by (action) (graywire_drain_nodes)", "{{action}}")],
-            (0, 31, 5, 8),
+            [target(f"max by (action) (graywire_drain_nodes{S})", "{{action}}")],
+            (0, 39, 5, 8),
             description="Nodes the drain policy recommends draining or watching (fleet-wide: replicas "
             "share the database, so the maximum, not the sum).",
             options={
@@ -304,8 +416,8 @@ def fabric_overview() -> dict:
         panel(
             "stat",
             "Circuit breaker",
-            [target("max(graywire_drain_circuit_breaker_tripped)", "breaker")],
-            (5, 31, 3, 8),
+            [target(f"max(graywire_drain_circuit_breaker_tripped{S})", "breaker")],
+            (5, 39, 3, 8),
             description="Tripped: more nodes wanted draining within the window than the cap allows; "
             "no new drains until an operator resets it.",
             options={"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "background"},
@@ -322,19 +434,19 @@ def fabric_overview() -> dict:
         panel(
             "timeseries",
             "Drain recommendations over time",
-            [target("max by (action) (graywire_drain_nodes)", "{{action}}")],
-            (8, 31, 8, 8),
+            [target(f"max by (action) (graywire_drain_nodes{S})", "{{action}}")],
+            (8, 39, 8, 8),
         ),
         panel(
             "table",
             "Drain list",
             [
                 target(
-                    "max by (node, action, shadow) (graywire_drain_node_since_timestamp_seconds) * 1000",
+                    f"max by (node, action, shadow) (graywire_drain_node_since_timestamp_seconds{S}) * 1000",
                     table=True,
                 )
             ],
-            (16, 31, 8, 8),
+            (16, 39, 8, 8),
             description="The nodes on the drain list (GET /api/v1/drain has each one's reason and evidence), "
             "newest first. shadow: recommended only, no scheduler acts on it. The node links to its ports.",
             options={"showHeader": True, "sortBy": [{"displayName": "since", "desc": True}]},
@@ -370,16 +482,16 @@ def fabric_overview() -> dict:
                 },
             ],
         ),
-        row("graywire", 38),
+        row("graywire", 46),
         panel(
             "table",
             "Scrape targets",
             [
-                target("graywire_scrape_success", table=True),
-                target("graywire_scrape_staleness_seconds", table=True),
-                target("graywire_stale_ports", table=True),
+                target(f"graywire_scrape_success{S}", table=True),
+                target(f"graywire_scrape_staleness_seconds{S}", table=True),
+                target(f"graywire_stale_ports{S}", table=True),
             ],
-            (0, 39, 12, 8),
+            (0, 47, 12, 8),
             transformations=[
                 {"id": "merge", "options": {}},
                 {
@@ -399,28 +511,28 @@ def fabric_overview() -> dict:
             "timeseries",
             "Pipeline lag and poll duration",
             [
-                target("graywire_pipeline_lag_seconds", "lag {{instance}}"),
-                target("graywire_poll_duration_seconds", "poll {{instance}}"),
+                target(f"graywire_pipeline_lag_seconds{S}", "lag {{instance}}"),
+                target(f"graywire_poll_duration_seconds{S}", "poll {{instance}}"),
             ],
-            (12, 39, 12, 8),
+            (12, 47, 12, 8),
             unit="s",
         ),
         panel(
             "timeseries",
             "Rows per poll",
-            [target("sum by (record) (graywire_poll_batch_rows)", "{{record}}")],
-            (0, 47, 8, 7),
+            [target(f"sum by (record) (graywire_poll_batch_rows{S})", "{{record}}")],
+            (0, 55, 8, 7),
         ),
         panel(
             "timeseries",
             "Detector CPU share",
             [
                 target(
-                    "sum by (stage) (rate(graywire_pipeline_stage_seconds_total[$__rate_interval]))",
+                    f"sum by (stage) (rate(graywire_pipeline_stage_seconds_total{S}[$__rate_interval]))",
                     "{{stage}}",
                 )
             ],
-            (8, 47, 8, 7),
+            (8, 55, 8, 7),
             unit="percentunit",
             custom=STACKED,
         ),
@@ -429,22 +541,23 @@ def fabric_overview() -> dict:
             "Findings",
             [
                 target(
-                    "sum by (kind, status) (increase(graywire_findings_total[$__rate_interval]))",
+                    f"sum by (kind, status) (increase(graywire_findings_total{S}[$__rate_interval]))",
                     "{{kind}} {{status}}",
                 )
             ],
-            (16, 47, 8, 7),
+            (16, 55, 8, 7),
         ),
         panel(
             "timeseries",
             "Notification outbox",
             [
                 target(
-                    "max by (receiver) (graywire_alert_outbox_oldest_pending_seconds)", "oldest {{receiver}}"
+                    f"max by (receiver) (graywire_alert_outbox_oldest_pending_seconds{S})",
+                    "oldest {{receiver}}",
                 ),
-                target("sum by (receiver) (graywire_alert_outbox_pending)", "pending {{receiver}}"),
+                target(f"sum by (receiver) (graywire_alert_outbox_pending{S})", "pending {{receiver}}"),
             ],
-            (0, 54, 12, 7),
+            (0, 62, 12, 7),
             description="Incident notifications waiting per receiver (Alertmanager, webhooks, PagerDuty, "
             "Slack): a growing age means pages are not getting through. Present when alerts are configured.",
             overrides=[
@@ -459,11 +572,12 @@ def fabric_overview() -> dict:
             "Notifications by result",
             [
                 target(
-                    "sum by (receiver, result) (increase(graywire_alert_messages_total[$__rate_interval]))",
+                    "sum by (receiver, result) "
+                    f"(increase(graywire_alert_messages_total{S}[$__rate_interval]))",
                     "{{receiver}} {{result}}",
                 )
             ],
-            (12, 54, 12, 7),
+            (12, 62, 12, 7),
         ),
     ]
     return dashboard(
@@ -471,19 +585,20 @@ def fabric_overview() -> dict:
         "graywire / Fabric overview",
         "Health of the fabric by leaf and rail, open incidents, and graywire's own collectors and pipeline.",
         panels,
-        [],
+        scope_vars(),
+        incident_annotations(),
     )
 
 
 def port_detail() -> dict:
-    sel = '{node="$node", port=~"$port"}'
+    sel_ = sel('node="$node"', 'port=~"$port"')
     panels = [
         panel(
             "timeseries",
             "Speed vs expected",
             [
-                target(f"graywire_port_speed_bytes_per_second{sel} * 8", "{{port}} negotiated"),
-                target(f"graywire_port_expected_speed_bytes_per_second{sel} * 8", "{{port}} expected"),
+                target(f"graywire_port_speed_bytes_per_second{sel_} * 8", "{{port}} negotiated"),
+                target(f"graywire_port_expected_speed_bytes_per_second{sel_} * 8", "{{port}} expected"),
             ],
             (0, 0, 12, 8),
             unit="bps",
@@ -493,9 +608,9 @@ def port_detail() -> dict:
             "state-timeline",
             "Health",
             [
-                target(f"graywire_port_health{sel}", "{{port}}"),
-                target(f"graywire_port_link_up{sel}", "{{port}} link up"),
-                target(f"graywire_port_stale{sel}", "{{port}} stale"),
+                target(f"graywire_port_health{sel_}", "{{port}}"),
+                target(f"graywire_port_link_up{sel_}", "{{port}} link up"),
+                target(f"graywire_port_stale{sel_}", "{{port}} stale"),
             ],
             (12, 0, 12, 8),
             description="Worst open incident (0 ok, 1 warning, 2 critical), link state, staleness.",
@@ -505,7 +620,7 @@ def port_detail() -> dict:
         panel(
             "timeseries",
             "Pre-FEC BER",
-            [target(f"graywire_port_pre_fec_bit_error_ratio{sel}", "{{port}}")],
+            [target(f"graywire_port_pre_fec_bit_error_ratio{sel_}", "{{port}}")],
             (0, 8, 12, 8),
             unit="sci",
             custom=LOG_Y,
@@ -516,10 +631,10 @@ def port_detail() -> dict:
             "Errors",
             [
                 target(
-                    f"graywire_port_fec_uncorrectable_blocks_per_second{sel}", "{{port}} FEC uncorrectable"
+                    f"graywire_port_fec_uncorrectable_blocks_per_second{sel_}", "{{port}} FEC uncorrectable"
                 ),
-                target(f"graywire_port_symbol_errors_per_second{sel}", "{{port}} symbol"),
-                target(f"graywire_port_receive_errors_per_second{sel}", "{{port}} receive"),
+                target(f"graywire_port_symbol_errors_per_second{sel_}", "{{port}} symbol"),
+                target(f"graywire_port_receive_errors_per_second{sel_}", "{{port}} receive"),
             ],
             (12, 8, 12, 8),
             unit="ops",
@@ -527,7 +642,7 @@ def port_detail() -> dict:
         panel(
             "timeseries",
             "PFC pause share",
-            [target(f"graywire_port_pfc_pause_ratio{sel}", "{{port}} {{direction}}")],
+            [target(f"graywire_port_pfc_pause_ratio{sel_}", "{{port}} {{direction}}")],
             (0, 16, 12, 8),
             unit="percentunit",
             description="rx: the peer pauses this port; tx: this port pauses its peer (a storm source).",
@@ -535,7 +650,7 @@ def port_detail() -> dict:
         panel(
             "timeseries",
             "PFC pause frames",
-            [target(f"graywire_port_pfc_pause_frames_per_second{sel}", "{{port}} {{direction}}")],
+            [target(f"graywire_port_pfc_pause_frames_per_second{sel_}", "{{port}} {{direction}}")],
             (12, 16, 12, 8),
             unit="pps",
         ),
@@ -543,8 +658,8 @@ def port_detail() -> dict:
             "timeseries",
             "ECN and CNP",
             [
-                target(f"graywire_port_ecn_marked_packets_per_second{sel}", "{{port}} ECN marked"),
-                target(f"graywire_port_cnp_sent_per_second{sel}", "{{port}} CNP sent"),
+                target(f"graywire_port_ecn_marked_packets_per_second{sel_}", "{{port}} ECN marked"),
+                target(f"graywire_port_cnp_sent_per_second{sel_}", "{{port}} CNP sent"),
             ],
             (0, 24, 12, 8),
             unit="pps",
@@ -553,18 +668,29 @@ def port_detail() -> dict:
             "timeseries",
             "Traffic",
             [
-                target(f"graywire_port_receive_bytes_per_second{sel} * 8", "{{port}} rx"),
-                target(f"graywire_port_transmit_bytes_per_second{sel} * 8", "{{port}} tx"),
+                target(
+                    f"rate(graywire_port_receive_bytes_total{sel_}[$__rate_interval]) * 8 "
+                    f"or on (instance, port) graywire_port_receive_bytes_per_second{sel_} * 8",
+                    "{{port}} rx {{source}}",
+                ),
+                target(
+                    f"rate(graywire_port_transmit_bytes_total{sel_}[$__rate_interval]) * 8 "
+                    f"or on (instance, port) graywire_port_transmit_bytes_per_second{sel_} * 8",
+                    "{{port}} tx {{source}}",
+                ),
             ],
             (12, 24, 12, 8),
             unit="bps",
+            description="rate() of the sources' cumulative counters; graywire's per-poll rate where "
+            "metrics.raw_counters is off.",
         ),
     ]
     variables = [
-        query_var("node", "label_values(graywire_port_speed_bytes_per_second, node)", label="Node"),
+        *scope_vars(),
+        query_var("node", f"label_values({IN_FABRIC}, node)", label="Node"),
         query_var(
             "port",
-            'label_values(graywire_port_speed_bytes_per_second{node="$node"}, port)',
+            "label_values(" + IN_FABRIC.replace("}", ', node="$node"}') + ", port)",
             multi=True,
             label="Port",
         ),
@@ -576,18 +702,31 @@ def port_detail() -> dict:
         "Needs metrics.per_port: true.",
         panels,
         variables,
+        [
+            annotation(
+                "Port incidents",
+                f"graywire_port_health{sel_} > 0",
+                "{{port}}",
+                "open incident on the port or its cable (1 warning, 2 critical): {{value}}",
+                "node,port",
+                "red",
+            ),
+            incident_annotations()[1],
+        ],
     )
 
 
 def nccl_job() -> dict:
-    sel = '{host=~"$host"}'
+    ranks = sel('node=~"$node"')
+    # Ranks on hosts of the chosen leaves and rails (every rank when both are All).
+    placed = f"and on (cluster, node) {IN_FABRIC}"
     panels = [
         panel(
             "heatmap",
             "Channel latency by rank and channel",
             [
                 target(
-                    f"max by (rank, channel) (graywire_nccl_channel_duration_seconds{sel})",
+                    f"max by (rank, channel) (graywire_nccl_channel_duration_seconds{ranks} {placed})",
                     "r{{rank}} c{{channel}}",
                 )
             ],
@@ -607,7 +746,7 @@ def nccl_job() -> dict:
         panel(
             "table",
             "Stragglers (slowest rank channels now)",
-            [target(f"topk(15, graywire_nccl_channel_slowdown_ratio{sel})", table=True)],
+            [target(f"topk(15, graywire_nccl_channel_slowdown_ratio{ranks} {placed})", table=True)],
             (0, 10, 10, 10),
             description="A rank's channel latency over its peers' median on that channel (1 = typical).",
             transformations=[
@@ -622,15 +761,20 @@ def nccl_job() -> dict:
         ),
         panel(
             "timeseries",
-            "Slowdown by host",
-            [target(f"max by (host) (graywire_nccl_channel_slowdown_ratio{sel})", "{{host}}")],
+            "Slowdown by node",
+            [target(f"max by (node) (graywire_nccl_channel_slowdown_ratio{ranks} {placed})", "{{node}}")],
             (10, 10, 14, 10),
             thresholds=[(None, "green"), (1.05, "orange"), (1.2, "red")],
         ),
         panel(
             "timeseries",
             "Worst slowdown by channel",
-            [target("max by (channel) (graywire_nccl_channel_slowdown_ratio_max)", "channel {{channel}}")],
+            [
+                target(
+                    f"max by (channel) (graywire_nccl_channel_slowdown_ratio_max{sel()})",
+                    "channel {{channel}}",
+                )
+            ],
             (0, 20, 12, 8),
             description="Kept when per-rank series are off (metrics.per_port: false).",
         ),
@@ -638,10 +782,10 @@ def nccl_job() -> dict:
             "stat",
             "NCCL",
             [
-                target("sum(graywire_nccl_ranks)", "ranks reporting"),
+                target(f"sum(graywire_nccl_ranks{sel()})", "ranks reporting"),
                 target(
-                    'sum(graywire_incidents_open{kind="nccl_channel_slow"}) or vector(0)',
-                    "slow-channel incidents",
+                    "sum(graywire_incidents_open" + sel('kind=~"nccl_.*"') + ") or vector(0)",
+                    "NCCL incidents",
                 ),
             ],
             (12, 20, 12, 8),
@@ -649,9 +793,13 @@ def nccl_job() -> dict:
         ),
     ]
     variables = [
+        *scope_vars(),
         query_var(
-            "host", "label_values(graywire_nccl_channel_duration_seconds, host)", multi=True, label="Host"
-        )
+            "node",
+            f"label_values(graywire_nccl_channel_duration_seconds{sel()}, node)",
+            multi=True,
+            label="Node",
+        ),
     ]
     return dashboard(
         "graywire-nccl-job",
@@ -659,6 +807,7 @@ def nccl_job() -> dict:
         "Per-rank, per-channel collective latency of the jobs reporting now, and the stragglers among them.",
         panels,
         variables,
+        incident_annotations("nccl_.*"),
     )
 
 

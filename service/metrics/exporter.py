@@ -7,26 +7,30 @@ fabric model), rank and channel (the GPUs of the cluster), leaf and rail, detect
 severities; never a job id.
 
 ``metrics.per_port: false`` drops every per-port and per-rank series (the cardinality switch
-for very large fabrics); the leaf, rail and channel aggregates stay.
+for very large fabrics); the leaf, rail and channel aggregates stay. ``metrics.raw_counters:
+false`` drops only the sources' cumulative counters (``graywire_port_*_total``).
 """
 
 from __future__ import annotations
 
+import platform
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from graywire.service.fabric_state import FabricState, StateBoard
-from graywire.service.metrics.exposition import ArrayGauge, render_labels
+from graywire.service.metrics.exposition import Extra, PortFamily, PortLabels
 from graywire.service.metrics.nccl import per_channel_max
 from graywire.service.metrics.ports import (
     HEALTH_STATES,
     PORT_SERIES,
+    RAW_COUNTERS,
     GroupFigures,
     group_figures,
 )
@@ -51,7 +55,8 @@ class GraywireExporter(Collector):
 
     def __init__(self, board: StateBoard) -> None:
         self.board = board
-        self._port_labels: dict[tuple[tuple[str, str], ...], tuple[list[str], list[dict[str, str]]]] = {}
+        self._port_labels: PortLabels | None = None
+        self._info_labels: PortLabels | None = None
 
     def collect(self) -> Iterator[Metric]:
         """Families of one published state: immutable, so rendering takes no lock at all."""
@@ -62,6 +67,7 @@ class GraywireExporter(Collector):
         yield from self._nccl(s)
         if s.per_port:
             yield from self._ports(s)
+            yield from self._raw_counters(s)
 
     def _service(self, s: FabricState) -> Iterator[Metric]:
         yield _gauge("graywire_ports", "Ports in the fabric model", s.fabric.n_ports)
@@ -293,41 +299,56 @@ class GraywireExporter(Collector):
                 pause.add_metric([name], float(g.pfc_pause_ratio_max[i]))
         yield from (ports, below, ber, pause)
 
-    def _labels(
-        self, s: FabricState, extra: tuple[tuple[str, str], ...]
-    ) -> tuple[list[str], list[dict[str, str]]]:
-        """Label strings and dicts per port, built once and shared by every scrape (never mutated)."""
-        cached = self._port_labels.get(extra)
-        if cached is None:
-            f = s.fabric
-            names = ["port", "node", *(k for k, _ in extra)]
-            rows = [
-                (k, f.node_names[n], *(v for _, v in extra))
-                for k, n in zip(f.keys, f.node_of_port.tolist(), strict=True)
-            ]
-            cached = (render_labels(names, rows), [dict(zip(names, r, strict=True)) for r in rows])
-            self._port_labels[extra] = cached
-        return cached
+    def _labels(self, s: FabricState) -> PortLabels:
+        """Every port's label string, built once and shared by every family and scrape."""
+        if self._port_labels is None or self._port_labels.fabric is not s.fabric:
+            self._port_labels = PortLabels(s.fabric)
+        return self._port_labels
+
+    def _port_info(self, s: FabricState) -> Metric:
+        """``graywire_port_info{node, port, leaf, rail, role} 1`` for every port of the fabric
+        model: what dashboards join on (``and on (node)``) to narrow any per-port or per-rank
+        series to a leaf or a rail, without those labels on every series."""
+        f = s.fabric
+        if self._info_labels is None or self._info_labels.fabric is not f:
+            leaf = s.leaf_of_port.tolist()
+            columns = {
+                "leaf": [f.node_names[i] if i >= 0 else "" for i in leaf],
+                "rail": [str(r) if r >= 0 else "" for r in f.rail.tolist()],
+                "role": [f.node_roles[n] for n in f.node_of_port.tolist()],
+            }
+            self._info_labels = PortLabels(f, columns)
+        m = PortFamily(
+            "graywire_port_info",
+            "Always 1 per port of the fabric model; leaf: the leaf it is on or cabled to, rail: its rail, "
+            "role: its node's",
+            "gauge",
+            self._info_labels,
+        )
+        m.add((), np.ones(f.n_ports))
+        return m
 
     def _port_family(
         self,
         s: FabricState,
         name: str,
         doc: str,
-        parts: Iterable[tuple[tuple[tuple[str, str], ...], np.ndarray]],
+        parts: Iterable[tuple[Extra, np.ndarray]],
+        typ: str = "gauge",
     ) -> Metric:
-        m = ArrayGauge(name, doc)
+        m = PortFamily(name, doc, typ, self._labels(s))
         for extra, values in parts:
-            m.add(*self._labels(s, extra), values)
+            m.add(extra, values)
         return m
 
     def _ports(self, s: FabricState) -> Iterator[Metric]:
+        yield self._port_info(s)
         if s.port_reported is None:
             return
         f = s.fabric
         reported = s.port_reported
         fig = s.figures
-        by_metric: dict[str, tuple[str, list[tuple[tuple[tuple[str, str], ...], np.ndarray]]]] = {}
+        by_metric: dict[str, tuple[str, list[tuple[Extra, np.ndarray]]]] = {}
         for ps in PORT_SERIES:
             by_metric.setdefault(ps.metric, (ps.help, []))[1].append((ps.extra, fig[ps.figure]))
         for name, (doc, parts) in by_metric.items():
@@ -354,6 +375,25 @@ class GraywireExporter(Collector):
             [((), np.where(reported, sev.astype(np.float64), np.nan))],
         )
 
+    def _raw_counters(self, s: FabricState) -> Iterator[Metric]:
+        """The sources' cumulative counters, one series per (port, source). A stale port's are
+        left out: its last value standing still would read as an idle link to ``rate()``."""
+        if not s.raw_counters:
+            return
+        stale = s.port_stale if s.port_stale is not None and s.port_stale.any() else None
+        families: dict[str, tuple[str, list[tuple[Extra, np.ndarray]]]] = {}
+        for rc in RAW_COUNTERS:
+            for source in sorted(s.raw_counters):
+                values = s.raw_counters[source].get(rc.column)
+                if values is None:
+                    continue
+                if stale is not None:
+                    values = np.where(stale, np.nan, values)
+                parts = families.setdefault(rc.metric, (rc.help, []))[1]
+                parts.append(((*rc.extra, ("source", source)), values))
+        for name, (doc, parts) in families.items():
+            yield self._port_family(s, name, doc, parts, "counter")
+
     # -- NCCL ----------------------------------------------------------------------------------
     def _nccl(self, s: FabricState) -> Iterator[Metric]:
         snap = s.nccl
@@ -376,7 +416,7 @@ class GraywireExporter(Collector):
         yield from (worst, ranks)
         if not s.per_port:
             return
-        labels = ["host", "rank", "channel"]
+        labels = ["node", "rank", "channel"]  # the rank's host, under the one label every series uses
         dur = GaugeMetricFamily(
             "graywire_nccl_channel_duration_seconds",
             "Mean duration of a rank's channel operations in the last poll",
@@ -395,7 +435,37 @@ class GraywireExporter(Collector):
         yield from (dur, ratio)
 
 
+def graywire_version() -> str:
+    """The installed distribution's version ("unknown" when run from an uninstalled tree)."""
+    try:
+        return version("graywire")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class BuildInfo(Collector):
+    """``graywire_build_info{version, python} 1``: join on it to tell replicas' versions apart."""
+
+    def __init__(self) -> None:
+        self.labels = [graywire_version(), platform.python_version()]
+
+    def collect(self) -> Iterator[Metric]:
+        g = GaugeMetricFamily(
+            "graywire_build_info",
+            "Always 1; the labels say which graywire and Python this process runs",
+            labels=["version", "python"],
+        )
+        g.add_metric(self.labels, 1)
+        yield g
+
+
 def make_registry(board: StateBoard) -> CollectorRegistry:
+    """graywire's series, its build, and the process's own (CPU, memory, file descriptors, start
+    time: ``process_*``; ``python_info``; ``python_gc_*``), as every Prometheus client exports."""
     registry = CollectorRegistry(auto_describe=False)
+    registry.register(BuildInfo())
     registry.register(GraywireExporter(board))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return registry

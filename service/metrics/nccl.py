@@ -3,7 +3,8 @@
 The job id is never a label: jobs come and go, and each would leave a trail of series behind.
 Ranks and channels of the jobs running now are bounded by the cluster's GPUs and NCCL's
 channel limit, and the snapshot holds only the latest poll, so a finished job's series end
-with it. ``host`` tells two concurrent jobs' rank 0 apart.
+with it. The rank's host (the ``node`` label, as on every other series) tells two concurrent
+jobs' rank 0 apart.
 
 The slowdown ratio compares a (rank, channel) with the median of its peers: the other ranks
 on the same channel of the same communicator and collective at the same poll, as the

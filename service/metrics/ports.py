@@ -1,11 +1,15 @@
 """Per-port figures of the latest poll, and their leaf and rail aggregates, for ``/metrics``.
 
 The pipeline already turns counters into per-second rates with wraps, resets and saturation
-handled; exporting those rates (rather than raw counters for ``rate()``) keeps one truth for
-the detectors and the dashboards. Values live in numpy arrays indexed by fabric port, so a
-poll of 500,000 ports updates them with a handful of vectorized assignments. NaN means
-unknown (the source lacks the counter, or the first poll has no rate yet): such a port gets
-no sample, never a zero.
+handled; those rates are graywire's own figures, the ones its detectors judge. Values live in
+numpy arrays indexed by fabric port, so a poll of 500,000 ports updates them with a handful of
+vectorized assignments. NaN means unknown (the source lacks the counter, or the first poll has
+no rate yet): such a port gets no sample, never a zero.
+
+A rate over graywire's poll is a gauge Prometheus can only sample: with a 30 s scrape and a
+10 s poll it sees one poll in three. So the sources' cumulative counters are exported too
+(``metrics.raw_counters``), as the source last reported them, for ``rate()`` and ``increase()``
+over any window, the way node_exporter, infiniband_exporter and snmp_exporter export theirs.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.model import Fabric
-from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
-from graywire.detectors.base import column
+from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP, PORT_COUNTERS
+from graywire.detectors.base import PortIndexer, column
 
 #: Aggregate health of a port, in order of precedence (a stale port with a critical incident
 #: is critical). ``graywire_port_health`` uses the incident part: 0 ok, 1 warning, 2 critical.
@@ -180,3 +184,167 @@ def group_figures(
         pre_fec_ber_max=ber_max,
         pfc_pause_ratio_max=pause_max,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RawCounter:
+    """One cumulative ``port_sample`` column as a Prometheus counter (``<metric>_total``)."""
+
+    column: str
+    metric: str
+    help: str
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+_PFC_FRAMES = "PFC pause frames, by direction (rx: received from the peer) and priority"
+_PFC_SECONDS = "Time paused by PFC, by direction (rx: paused by the peer) and priority"
+
+#: Every cumulative counter of the ``port_sample`` record, under its Prometheus name. Values are
+#: what the source last reported, in base units (IB data words times 4 are bytes): a reset,
+#: wrap or saturation is passed through as it came, for ``rate()`` to treat as Prometheus does.
+RAW_COUNTERS: tuple[RawCounter, ...] = (
+    RawCounter("rx_bytes", "graywire_port_receive_bytes", "Data received (source's cumulative counter)"),
+    RawCounter("tx_bytes", "graywire_port_transmit_bytes", "Data sent (source's cumulative counter)"),
+    RawCounter("rx_packets", "graywire_port_receive_packets", "Packets received"),
+    RawCounter("tx_packets", "graywire_port_transmit_packets", "Packets sent"),
+    RawCounter("symbol_errors", "graywire_port_symbol_errors", "Physical-layer symbol errors"),
+    RawCounter("link_downed", "graywire_port_link_downed", "Times the link went down"),
+    RawCounter("link_recovery", "graywire_port_link_error_recovery", "Link error recoveries (retrains)"),
+    RawCounter("rcv_errors", "graywire_port_receive_errors", "Packets received with errors"),
+    RawCounter(
+        "rcv_remote_physical_errors",
+        "graywire_port_receive_remote_physical_errors",
+        "Packets received marked bad by an earlier hop",
+    ),
+    RawCounter(
+        "rcv_switch_relay_errors",
+        "graywire_port_receive_switch_relay_errors",
+        "Received packets a switch could not forward",
+    ),
+    RawCounter(
+        "rcv_constraint_errors",
+        "graywire_port_receive_constraint_errors",
+        "Received packets dropped by partition or raw-packet constraints",
+    ),
+    RawCounter(
+        "local_link_integrity_errors",
+        "graywire_port_local_link_integrity_errors",
+        "Times the local link integrity threshold was exceeded",
+    ),
+    RawCounter(
+        "excessive_buffer_overrun_errors",
+        "graywire_port_excessive_buffer_overrun_errors",
+        "Consecutive receive buffer overruns past the threshold",
+    ),
+    RawCounter("crc_errors", "graywire_port_crc_errors", "Frames received with a bad CRC (Ethernet)"),
+    RawCounter(
+        "symbol_error_packets",
+        "graywire_port_symbol_error_packets",
+        "Frames received with symbol errors (Ethernet)",
+    ),
+    RawCounter("xmit_discards", "graywire_port_transmit_discards", "Packets discarded instead of sent"),
+    RawCounter(
+        "xmit_constraint_errors",
+        "graywire_port_transmit_constraint_errors",
+        "Packets not sent because of partition or raw-packet constraints",
+    ),
+    RawCounter("vl15_dropped", "graywire_port_vl15_dropped", "Subnet management packets dropped (VL15)"),
+    RawCounter(
+        "xmit_wait_ticks",
+        "graywire_port_transmit_wait_ticks",
+        "Device ticks with data to send but no credit (compare on one device model only)",
+    ),
+    RawCounter("fec_corrected_blocks", "graywire_port_fec_corrected_blocks", "FEC blocks corrected"),
+    RawCounter(
+        "fec_uncorrectable_blocks",
+        "graywire_port_fec_uncorrectable_blocks",
+        "FEC blocks the code could not correct (post-FEC errors)",
+    ),
+    RawCounter("fec_corrected_symbols", "graywire_port_fec_corrected_symbols", "FEC symbols corrected"),
+    # "_bits" is not a base unit to promtool's lint; "bit" in the name is.
+    RawCounter(
+        "fec_corrected_bits", "graywire_port_fec_corrected_bit_errors", "Bit errors the FEC corrected"
+    ),
+    RawCounter(
+        "phy_received_bits",
+        "graywire_port_phy_received_bit",
+        "Bits received at the PHY: pre-FEC BER = rate(fec_corrected_bit_errors) / rate(this)",
+    ),
+    RawCounter(
+        "ecn_marked_packets",
+        "graywire_port_ecn_marked_packets",
+        "Packets marked congestion-experienced (ECN)",
+    ),
+    RawCounter("cnp_sent", "graywire_port_cnp_sent", "RoCE congestion notification packets sent"),
+    RawCounter("cnp_handled", "graywire_port_cnp_handled", "RoCE congestion notification packets handled"),
+    *(
+        RawCounter(
+            f"pfc{p}_{d}_pause_frames",
+            "graywire_port_pfc_pause_frames",
+            _PFC_FRAMES,
+            (("direction", d), ("priority", str(p))),
+        )
+        for d in ("rx", "tx")
+        for p in PFC_PRIORITIES
+    ),
+    *(
+        RawCounter(
+            f"pfc{p}_{d}_pause_seconds",
+            "graywire_port_pfc_pause_seconds",
+            _PFC_SECONDS,
+            (("direction", d), ("priority", str(p))),
+        )
+        for d in ("rx", "tx")
+        for p in PFC_PRIORITIES
+    ),
+)
+
+
+def _as_float(arr: pa.Array) -> np.ndarray:
+    """A counter column as float64, nulls NaN. Unsafe: a 64-bit counter past 2**53 rounds to
+    the nearest float, as Prometheus would store it anyway."""
+    return arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+
+
+class RawCounterBook:
+    """The latest cumulative counters of every port, by source, as the source reported them.
+
+    Per poll, a source that sent ``port_sample`` rows gets fresh arrays: a port it reported has
+    its values, a null counter and a port it did not report this poll are NaN (absent, never
+    0), and a counter none of its rows carries has no array at all, so an InfiniBand-only
+    fabric allocates nothing for PFC. A source that sent nothing this poll keeps its arrays:
+    its targets are failing, and the exporter hides stale ports' counters.
+
+    Two sources reporting one port (UFM and a host agent) keep their own arrays: their
+    counters differ, and one series alternating between them would look like resets.
+    """
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self._indexers: dict[str, PortIndexer] = {}
+
+    def observe(self, batches: list[pa.RecordBatch]) -> dict[str, dict[str, np.ndarray]]:
+        """``{source: {column: values by fabric port}}`` for the sources among ``batches``
+        (``port_sample`` batches of one poll)."""
+        by_source: dict[str, list[pa.RecordBatch]] = {}
+        for b in batches:
+            if b.num_rows:
+                by_source.setdefault(str(b.column("source")[0].as_py()), []).append(b)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        n = self.fabric.n_ports
+        for source, parts in by_source.items():
+            indexer = self._indexers.setdefault(source, PortIndexer(self.fabric))
+            idx = np.concatenate([indexer(b.column("port")) for b in parts])
+            keep = idx >= 0
+            at = idx[keep]
+            rows = sum(b.num_rows for b in parts)
+            arrays: dict[str, np.ndarray] = {}
+            for c in PORT_COUNTERS:
+                if sum(b.column(c).null_count for b in parts) == rows:
+                    continue  # the source has no such counter
+                values = np.full(n, np.nan)
+                values[at] = np.concatenate([_as_float(b.column(c)) for b in parts])[keep]
+                values.setflags(write=False)
+                arrays[c] = values
+            out[source] = arrays
+        return out

@@ -12,6 +12,8 @@ from tests.scrape import exported_names, scrape
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 #: Series Prometheus itself makes for every scrape target.
 PROMETHEUS_SERIES = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped"})
+#: Series Prometheus makes from alerting rules.
+PROMETHEUS_RULE_SERIES = frozenset({"ALERTS", "ALERTS_FOR_STATE"})
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.conftest import PROMETHEUS_SERIES
+from tests.deploy.conftest import PROMETHEUS_RULE_SERIES, PROMETHEUS_SERIES
 from tests.deploy.promql import metric_names, variable_query_metric_names
 
 UIDS = {
@@ -93,6 +93,10 @@ def test_every_query_names_a_metric_graywire_exports(
                 q = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
                 names = variable_query_metric_names(q)
                 assert names and names <= exported, (name, var["name"], names - exported)
+        for a in d["annotations"]["list"]:
+            names = metric_names(a["expr"])
+            assert names and names <= known | PROMETHEUS_RULE_SERIES, (name, a["name"], names)
+            assert a["target"]["expr"] == a["expr"]
     # The views the issue asks for draw on these families.
     for family in (
         "graywire_leaf_ports",
@@ -105,6 +109,8 @@ def test_every_query_names_a_metric_graywire_exports(
         "graywire_port_ecn_marked_packets_per_second",
         "graywire_nccl_channel_duration_seconds",
         "graywire_nccl_channel_slowdown_ratio",
+        "graywire_port_info",
+        "graywire_port_receive_bytes_total",  # through rate(): the raw counters
     ):
         assert family in seen, family
 
@@ -128,4 +134,57 @@ def test_variables_use_the_provisioned_datasource(
 def test_heatmap_draws_rank_and_channel(dashboards: dict[str, dict[str, Any]]) -> None:
     (heat,) = [p for p in panels(dashboards["nccl-job.json"]) if p["type"] == "heatmap"]
     (t,) = heat["targets"]
-    assert "rank" in t["expr"] and "channel" in t["expr"] and "job" not in t["expr"]
+    assert t["expr"].startswith("max by (rank, channel) (")
+    # `job` is Prometheus's scrape job (which graywire); no training job id is ever a label.
+    matched = set(re.findall(r"(\w+)\s*=~?\s*\"", t["expr"]))
+    assert matched == {"cluster", "job", "node", "leaf", "rail"}, matched
+
+
+#: Every dashboard selects the graywire deployment and narrows the fabric the same way.
+SCOPE_VARIABLES = ["datasource", "cluster", "job", "leaf", "rail"]
+
+
+def test_every_dashboard_has_cluster_job_leaf_and_rail_variables(
+    dashboards: dict[str, dict[str, Any]],
+) -> None:
+    for name, d in dashboards.items():
+        variables = {v["name"]: v for v in d["templating"]["list"]}
+        assert list(variables)[: len(SCOPE_VARIABLES)] == SCOPE_VARIABLES, name
+        for v in SCOPE_VARIABLES[1:]:
+            assert variables[v]["multi"] and variables[v]["includeAll"] and variables[v]["allValue"] == ".*"
+        # A later variable is narrowed by the earlier ones.
+        assert '{cluster=~"$cluster"}' in variables["job"]["definition"]
+        for v in ("leaf", "rail"):
+            assert 'cluster=~"$cluster", job=~"$job"' in variables[v]["definition"]
+
+
+def test_every_query_is_scoped_to_the_chosen_deployment(dashboards: dict[str, dict[str, Any]]) -> None:
+    """Each selector of each panel carries cluster and job: two fabrics in one Prometheus never mix."""
+    for name, d in dashboards.items():
+        for p in panels(d):
+            for t in p.get("targets", []):
+                selectors = re.findall(r"[\w:]+\{[^{}]*\}", t["expr"])
+                assert selectors, (name, p["title"])
+                for s in selectors:
+                    assert 'cluster=~"$cluster", job=~"$job"' in s, (name, p["title"], s)
+
+
+def test_leaf_and_rail_narrow_the_per_port_and_per_rank_views(dashboards: dict[str, dict[str, Any]]) -> None:
+    port = {v["name"]: v for v in dashboards["port-detail.json"]["templating"]["list"]}
+    assert "graywire_port_info" in port["node"]["definition"]
+    assert 'leaf=~"$leaf", rail=~"$rail"' in port["node"]["definition"]
+    for p in panels(dashboards["nccl-job.json"]):
+        for t in p.get("targets", []):
+            if "graywire_nccl_channel_slowdown_ratio{" in t["expr"] or "duration_seconds{" in t["expr"]:
+                assert "and on (cluster, node) graywire_port_info{" in t["expr"], p["title"]
+
+
+def test_dashboards_annotate_incidents(dashboards: dict[str, dict[str, Any]]) -> None:
+    for name, d in dashboards.items():
+        annotations = {a["name"]: a for a in d["annotations"]["list"]}
+        assert "Alerts" in annotations and annotations["Alerts"]["expr"].startswith("ALERTS{")
+        incidents = annotations.get("Incidents") or annotations["Port incidents"]
+        assert "graywire_incidents_open" in incidents["expr"] or "graywire_port_health" in incidents["expr"]
+        for a in annotations.values():
+            assert a["enable"] and a["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert a["titleFormat"] and a["tagKeys"], (name, a["name"])

@@ -20,10 +20,12 @@ from tests.scrape import run_promtool, scrape
 
 #: Labels a series may carry: each is bounded by the fabric model, the cluster's GPUs or the code.
 BOUNDED_LABELS = {
-    "port", "node", "direction", "leaf", "rail", "health", "host", "rank", "channel",
+    "port", "node", "direction", "priority", "leaf", "rail", "health", "role", "rank", "channel",
     "source", "target", "record", "kind", "severity", "status", "stage", "action", "receiver", "result",
     "shadow",
 }  # fmt: skip
+#: Constant labels of the build and the interpreter (one series each).
+BUILD_LABELS = {"version", "python", "implementation", "major", "minor", "patchlevel", "generation"}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def test_leaf_and_rail_aggregates_count_the_degraded_link(full: str) -> None:
 
 def test_nccl_series_name_the_slow_rank_without_a_job_label(full: str) -> None:
     ratios = samples(full)["graywire_nccl_channel_slowdown_ratio"]
-    assert ratios and all(set(lv) == {"host", "rank", "channel"} for lv, _ in ratios)
+    assert ratios and all(set(lv) == {"node", "rank", "channel"} for lv, _ in ratios)
     worst_labels, worst = max(ratios, key=lambda s: s[1])
     assert worst > 1.2
     typical = sorted(v for _, v in ratios)[len(ratios) // 2]
@@ -107,11 +109,46 @@ def test_service_figures(full: str) -> None:
     assert value(full, "graywire_detector_rows_over_capacity_total", stage="nccl_step_time") == 0
 
 
+def test_one_label_names_a_host_on_every_series(full: str) -> None:
+    """Ports, ranks and drains all say ``node``; nothing spells a host another way."""
+    for name, rows in samples(full).items():
+        for labels, _ in rows:
+            assert not set(labels) & {"host", "hostname", "nodename", "instance_host"}, (name, labels)
+    ranks = {lv["node"] for lv, _ in samples(full)["graywire_nccl_channel_duration_seconds"]}
+    ports = {lv["node"] for lv, _ in samples(full)["graywire_port_health"]}
+    assert ranks and ranks <= ports
+
+
+def test_port_info_places_every_port_on_its_leaf_and_rail(full: str) -> None:
+    info = {lv["port"]: lv for lv, v in samples(full)["graywire_port_info"] if v == 1}
+    assert len(info) == value(full, "graywire_ports")
+    assert info["gpu-0002/mlx5_5"] == {
+        "node": "gpu-0002", "port": "gpu-0002/mlx5_5", "leaf": "leaf-r5-000", "rail": "5", "role": "host"
+    }  # fmt: skip
+    leaf_port = info[next(k for k, lv in info.items() if lv["role"] == "leaf")]
+    assert leaf_port["leaf"] == leaf_port["node"]
+    assert all("rail" not in lv for lv in info.values() if lv["role"] == "spine")
+
+
+def test_build_info_and_the_process_metrics(full: str) -> None:
+    from importlib.metadata import version
+
+    (build,) = samples(full)["graywire_build_info"]
+    assert build[1] == 1 and build[0]["version"] == version("graywire") and build[0]["python"]
+    assert value(full, "process_resident_memory_bytes") > 0
+    assert value(full, "process_start_time_seconds") > 0
+    assert "process_cpu_seconds_total" in samples(full)
+    assert len(samples(full)["python_info"]) == 1
+
+
 @pytest.mark.parametrize("which", ["full", "aggregates_only"])
 def test_every_label_is_bounded(which: str, request: pytest.FixtureRequest) -> None:
     for name, rows in samples(request.getfixturevalue(which)).items():
         for labels, _ in rows:
-            assert set(labels) <= BOUNDED_LABELS, (name, labels)
+            allowed = BOUNDED_LABELS | (
+                BUILD_LABELS if name.startswith(("graywire_build", "python_")) else set()
+            )
+            assert set(labels) <= allowed, (name, labels)
 
 
 def test_cardinality_switch_keeps_only_aggregates(full: str, aggregates_only: str) -> None:
@@ -139,14 +176,15 @@ def test_fast_renderer_matches_prometheus_client(tmp_path: Path) -> None:
             app.state.runner.tick()
         registry = make_registry(app.state.fabric_state)
         ours, theirs = render(registry).decode(), generate_latest(registry).decode()
-    drop_volatile = {"graywire_scrape_staleness_seconds"}  # computed at collection time
+    # Computed at collection time: the ages, and the process's own figures.
+    drop_volatile = {"graywire_scrape_staleness_seconds"}
 
     def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         return {
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for f in text_string_to_metric_families(text)
             for s in f.samples
-            if s.name not in drop_volatile
+            if s.name not in drop_volatile and not s.name.startswith(("process_", "python_gc_"))
         }
 
     assert parsed(ours) == parsed(theirs)
@@ -172,7 +210,7 @@ def test_a_poll_completes_while_a_scrape_is_still_rendering(tmp_path: Path) -> N
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for f in text_string_to_metric_families(text)
             for s in f.samples
-            if s.name not in volatile
+            if s.name not in volatile and not s.name.startswith(("process_", "python_gc_"))
         }
 
     with TestClient(app):
