@@ -191,6 +191,33 @@ PORT_CAPABILITY = pa.schema(
     metadata={"graywire.record": "port_capability", "graywire.version": "1"},
 )
 
+#: What NCCL's RAS subsystem, PyTorch's Flight Recorder or the ProcessGroupNCCL watchdog says
+#: about one rank (or, for a RAS process event, one process) at one time. ``state`` is ``running``,
+#: ``init``, ``finalize``, ``abort`` or ``nocomm`` (a member that left: a clean tear-down),
+#: ``unresponsive`` (RAS could not reach it), ``dead`` (RAS gave up after 60 s: PEER_DEAD),
+#: or ``timeout`` (the watchdog timed out its collective). ``rank`` and ``communicator`` are null
+#: for a process-level event; ``seq`` is the collectives the rank launched (RAS) or the timed-out
+#: collective's sequence number (PyTorch); ``source`` is ``ras``, ``ras_monitor``,
+#: ``flight_recorder`` or ``watchdog``.
+NCCL_RANK_STATE = pa.schema(
+    [
+        pa.field("time", TS, nullable=False),
+        pa.field("job", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("communicator", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("rank", pa.int32()),
+        pa.field("nranks", pa.int32()),
+        pa.field("host", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("pid", pa.int64()),
+        pa.field("device", pa.int16()),
+        pa.field("state", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("collective", pa.dictionary(pa.int8(), pa.string())),
+        pa.field("seq", pa.int64()),
+        pa.field("source", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("detail", pa.string()),
+    ],
+    metadata={"graywire.record": "nccl_rank_state", "graywire.version": "1"},
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "port_sample": PORT_SAMPLE,
     "link": LINK,
@@ -198,6 +225,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "nccl_timing": NCCL_TIMING,
     "nccl_transport": NCCL_TRANSPORT,
     "nccl_proxy": NCCL_PROXY,
+    "nccl_rank_state": NCCL_RANK_STATE,
 }
 
 #: Batch metadata key: JSON object {counter column: bit width} for counters narrower than 64

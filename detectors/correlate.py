@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from graywire.collectors.model import Fabric
@@ -264,6 +265,12 @@ LINK_CAUSE_KINDS = LINK_KINDS | {Kind.LINK_MISSING, Kind.CABLING_CHANGED}
 #: NCCL slowness a bad link under a rank's NIC explains (a compute straggler arrives late on
 #: its own; a transport fallback or a missing GPUDirect is how the job was wired).
 NCCL_EFFECT_KINDS = frozenset({Kind.NCCL_CHANNEL_SLOW, Kind.NCCL_CHANNELS_REDUCED})
+#: A rank that died, hangs or holds up its collective: the fault path's findings. A link
+#: incident on the rank's NIC (else its host) that opened at most ``RANK_FAULT_WINDOW_S`` before
+#: (or ``RANK_FAULT_SLACK_S`` after: a link detector confirming over two polls) explains it.
+RANK_FAULT_KINDS = frozenset({Kind.NCCL_RANK_DEAD, Kind.NCCL_RANK_UNRESPONSIVE, Kind.NCCL_COLLECTIVE_STUCK})
+RANK_FAULT_WINDOW_S = 300.0
+RANK_FAULT_SLACK_S = 60.0
 #: Fabric-side incidents a failing switch explains.
 SWITCH_EFFECT_KINDS = LINK_CAUSE_KINDS | SATURATION_KINDS | PATH_KINDS | {Kind.ECN_HOTSPOT}
 
@@ -281,6 +288,19 @@ def _rank(inc: Mapping[str, Any]) -> tuple[int, str, int]:
     return (-SEVERITY_RANK.get(inc.get("severity", "info"), 0), str(inc.get("opened_at")), int(inc["id"]))
 
 
+def _lead_s(cause: Mapping[str, Any], effect: Mapping[str, Any]) -> float | None:
+    """Seconds the cause opened before the effect (negative: after); None when either is undated."""
+    a, b = cause.get("opened_at"), effect.get("opened_at")
+    try:
+        ta = a if isinstance(a, datetime) else datetime.fromisoformat(str(a))
+        tb = b if isinstance(b, datetime) else datetime.fromisoformat(str(b))
+        if (ta.tzinfo is None) != (tb.tzinfo is None):
+            ta, tb = ta.replace(tzinfo=None), tb.replace(tzinfo=None)
+        return (tb - ta).total_seconds()
+    except (TypeError, ValueError):
+        return None
+
+
 def root_causes(
     incidents: Iterable[Mapping[str, Any]], fabric: Fabric, switch_kinds: frozenset[str] = frozenset()
 ) -> dict[int, Cause]:
@@ -294,6 +314,10 @@ def root_causes(
       the NCCL channel slowness of the ranks on its host-end NIC; a slow hop between two NICs,
       when either NIC's link is bad; and a job-wide step slowdown, when the job's slow ranks
       all trace to bad links (the worst of them);
+    - the fault path: a dead or unresponsive rank, or a stuck collective naming one host, on a
+      host whose NIC (the finding's port, else the host) had a link incident (down, missing,
+      flapping, downgraded, BER...) open from ``RANK_FAULT_WINDOW_S`` before it to
+      ``RANK_FAULT_SLACK_S`` after: the reason says how many seconds before;
     - congestion victims: an ECN hotspot, or a switch port pausing a host (a spreading PFC
       storm), behind the same switch as a host NIC storming pauses is that storm's effect;
     - causes are followed to the root, so a slow rank behind a link behind a failing switch
@@ -392,6 +416,15 @@ def root_causes(
             storm = storms_on_switch.get(fabric.node_of(s)) if s >= 0 else None
             if victim_side and storm is not None:
                 link(inc, storm, f"a congestion victim of the PFC storm from {storm['port']}")
+    # The fault path: a rank that died or hangs on a host whose NIC's link failed just before.
+    for inc in sorted(active, key=_rank):
+        if inc["kind"] in RANK_FAULT_KINDS:
+            cause = link_behind(inc.get("port"), inc.get("node"))
+            lead = _lead_s(cause, inc) if cause is not None and cause["kind"] in LINK_CAUSE_KINDS else None
+            if cause is not None and lead is not None and -RANK_FAULT_SLACK_S <= lead <= RANK_FAULT_WINDOW_S:
+                nic = str(cause.get("port") or "").rpartition("/")[2] or "its NIC"
+                when = f"{lead:.0f} s before" if lead >= 0 else f"{-lead:.0f} s after"
+                link(inc, cause, f"its {nic} link failed {when} ({cause['summary']})")
     for inc in sorted(active, key=_rank):
         job = (inc.get("evidence") or {}).get("job")
         if inc["kind"] == Kind.NCCL_JOB_SLOWDOWN and job is not None and str(job) in slow_jobs:

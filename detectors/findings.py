@@ -66,6 +66,10 @@ class Kind(StrEnum):
     CABLING_CHANGED = "cabling_changed"
     LINK_UNEXPECTED = "link_unexpected"
     RAIL_MISCABLED = "rail_miscabled"
+    # The fault path: NCCL RAS, Flight Recorder and the watchdog.
+    NCCL_RANK_DEAD = "nccl_rank_dead"
+    NCCL_RANK_UNRESPONSIVE = "nccl_rank_unresponsive"
+    NCCL_COLLECTIVE_STUCK = "nccl_collective_stuck"
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

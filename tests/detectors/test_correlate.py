@@ -236,3 +236,23 @@ def test_pushed_timings_fold_under_a_collected_cause_and_cause_nothing() -> None
     assert {e: c.incident_id for e, c in root_causes([link, pushed], FABRIC).items()} == {2: 1}
     path = {**nccl(3, "nccl_path_slow", None, "leaf-r2-000", provenance="push"), "hosts": ["gpu-0003"]}
     assert 3 not in root_causes([link, pushed, path], FABRIC)
+
+
+def at(d: dict[str, Any], when: str) -> dict[str, Any]:
+    return d | {"opened_at": f"2026-01-05T00:{when}+00:00"}
+
+
+def test_a_dead_rank_folds_under_its_nics_link_failure_in_the_minutes_before_only() -> None:
+    link = at(inc(1, "link_missing", "gpu-0003/mlx5_2"), "10:00")
+    dead = at(
+        nccl(2, "nccl_rank_dead", "gpu-0003/mlx5_2", "gpu-0003", job="j1") | {"severity": "critical"}, "10:40"
+    )
+    other_nic = at(nccl(3, "nccl_rank_dead", "gpu-0003/mlx5_5", "gpu-0003", job="j1"), "10:40")
+    long_after = at(nccl(4, "nccl_rank_unresponsive", "gpu-0003/mlx5_2", "gpu-0003", job="j2"), "30:00")
+    causes = root_causes([link, dead, other_nic, long_after], FABRIC)
+    assert {e: c.incident_id for e, c in causes.items()} == {2: 1}
+    assert causes[2].reason.startswith("its mlx5_2 link failed 40 s before (link_missing on gpu-0003/mlx5_2)")
+    verdict = by_node([link, dead])["gpu-0003"]
+    # link_missing is a host verdict of its own (its runbook); critical, so the host is drained
+    assert verdict["side"] in ("host", "link") and verdict["severity"] == "critical"
+    assert verdict["incident_ids"] == [1, 2]

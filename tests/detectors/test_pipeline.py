@@ -18,6 +18,7 @@ from graywire.detectors.findings import Finding
 from graywire.detectors.link_flap import LinkFlapDetector
 from graywire.detectors.link_state import LinkDowngradeDetector
 from graywire.detectors.nccl_channel import NcclChannelOutlier
+from graywire.detectors.nccl_fault import NcclFaultDetector
 from graywire.detectors.nccl_peer import NcclHopDetector
 from graywire.detectors.nccl_step import NcclStepTime
 from graywire.detectors.nccl_straggler import NcclStraggler
@@ -153,6 +154,7 @@ def test_default_detectors() -> None:
         NcclTransportDetector,
         NcclHopDetector,
         TopologyDetector,
+        NcclFaultDetector,
     ]
     assert pipe.kinds == sorted(
         [
@@ -176,6 +178,9 @@ def test_default_detectors() -> None:
             "nccl_gdrdma_missing",
             "nccl_channels_reduced",
             "nccl_hop_slow",
+            "nccl_rank_dead",
+            "nccl_rank_unresponsive",
+            "nccl_collective_stuck",
         ]
     )
     assert [type(d) for d in default_detectors(sim.fabric)] == kinds
@@ -271,7 +276,12 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     # No fabricsim fault cuts a rank's channels; that one is tested from NCCL_DEBUG lines.
     # The rich simulated counters are 64-bit: saturation only shows in the legacy port views.
     # No fabricsim fault plugs a cable between ports the model leaves free (unit-tested).
-    assert firing_kinds == set(pipe.kinds) - {"nccl_channels_reduced", "counter_saturated", "link_unexpected"}
+    # The fault path's kinds read NCCL RAS views, which the default scenario does not simulate.
+    fault_path = {"nccl_rank_dead", "nccl_rank_unresponsive", "nccl_collective_stuck"}
+    assert (
+        firing_kinds
+        == set(pipe.kinds) - {"nccl_channels_reduced", "counter_saturated", "link_unexpected"} - fault_path
+    )
     assert time.perf_counter() - start < 60
 
 
