@@ -66,6 +66,7 @@ class Kind(StrEnum):
     CABLING_CHANGED = "cabling_changed"
     LINK_UNEXPECTED = "link_unexpected"
     RAIL_MISCABLED = "rail_miscabled"
+    GPU_NIC_AFFINITY = "gpu_nic_affinity"
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

@@ -30,6 +30,7 @@ from graywire.detectors.nccl_peer import NcclHopDetector
 from graywire.detectors.nccl_step import NcclStepTime
 from graywire.detectors.nccl_straggler import NcclStraggler
 from graywire.detectors.nccl_transport import NcclTransportDetector
+from graywire.detectors.nic_affinity import NicAffinityDetector
 from graywire.detectors.rates import CounterRates
 from graywire.detectors.saturation import CounterSaturationDetector
 from graywire.detectors.topology import TopologyDetector
@@ -55,6 +56,7 @@ def default_detectors(
         NcclTransportDetector(),
         NcclHopDetector(fabric),
         TopologyDetector(fabric),
+        NicAffinityDetector(fabric),
     ]
     if multivariate:
         detectors.append(MultivariateOutlier(fabric))
@@ -144,6 +146,7 @@ class Pipeline:
         proxy: list[pa.RecordBatch] = []
         capabilities: list[pa.RecordBatch] = []
         links: list[pa.RecordBatch] = []
+        gpu_paths: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
             if kind != "link" and batch.num_rows and "time" in batch.schema.names:
@@ -168,8 +171,13 @@ class Pipeline:
                 capabilities.append(batch)
             elif kind == "link":
                 links.append(batch)
+            elif kind == "gpu_nic_path":
+                gpu_paths.append(batch)
             else:
-                takes = "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy or link"
+                takes = (
+                    "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy, link or "
+                    "gpu_nic_path"
+                )
                 result.dropped.append((kind, batch.num_rows, f"the pipeline takes {takes}, not {kind}"))
         # One view at a time, in the order the sources sent them (a port a view leaves out keeps
         # what an earlier one said).
@@ -180,7 +188,7 @@ class Pipeline:
         views = [self._dated_links(links)] if links else []
         routes = (
             ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy),
-            ("link", views),
+            ("link", views), ("gpu_nic_path", gpu_paths),
         )  # fmt: skip
         for consumes, parts in routes:
             if not parts:
