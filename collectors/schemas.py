@@ -218,6 +218,26 @@ NCCL_RANK_STATE = pa.schema(
     metadata={"graywire.record": "nccl_rank_state", "graywire.version": "1"},
 )
 
+#: How far each GPU of a host is from each RDMA NIC (``nvidia-smi topo -m``, else the PCIe tree
+#: and NUMA nodes in sysfs): one row per (GPU, NIC). A batch is one host's whole view and replaces
+#: its last one; a host without GPUs sends none. ``path`` is nvidia-smi's level (``PIX``, ``PXB``,
+#: ``PHB``, ``NODE``, ``SYS``, ``NV`` for any NVLink count), null where nothing says; ``source`` is
+#: ``nvidia-smi`` or ``sysfs``. NUMA nodes are null where the platform reports none (``-1``).
+GPU_NIC_PATH = pa.schema(
+    [
+        pa.field("time", TS, nullable=False),
+        pa.field("host", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("gpu", pa.int16(), nullable=False),
+        pa.field("gpu_bus_id", pa.string()),
+        pa.field("gpu_numa", pa.int16()),
+        pa.field("nic", pa.string(), nullable=False),
+        pa.field("nic_numa", pa.int16()),
+        pa.field("path", pa.dictionary(pa.int8(), pa.string())),
+        pa.field("source", pa.dictionary(pa.int8(), pa.string())),
+    ],
+    metadata={"graywire.record": "gpu_nic_path", "graywire.version": "1"},
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "port_sample": PORT_SAMPLE,
     "link": LINK,
@@ -226,6 +246,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "nccl_transport": NCCL_TRANSPORT,
     "nccl_proxy": NCCL_PROXY,
     "nccl_rank_state": NCCL_RANK_STATE,
+    "gpu_nic_path": GPU_NIC_PATH,
 }
 
 #: Batch metadata key: JSON object {counter column: bit width} for counters narrower than 64

@@ -70,6 +70,7 @@ class Kind(StrEnum):
     NCCL_RANK_DEAD = "nccl_rank_dead"
     NCCL_RANK_UNRESPONSIVE = "nccl_rank_unresponsive"
     NCCL_COLLECTIVE_STUCK = "nccl_collective_stuck"
+    GPU_NIC_AFFINITY = "gpu_nic_affinity"
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

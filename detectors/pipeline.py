@@ -31,6 +31,7 @@ from graywire.detectors.nccl_peer import NcclHopDetector
 from graywire.detectors.nccl_step import NcclStepTime
 from graywire.detectors.nccl_straggler import NcclStraggler
 from graywire.detectors.nccl_transport import NcclTransportDetector
+from graywire.detectors.nic_affinity import NicAffinityDetector
 from graywire.detectors.rates import CounterRates
 from graywire.detectors.saturation import CounterSaturationDetector
 from graywire.detectors.topology import TopologyDetector
@@ -57,6 +58,7 @@ def default_detectors(
         NcclHopDetector(fabric),
         TopologyDetector(fabric),
         NcclFaultDetector(fabric),  # the fault path: RAS, Flight Recorder, watchdog
+        NicAffinityDetector(fabric),
     ]
     if multivariate:
         detectors.append(MultivariateOutlier(fabric))
@@ -147,6 +149,7 @@ class Pipeline:
         capabilities: list[pa.RecordBatch] = []
         links: list[pa.RecordBatch] = []
         rank_states: list[pa.RecordBatch] = []
+        gpu_paths: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
             if kind != "link" and batch.num_rows and "time" in batch.schema.names:
@@ -173,9 +176,13 @@ class Pipeline:
                 links.append(batch)
             elif kind == "nccl_rank_state":
                 rank_states.append(batch)
+            elif kind == "gpu_nic_path":
+                gpu_paths.append(batch)
             else:
-                takes = "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy or link"
-                takes += " (or nccl_rank_state)"
+                takes = (
+                    "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy, link, "
+                    "nccl_rank_state or gpu_nic_path"
+                )
                 result.dropped.append((kind, batch.num_rows, f"the pipeline takes {takes}, not {kind}"))
         # One view at a time, in the order the sources sent them (a port a view leaves out keeps
         # what an earlier one said).
@@ -186,7 +193,7 @@ class Pipeline:
         views = [self._dated_links(links)] if links else []
         routes = (
             ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy),
-            ("link", views), ("nccl_rank_state", rank_states),
+            ("link", views), ("nccl_rank_state", rank_states), ("gpu_nic_path", gpu_paths),
         )  # fmt: skip
         for consumes, parts in routes:
             if not parts:

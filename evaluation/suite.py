@@ -134,12 +134,30 @@ def suite(quick: bool = False, seeds: int = 3, variants: tuple[str, ...] | None 
         # The healthy soak: 1,024 ports for 72 simulated hours, polled every minute, with the
         # hourly checkpoint bursts a training job makes.
         out.append(_soak(6 if quick else 72))
+        out += datapath_scenarios(seeds)
     for name in names:
         if name == "rich":
             continue
         out += [replace(sc, name=f"{sc.name}@{name}", variant=name) for sc in mixes]
         soak = _soak(3 if quick else 12)
         out.append(replace(soak, name=f"{soak.name}@{name}", variant=name))
+    return out
+
+
+def datapath_scenarios(seeds: int = 3) -> list[Scenario]:
+    """The data path (GPU<->NIC affinity): per seed, NICs moved to the other socket on 64 hosts
+    (two from boot, one at a maintenance reboot, one put back), the same on a fleet whose NICs all
+    sit off the CPU by design (``NODE``), and the benign twins: whole fleets wired ``NODE`` or
+    across the sockets by design, where every peer agrees and nothing may fire."""
+    moved = "nic_cross_numa,nic_cross_numa,nic_cross_numa@600s,nic_cross_numa@300s+600s"
+    out = []
+    for seed in range(seeds):
+        out += [
+            Scenario(f"datapath-s{seed}", 64, seed, 1200.0, 10.0, moved),
+            Scenario(f"datapath-node-s{seed}", 64, seed, 1200.0, 10.0, f"nic_layout_shared=0,{moved}"),
+            Scenario(f"datapath-benign-node-s{seed}", 64, seed, 1200.0, 10.0, "nic_layout_shared=0"),
+            Scenario(f"datapath-benign-remote-s{seed}", 64, seed, 1200.0, 10.0, "nic_layout_shared=1"),
+        ]
     return out
 
 
@@ -273,6 +291,8 @@ def run_scenario(
                 found += pipe.process(step.nccl_transport)
             if step.nccl_proxy is not None:
                 found += pipe.process(step.nccl_proxy)
+            if step.gpu_paths is not None:
+                found += pipe.process(step.gpu_paths)
             if tick:
                 tick(1)
     finally:

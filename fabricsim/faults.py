@@ -38,16 +38,23 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "cable_moved": ("cabling_changed",),
     "cable_missing": ("link_missing",),
     "rail_miscabled": ("rail_miscabled",),
+    "nic_cross_numa": ("gpu_nic_affinity",),
 }
 #: Events that happen on healthy fabrics and must not raise a finding.
 BENIGN_KINDS = (
     "counter_reset", "counter_wrap", "short_retrain", "collector_outage", "checkpoint_burst", "slow_step",
+    "nic_layout_shared",
 )  # fmt: skip
 #: NCCL faults that change how a host's ranks are wired (what NCCL_DEBUG lines show).
 TRANSPORT_KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing")
 #: Faults that change the cabling (what the sources' ``link`` views and port states show). Not in
 #: ``default``: its spread of the other kinds stays as it was; name them to inject them.
 CABLING_KINDS = ("cable_moved", "cable_missing", "rail_miscabled")
+#: Where the GPUs and NICs sit in each host (``gpu_nic_path`` views, fabricsim/gpu_layout.py): a
+#: NIC moved to the other socket, and its benign twin, a host model wired otherwise on every host.
+#: Not in ``default`` either; the simulator sends layout views only when one of them is named.
+DATAPATH_KINDS = ("nic_cross_numa",)
+DATAPATH_BENIGN_KINDS = ("nic_layout_shared",)
 OWN_STREAM_KINDS = frozenset(
     {
         *CABLING_KINDS,
@@ -58,6 +65,8 @@ OWN_STREAM_KINDS = frozenset(
         "straggler",
         "slow_hop",
         *TRANSPORT_KINDS,
+        *DATAPATH_KINDS,
+        *DATAPATH_BENIGN_KINDS,
     }
 )
 #: Jobs the NCCL profiler plugin runs in (the first ones): fabricsim's ``nccl_proxy`` rows come
@@ -84,6 +93,8 @@ DEFAULT_MAGNITUDE = {
     "cable_moved": 20.0,  # seconds the cable is out before it is plugged into its new port
     "cable_missing": 0.0,
     "rail_miscabled": 0.0,
+    "nic_cross_numa": 0.0,
+    "nic_layout_shared": 0.0,  # 0: every NIC on its GPU's socket off the CPU (NODE); 1: the other socket
     "counter_reset": 0.0,
     "counter_wrap": 0.0,
     "short_retrain": 20.0,  # seconds the link is down
@@ -223,6 +234,10 @@ def resolve_faults(
         rng = own if r.kind in OWN_STREAM_KINDS else base_rng
         start = r.start_s if r.start_s is not None else float(rng.uniform(0.1, 0.5) * duration_s)
         dur = r.duration_s if r.duration_s is not None else max(10 * interval_s, 0.3 * duration_s)
+        if r.kind in (*DATAPATH_KINDS, *DATAPATH_BENIGN_KINDS):
+            # Built so: from boot unless the spec says when (a NIC moved at a maintenance reboot).
+            start = r.start_s if r.start_s is not None else 0.0
+            dur = r.duration_s if r.duration_s is not None else duration_s - start
         if r.kind == "rail_miscabled":
             # Cabled so from the start: the spec's start is ignored; it lasts the run unless told.
             start, dur = 0.0, r.duration_s if r.duration_s is not None else duration_s
@@ -309,8 +324,10 @@ def _place(
     channels: int,
     rng: np.random.Generator,
 ) -> Fault:
-    if f.kind == "checkpoint_burst":
+    if f.kind in ("checkpoint_burst", *DATAPATH_BENIGN_KINDS):
         return replace(f, node="*")
+    if f.kind in DATAPATH_KINDS:
+        return _place_nic(f, target, fabric, host_nics, used, rng)
     if f.kind in ("job_slowdown", "slow_step"):
         job = target or str(rng.choice(list(jobs)))
         if job not in jobs:
@@ -486,3 +503,23 @@ def _place_cable(
     q = int(fabric.peer[y])
     used.update((y, q))
     return replace(base, extra={"to": fabric.keys[q], "displaced": fabric.keys[y]})
+
+
+def _place_nic(
+    f: Fault,
+    target: str | None,
+    fabric: Fabric,
+    host_nics: np.ndarray,
+    used: set[int],
+    rng: np.random.Generator,
+) -> Fault:
+    """A host NIC (``HOST/mlx5_R``, or drawn) moved to a slot on its GPU's other socket. The
+    host's other NICs are left to other faults: only this NIC's GPU loses its path."""
+    if target:
+        nic = int(fabric.lookup(pa.array([target]))[0])
+        if nic < 0 or not fabric.host_port[nic] or fabric.rail[nic] < 0:
+            raise ValueError(f"{f.kind}: {target!r} is not a host NIC on a rail")
+        used.update((nic, int(fabric.peer[nic])))
+    else:
+        nic = _pick_nic(host_nics, used, rng, fabric)
+    return replace(f, port=fabric.keys[nic], node=fabric.node_of(nic), extra={"rail": int(fabric.rail[nic])})

@@ -10,6 +10,8 @@ One directory per host, laid out as on a real host (the agent's ``--sysfs-root``
     <out>/<host>/sys/class/infiniband/mlx5_<r> -> ../../devices/.../infiniband/mlx5_<r>
     <out>/<host>/sys/class/net/<if> -> ../../devices/.../net/<if>
     <out>/<host>/ethtool/<if>/{statistics,fec,settings}   (ethtool -S, -I --show-fec, <if>)
+    <out>/<host>/sys/devices/pci0000:00/0000:<bus>:00.0/numa_node          (write_gpu_layout)
+    <out>/<host>/nvidia-smi/topo-m.txt   (nvidia-smi topo -m; the agent's --topo-file)
 
 Values are what a device would show for the simulated counters: ``rate`` as the kernel prints
 it (``800 Gb/sec (4X XDR)``), data counters in 4-octet words, legacy PMA error counters
@@ -33,6 +35,7 @@ from graywire.collectors.host.sysfs import PMA_COUNTERS
 from graywire.collectors.keys import split_port_key
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
+from graywire.fabricsim.gpu_layout import HostLayout
 
 #: Per-lane signalling rate (Gb/s) -> the IB speed name the kernel prints in ``rate``.
 LANE_SPEED_NAMES = {2.5: "SDR", 5: "DDR", 10: "QDR", 14: "FDR", 25: "EDR", 50: "HDR", 100: "NDR", 200: "XDR"}
@@ -118,6 +121,19 @@ class HostTreeWriter:
     def ethtool_dir(self, host: str) -> Path:
         """Pre-captured ethtool text of one host (the agent's ``--ethtool-dir``)."""
         return self.out / host / "ethtool"
+
+    def topo_file(self, host: str) -> Path:
+        """The host's ``nvidia-smi topo -m`` text (the agent's ``--topo-file``)."""
+        return self.out / host / "nvidia-smi" / "topo-m.txt"
+
+    def write_gpu_layout(self, host: str, layout: HostLayout) -> None:
+        """The host's ``topo -m`` text and each NIC's ``numa_node`` (its socket in ``layout``)."""
+        path = self.topo_file(host)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._put(path, layout.render())
+        for r, socket in enumerate(layout.nic_socket):
+            dev_dir, _ = self._layout(host, f"mlx5_{r}")
+            self._put(dev_dir / "device" / "numa_node", f"{socket}\n")
 
     @staticmethod
     def device_of(label: str) -> tuple[str, int]:

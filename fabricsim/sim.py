@@ -31,6 +31,8 @@ from graywire.collectors.schemas import (
 )
 from graywire.fabricsim.faults import (
     CABLING_KINDS,
+    DATAPATH_BENIGN_KINDS,
+    DATAPATH_KINDS,
     PROFILED_JOBS,
     TRANSPORT_KINDS,
     Fault,
@@ -38,6 +40,7 @@ from graywire.fabricsim.faults import (
     parse_spec,
     resolve_faults,
 )
+from graywire.fabricsim.gpu_layout import HostLayout, base_layout, cross_numa, layout_batch
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 ROCE_PRIORITY = 3
@@ -90,6 +93,9 @@ class SimStep:
     #: The cables the subnet manager sees (``link``): every plugged cable whose link is up, as
     #: UFM's links list shows it (a down link is not discovered), every poll.
     links: pa.RecordBatch | None = None
+    #: Every host's GPU<->NIC paths (``gpu_nic_path``, read back from its ``nvidia-smi topo -m``):
+    #: at the first poll and when a layout changes; only in runs that name a data-path kind.
+    gpu_paths: pa.RecordBatch | None = None
 
 
 class FabricSim:
@@ -171,6 +177,9 @@ class FabricSim:
         self._transport_state: tuple[str, ...] | None = None
         self._transport_age = 0
         self._init_proxy()
+        layout_kinds = (*DATAPATH_KINDS, *DATAPATH_BENIGN_KINDS)
+        self._layout_faults = [fl for fl in self.faults if fl.kind in layout_kinds]
+        self._layout_state: tuple[str, ...] | None = None
 
     # -- helpers ----------------------------------------------------------------------------------
     def time_of(self, k: int) -> datetime:
@@ -210,7 +219,28 @@ class FabricSim:
         wiring = self._transport_batch(t, now) if k > 0 else None
         proxy = self._proxy_batch(t, now) if k > 0 else None
         nccl = self._hop_pacing(t, nccl)
-        return SimStep(k, now, port, nccl, wiring, proxy, self._links_batch(t))
+        paths = self._gpu_path_batch(t, now) if self._layout_faults else None
+        return SimStep(k, now, port, nccl, wiring, proxy, self._links_batch(t), paths)
+
+    def layouts(self, t: float) -> dict[str, HostLayout]:
+        """Each host's PCIe layout at ``t`` (fabricsim/gpu_layout.py)."""
+        gpus = self.cfg.topology.gpus
+        shared = next((fl.magnitude for fl in self._layout_faults
+                       if fl.kind in DATAPATH_BENIGN_KINDS and fl.active(t)), None)  # fmt: skip
+        base = base_layout(gpus, shared)
+        out = {name: base for name, role in zip(self.fabric.node_names, self.fabric.node_roles, strict=True)
+               if role == "host"}  # fmt: skip
+        for fl in self._layout_faults:
+            if fl.kind in DATAPATH_KINDS and fl.active(t) and fl.node in out:
+                out[fl.node] = cross_numa(out[fl.node], int(fl.extra["rail"]))
+        return out
+
+    def _gpu_path_batch(self, t: float, now: datetime) -> pa.RecordBatch | None:
+        active = tuple(fl.id for fl in self._layout_faults if fl.active(t))
+        if active == self._layout_state:
+            return None
+        self._layout_state = active
+        return layout_batch(self.layouts(t), now)
 
     def _cabling(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per modelled link, the two ports its cable joins now and whether it is plugged in.

@@ -1,4 +1,4 @@
-"""``graywire`` command line: serve, demo, sim, replay, eval, agent, fakes, inventory, slurm-sync,
+"""``graywire`` command line: serve, demo, sim, replay, eval, agent, check, fakes, inventory, slurm-sync,
 k8s-sync, db."""
 
 from __future__ import annotations
@@ -247,6 +247,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     table = ThresholdTable.load(ber) if ber else None
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else None
     scenarios = suite(quick=args.quick, seeds=args.seeds, variants=variants)
+    if args.only:
+        scenarios = [sc for sc in scenarios if sc.name.startswith(args.only)]
+        if not scenarios:
+            raise ValueError(f"--only {args.only!r}: no scenario name starts so")
     t0 = time.perf_counter()
     total = sum(sc.polls for sc in scenarios)
     with tqdm(
@@ -336,9 +340,36 @@ def cmd_agent(args: argparse.Namespace) -> int:
         include_plain_netdevs=args.include_plain_netdevs,
         exclude=args.exclude,
         perfquery=args.perfquery,
+        nvidia_smi=None if args.nvidia_smi == "none" else args.nvidia_smi,
+        topo_file=args.topo_file,
     )
     serve_agent(cfg, listen=args.listen, port=args.port, log_level=args.log_level)
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """The data-path checks once on this node: exit 0 ok or skipped, 1 a finding, 2 an error."""
+    from graywire.collectors.host.gpu_topo import TopoCommand, read_gpu_nic_paths
+    from graywire.service.node_check import judge, table
+
+    text = None
+    if args.topo_file is not None:
+        try:
+            text = args.topo_file.read_text(errors="replace")
+        except OSError as e:
+            print(f"error: --topo-file: {e}")
+            return 2
+    command = None if args.nvidia_smi == "none" else TopoCommand(args.nvidia_smi, args.timeout)
+    reading = read_gpu_nic_paths(args.sysfs_root, text, command)
+    result = judge(reading, args.max_level, args.nics)
+    if args.json:
+        print(json.dumps({"status": result.status, "message": result.message, "source": reading.source,
+                          "gpus": result.rows, "errors": reading.errors}, indent=1))  # fmt: skip
+    else:
+        for e in reading.errors:
+            print(f"warning: {e}", file=sys.stderr)
+        print(table(result, reading.source))
+    return result.exit_code
 
 
 def _ufm_topology(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -528,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--ber-thresholds",
         help="NVIDIA field BER thresholds CSV; default $GRAYWIRE_BER_THRESHOLDS, else a generic PAM4 rule",
     )
+    s.add_argument("--only", default=None, help="score only the scenarios whose name starts so (datapath-)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_eval)
 
@@ -562,7 +594,33 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="uvicorn log level"
     )
+    s.add_argument(
+        "--nvidia-smi",
+        default="nvidia-smi",
+        help="nvidia-smi for `topo -m` (run only if present); none: sysfs",
+    )
+    s.add_argument("--topo-file", type=Path, default=None, help="serve a saved `nvidia-smi topo -m` instead")
     s.set_defaults(func=cmd_agent)
+
+    s = sub.add_parser(
+        "check", help="check this node's GPU<->NIC data path once (exit 0 ok/skipped, 1 finding, 2 error)"
+    )
+    s.add_argument("--sysfs-root", type=Path, default=Path("/"), help="root holding sys/ (default /)")
+    s.add_argument(
+        "--nvidia-smi",
+        default="nvidia-smi",
+        help="nvidia-smi binary, run as `topo -m` if present; none: sysfs only",
+    )
+    s.add_argument("--topo-file", type=Path, default=None, help="read a saved `nvidia-smi topo -m` instead")
+    s.add_argument("--timeout", type=float, default=10.0, help="seconds nvidia-smi may take (default 10)")
+    s.add_argument(
+        "--max-level",
+        default="PXB",
+        help="farthest nearest-NIC path that passes (default PXB, NCCL's GDR limit)",
+    )
+    s.add_argument("--nics", default=None, help="regex of the compute NICs' RDMA names (default: all)")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    s.set_defaults(func=cmd_check)
 
     s = sub.add_parser(
         "fakes", help="serve one simulated fabric as fake UFM, SNMP, host agents and NCCL files"

@@ -20,6 +20,7 @@ from graywire.collectors.host.agent_wire import ARROW_STREAM, SKIPPED_KEY, SOURC
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import (
     COUNTER_BITS_KEY,
+    GPU_NIC_PATH,
     PORT_COUNTERS,
     PORT_SAMPLE,
     SATURATING_KEY,
@@ -78,15 +79,23 @@ class AgentCollector:
     The port dictionary is kept across polls (new keys are appended), so downstream stages that
     cache lookups by dictionary see the same one every poll. Each scrape opens its own HTTP
     client (a client is bound to the event loop that made it); the TLS context is shared.
+
+    Every ``paths_interval`` seconds a scrape also fetches ``/v1/gpu_nic_path`` (the host's
+    GPU<->NIC layout, which changes only at a reboot). Its failure costs the port samples
+    nothing: that view is simply not sent, and retried next interval; an agent without the
+    endpoint (404) is not asked again.
     """
 
     source = SOURCE
 
-    def __init__(self, url: str, timeout: float = 5.0) -> None:
+    def __init__(self, url: str, timeout: float = 5.0, paths_interval: float = 300.0) -> None:
         self.url = url.rstrip("/")
         self.target = redact_url(self.url)
         self.timeout = timeout
         self._ports = pa.array([], type=pa.string())
+        self.paths_interval = paths_interval
+        self._paths_next = 0.0  # monotonic time of the next gpu_nic_path fetch
+        self._paths_off = False
 
     async def aclose(self) -> None:
         """Nothing to close: each scrape opens and closes its own client."""
@@ -111,13 +120,34 @@ class AgentCollector:
             batch, skipped = await asyncio.to_thread(self._decode, body)
         except Exception as e:  # garbage can fail in many ways; all of them are a failed scrape
             return failed(self.source, self.target, e, self._since(t0))
-        return ScrapeResult(self.source, self.target, True, (batch,), None, self._since(t0), skipped)
+        batches: tuple[pa.RecordBatch, ...] = (batch,)
+        if (paths := await self._gpu_paths()) is not None and paths.num_rows:
+            batches += (paths,)
+        return ScrapeResult(self.source, self.target, True, batches, None, self._since(t0), skipped)
 
-    async def _fetch(self) -> tuple[int, str, bytes]:
+    async def _gpu_paths(self) -> pa.RecordBatch | None:
+        """The agent's ``gpu_nic_path`` view when one is due; None when not due or not usable."""
+        now = time.monotonic()
+        if self._paths_off or now < self._paths_next:
+            return None
+        self._paths_next = now + self.paths_interval
+        try:
+            async with asyncio.timeout(self.timeout):
+                status, ctype, body = await self._fetch("/v1/gpu_nic_path")
+            if status == 404:
+                self._paths_off = True
+                return None
+            if status != 200 or ctype != ARROW_STREAM:
+                return None
+            return await asyncio.to_thread(decode_gpu_paths, body)
+        except Exception:  # a bad layout view is no view; the port samples stand
+            return None
+
+    async def _fetch(self, path: str = "/v1/port_sample") -> tuple[int, str, bytes]:
         """Status, content type and body, refusing a body larger than any host's batch."""
         async with (
             httpx.AsyncClient(timeout=self.timeout, verify=_ssl_context()) as client,
-            client.stream("GET", f"{self.url}/v1/port_sample", headers={"Accept": ARROW_STREAM}) as resp,
+            client.stream("GET", f"{self.url}{path}", headers={"Accept": ARROW_STREAM}) as resp,
         ):
             body = bytearray()
             async for chunk in resp.aiter_bytes():
@@ -167,6 +197,26 @@ class AgentCollector:
         if np.unique(codes).size != codes.size:
             raise ValueError("duplicate port keys in one poll")
         return pa.DictionaryArray.from_arrays(pa.array(codes, type=pa.int32()), self._ports)
+
+
+def decode_gpu_paths(body: bytes) -> pa.RecordBatch:
+    """An agent's ``gpu_nic_path`` stream, checked: the schema, one host, no null keys."""
+    with pa.ipc.open_stream(body) as reader:
+        batches = list(reader)
+        schema = reader.schema
+    if record_kind(schema) != "gpu_nic_path" or not schema.remove_metadata().equals(
+        GPU_NIC_PATH.remove_metadata()
+    ):
+        raise ValueError("not a gpu_nic_path v1 stream")
+    if len(batches) != 1:
+        raise ValueError(f"expected one batch, got {len(batches)}")
+    batch = batches[0]
+    for name in ("time", "host", "gpu", "nic"):
+        if batch.column(name).null_count:
+            raise ValueError(f"null {name} values")
+    if batch.num_rows and pc.count_distinct(batch.column("host").cast(pa.string())).as_py() != 1:
+        raise ValueError("one agent speaks for one host")
+    return pa.RecordBatch.from_arrays(list(batch.columns), schema=GPU_NIC_PATH)
 
 
 class AgentSourceConfig(BaseModel):

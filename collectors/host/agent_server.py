@@ -3,7 +3,10 @@
 On every ``GET /v1/port_sample`` it reads the host's ports from sysfs and ethtool
 (:mod:`~graywire.collectors.host.sysfs`, :mod:`~graywire.collectors.host.ethtool`, optionally
 perfquery) and answers with one ``port_sample`` batch in the format of
-:mod:`~graywire.collectors.host.agent_wire`. It keeps no state between requests.
+:mod:`~graywire.collectors.host.agent_wire`. It keeps no state between requests, but one:
+``GET /v1/gpu_nic_path`` (where each GPU sits relative to each NIC,
+:mod:`~graywire.collectors.host.gpu_topo`) is kept for ``topo_ttl`` seconds, since the PCIe
+layout changes only at a reboot and ``nvidia-smi topo -m`` takes a good fraction of a second.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import shutil
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +31,7 @@ from fastapi.responses import JSONResponse, Response
 from graywire.collectors.base import Skips
 from graywire.collectors.host.agent_wire import ARROW_STREAM, DEFAULT_AGENT_PORT, SKIPPED_KEY, SOURCE, to_ipc
 from graywire.collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
+from graywire.collectors.host.gpu_topo import TopoCommand, paths_to_batch, read_gpu_nic_paths
 from graywire.collectors.host.sysfs import PortReading, SysfsConfig, read_ports, read_text, readings_to_batch
 from graywire.collectors.keys import normalize_mac, port_key
 from graywire.collectors.perfquery import PerfqueryCommand, apply_perfquery
@@ -47,6 +52,12 @@ class AgentConfig:
     include_plain_netdevs: bool = False
     exclude: str | None = None
     perfquery: str | None = None  # run ``perfquery -x`` per IB port for 64-bit error counters
+    #: ``nvidia-smi`` for ``topo -m`` (run only if present); None: the sysfs tree only.
+    nvidia_smi: str | None = "nvidia-smi"
+    #: A saved ``nvidia-smi topo -m`` (fabricsim's hosts, tests) instead of running it.
+    topo_file: Path | None = None
+    topo_timeout: float = 10.0
+    topo_ttl: float = 300.0
 
 
 def _utcnow() -> datetime:
@@ -72,9 +83,12 @@ class HostReader:
         self.perfquery: PerfqueryCommand | None = None
         if cfg.perfquery:
             self.perfquery = PerfqueryCommand(cfg.perfquery, cfg.ethtool_timeout)
+        self.topo = TopoCommand(cfg.nvidia_smi, cfg.topo_timeout) if cfg.nvidia_smi else None
         self._lock = threading.Lock()
         self._logged: set[str] = set()
         self.last_errors: list[str] = []
+        self._paths: tuple[float, pa.RecordBatch] | None = None
+        self._paths_lock = threading.Lock()
 
     def read(self) -> tuple[datetime, list[PortReading]]:
         now = self.clock()
@@ -101,6 +115,24 @@ class HostReader:
             meta = {**(batch.schema.metadata or {}), SKIPPED_KEY: json.dumps(dict(skipped)).encode()}
             batch = batch.replace_schema_metadata(meta)
         return batch
+
+    def gpu_paths(self) -> pa.RecordBatch:
+        """The host's ``gpu_nic_path`` view (zero rows without a GPU), at most ``topo_ttl`` old."""
+        with self._paths_lock:
+            if self._paths is not None and time.monotonic() - self._paths[0] < self.cfg.topo_ttl:
+                return self._paths[1]
+            text = None
+            if self.cfg.topo_file is not None:
+                try:
+                    text = Path(self.cfg.topo_file).read_text(errors="replace")
+                except OSError as e:
+                    log.warning("topo file %s: %s", self.cfg.topo_file, e)
+            reading = read_gpu_nic_paths(Path(self.cfg.sysfs_root), text, self.topo)
+            for e in reading.errors:
+                log.warning("%s", e)
+            batch = paths_to_batch(reading, self.cfg.hostname, self.clock())
+            self._paths = (time.monotonic(), batch)
+            return batch
 
     def ports(self) -> list[dict[str, Any]]:
         """Each port's names: its key, RDMA device and port, netdev and that netdev's MAC.
@@ -141,6 +173,16 @@ def create_agent_app(cfg: AgentConfig, clock: Callable[[], datetime] | None = No
         if batch.num_rows == 0:
             where = Path(cfg.sysfs_root) / "sys/class/infiniband"
             return JSONResponse({"error": f"no RDMA ports found under {where}"}, status_code=503)
+        return Response(content=to_ipc(batch), media_type=ARROW_STREAM)
+
+    @app.get("/v1/gpu_nic_path")
+    def gpu_nic_path() -> Response:
+        """Where each GPU sits relative to each RDMA NIC (an empty batch on a host without GPUs)."""
+        try:
+            batch = reader.gpu_paths()
+        except Exception as e:  # the port samples must not go down with it
+            log.exception("reading the GPU-NIC paths failed")
+            return JSONResponse({"error": f"{type(e).__name__}: {e}"}, status_code=500)
         return Response(content=to_ipc(batch), media_type=ARROW_STREAM)
 
     @app.get("/v1/ports")

@@ -55,6 +55,7 @@ def test_record_kind() -> None:
         "nccl_transport": "nccl_transport",
         "nccl_proxy": "nccl_proxy",
         "nccl_rank_state": "nccl_rank_state",
+        "gpu_nic_path": "gpu_nic_path",
     }
     with pytest.raises(ValueError, match=r"no graywire\.record"):
         record_kind(pa.schema([pa.field("x", pa.int8())]))

@@ -23,12 +23,19 @@ from graywire.detectors.nccl_peer import NcclHopDetector
 from graywire.detectors.nccl_step import NcclStepTime
 from graywire.detectors.nccl_straggler import NcclStraggler
 from graywire.detectors.nccl_transport import NcclTransportDetector
+from graywire.detectors.nic_affinity import NicAffinityDetector
 from graywire.detectors.pipeline import Pipeline, default_detectors
 from graywire.detectors.rates import CounterRates, rates_schema
 from graywire.detectors.saturation import CounterSaturationDetector
 from graywire.detectors.topology import TopologyDetector
 from graywire.evaluation.scoring import score
-from graywire.fabricsim.faults import BENIGN_KINDS, CABLING_KINDS, FAULT_KINDS
+from graywire.fabricsim.faults import (
+    BENIGN_KINDS,
+    CABLING_KINDS,
+    DATAPATH_BENIGN_KINDS,
+    DATAPATH_KINDS,
+    FAULT_KINDS,
+)
 from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
 
@@ -126,9 +133,7 @@ def test_rejects_other_records() -> None:
     other = pa.RecordBatch.from_pydict({"node": ["leaf-1"]}).replace_schema_metadata(
         {"graywire.record": "switch_inventory"}
     )
-    with pytest.raises(
-        ValueError, match="port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy or link"
-    ):
+    with pytest.raises(ValueError, match="nccl_transport, nccl_proxy, link, nccl_rank_state or gpu_nic_path"):
         pipe.process(other)
     bare = pa.RecordBatch.from_pydict({"time": [1]})
     with pytest.raises(ValueError, match="metadata"):
@@ -155,6 +160,7 @@ def test_default_detectors() -> None:
         NcclHopDetector,
         TopologyDetector,
         NcclFaultDetector,
+        NicAffinityDetector,
     ]
     assert pipe.kinds == sorted(
         [
@@ -181,6 +187,7 @@ def test_default_detectors() -> None:
             "nccl_rank_dead",
             "nccl_rank_unresponsive",
             "nccl_collective_stuck",
+            "gpu_nic_affinity",
         ]
     )
     assert [type(d) for d in default_detectors(sim.fabric)] == kinds
@@ -240,7 +247,7 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     """64 hosts, one hour, one of every fault and benign event: every fault found, nothing else."""
     start = time.perf_counter()
     # The cabling faults are named: `default` leaves them out (they rewire the fabric).
-    spec = "default,cable_moved@2000s+600s,cable_missing@2400s+600s,rail_miscabled"
+    spec = "default,cable_moved@2000s+600s,cable_missing@2400s+600s,rail_miscabled,nic_cross_numa@2800s"
     sim = FabricSim(SimConfig(topology=TopologySpec(hosts=64), duration_s=3600.0, seed=1, faults=spec))
     table = ThresholdTable.load(real_fixtures / "ufm" / "pdr_Field_BER_Thresholds.csv")
     pipe = Pipeline(sim.fabric, default_detectors(sim.fabric, table))
@@ -253,11 +260,16 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
             findings += pipe.process(s.nccl_transport)
         if s.nccl_proxy is not None:
             findings += pipe.process(s.nccl_proxy)
+        if s.gpu_paths is not None:
+            findings += pipe.process(s.gpu_paths)
     truth = truth_document(sim)
     report = score(findings, truth, pipe.kinds)
 
-    assert len(truth["faults"]) == 21 + len(CABLING_KINDS)
-    assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
+    assert len(truth["faults"]) == 21 + len(CABLING_KINDS) + len(DATAPATH_KINDS)
+    named_benign = set(DATAPATH_BENIGN_KINDS)  # scored in their own scenarios (evaluation/suite.py)
+    assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(
+        set(BENIGN_KINDS) - named_benign
+    )
     covered = {k for k, s in report.by_fault.items() if s.covered}
     assert covered == set(FAULT_KINDS)
     for kind in covered:

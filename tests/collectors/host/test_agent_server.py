@@ -92,3 +92,42 @@ def test_ports_name_each_port_by_device_netdev_and_mac(real_sysfs: Path) -> None
     rdma = [p for p in ports.values() if p["device"]]
     assert rdma and all(p["port"] == f"h1/{p['label']}" and p["port_num"] >= 1 for p in rdma)
     assert set(ports) == set(HostReader(cfg).extra()), "the same ports the samples carry"
+
+
+def test_agent_serves_the_gpu_nic_paths_fabricsim_wrote_and_the_collector_sends_them(tmp_path: Path) -> None:
+    from graywire.fabricsim.gpu_layout import base_layout, cross_numa
+    from graywire.fabricsim.hostfs import HostTreeWriter
+    from graywire.fabricsim.sim import FabricSim, SimConfig
+    from graywire.fabricsim.topology import TopologySpec
+
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=8), duration_s=60.0, faults="none"))
+    writer = HostTreeWriter(tmp_path, sim.fabric)
+    writer.write(sim.step().port_sample, ["gpu-0001"])
+    writer.write_gpu_layout("gpu-0001", cross_numa(base_layout(8), 3))
+    cfg = AgentConfig(sysfs_root=writer.host_root("gpu-0001"), hostname="gpu-0001", ethtool=None,
+                      topo_file=writer.topo_file("gpu-0001"), nvidia_smi=None)  # fmt: skip
+    with serve(create_agent_app(cfg, clock=lambda: T)) as url:
+        collector = AgentCollector(url, timeout=5)
+        first, second = scrape(collector), scrape(collector)
+    assert first.ok and [b.schema.metadata[b"graywire.record"] for b in first.batches] == [
+        b"port_sample",
+        b"gpu_nic_path",
+    ]
+    assert len(second.batches) == 1  # the layout is fetched every paths_interval, not every poll
+    rows = first.batches[1].to_pylist()
+    assert len(rows) == 64 and {r["host"] for r in rows} == {"gpu-0001"}
+    gpu3 = {r["nic"]: (r["path"], r["nic_numa"], r["gpu_numa"]) for r in rows if r["gpu"] == 3}
+    assert gpu3["mlx5_3"] == ("SYS", 1, 0) and gpu3["mlx5_0"] == ("NODE", 0, 0)
+
+
+def test_an_agent_without_the_layout_endpoint_is_not_asked_again(real_sysfs: Path) -> None:
+    from fastapi import FastAPI
+
+    app = create_agent_app(AgentConfig(sysfs_root=real_sysfs, hostname="h1", ethtool=None))
+    app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != "/v1/gpu_nic_path"]
+    assert isinstance(app, FastAPI)
+    with serve(app) as url:
+        collector = AgentCollector(url, timeout=5, paths_interval=0.0)
+        first, second = scrape(collector), scrape(collector)
+    assert first.ok and second.ok and len(first.batches) == len(second.batches) == 1
+    assert collector._paths_off
