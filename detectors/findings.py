@@ -66,6 +66,8 @@ class Kind(StrEnum):
     CABLING_CHANGED = "cabling_changed"
     LINK_UNEXPECTED = "link_unexpected"
     RAIL_MISCABLED = "rail_miscabled"
+    CHECKPOINT_ON_COMPUTE = "checkpoint_on_compute"
+    UPLINK_IMBALANCE = "uplink_imbalance"
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

@@ -20,6 +20,7 @@ from graywire.collectors.schemas import TS, record_kind
 from graywire.detectors.base import Detector
 from graywire.detectors.ber import BerDetector
 from graywire.detectors.ber_thresholds import ThresholdTable
+from graywire.detectors.checkpoint import CheckpointTrafficDetector
 from graywire.detectors.congestion import EcnHotspotDetector, PfcStormDetector, XmitWaitDetector
 from graywire.detectors.findings import Finding
 from graywire.detectors.link_flap import LinkFlapDetector
@@ -33,6 +34,7 @@ from graywire.detectors.nccl_transport import NcclTransportDetector
 from graywire.detectors.rates import CounterRates
 from graywire.detectors.saturation import CounterSaturationDetector
 from graywire.detectors.topology import TopologyDetector
+from graywire.detectors.uplink_balance import JobPulses, UplinkBalanceDetector
 
 
 def default_detectors(
@@ -56,6 +58,10 @@ def default_detectors(
         NcclHopDetector(fabric),
         TopologyDetector(fabric),
     ]
+    # Checkpoint traffic and multipath health (docs/phases); the uplink detector reads the jobs'
+    # pulses from the NCCL timings.
+    pulses = JobPulses(fabric)
+    detectors += [CheckpointTrafficDetector(fabric), pulses, UplinkBalanceDetector(fabric, pulses)]
     if multivariate:
         detectors.append(MultivariateOutlier(fabric))
     return detectors
