@@ -247,6 +247,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     table = ThresholdTable.load(ber) if ber else None
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else None
     scenarios = suite(quick=args.quick, seeds=args.seeds, variants=variants)
+    if args.only:
+        from fnmatch import fnmatch
+
+        scenarios = [sc for sc in scenarios if fnmatch(sc.name, args.only)]
+        if not scenarios:
+            print(f"graywire: error: no scenario matches --only {args.only!r}", file=sys.stderr)
+            return 2
     t0 = time.perf_counter()
     total = sum(sc.polls for sc in scenarios)
     with tqdm(
@@ -527,6 +534,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--ber-thresholds",
         help="NVIDIA field BER thresholds CSV; default $GRAYWIRE_BER_THRESHOLDS, else a generic PAM4 rule",
+    )
+    s.add_argument(
+        "--only",
+        metavar="GLOB",
+        help="only the scenarios whose name matches (e.g. 'multipath-*', 'checkpoints-*')",
     )
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_eval)
