@@ -71,6 +71,8 @@ class Kind(StrEnum):
     NCCL_RANK_UNRESPONSIVE = "nccl_rank_unresponsive"
     NCCL_COLLECTIVE_STUCK = "nccl_collective_stuck"
     GPU_NIC_AFFINITY = "gpu_nic_affinity"
+    CHECKPOINT_ON_COMPUTE = "checkpoint_on_compute"
+    UPLINK_IMBALANCE = "uplink_imbalance"
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

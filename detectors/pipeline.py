@@ -20,6 +20,7 @@ from graywire.collectors.schemas import TS, record_kind
 from graywire.detectors.base import Detector
 from graywire.detectors.ber import BerDetector
 from graywire.detectors.ber_thresholds import ThresholdTable
+from graywire.detectors.checkpoint import CheckpointTrafficDetector
 from graywire.detectors.congestion import EcnHotspotDetector, PfcStormDetector, XmitWaitDetector
 from graywire.detectors.findings import Finding
 from graywire.detectors.link_flap import LinkFlapDetector
@@ -35,6 +36,7 @@ from graywire.detectors.nic_affinity import NicAffinityDetector
 from graywire.detectors.rates import CounterRates
 from graywire.detectors.saturation import CounterSaturationDetector
 from graywire.detectors.topology import TopologyDetector
+from graywire.detectors.uplink_balance import JobPulses, UplinkBalanceDetector
 
 
 def default_detectors(
@@ -60,6 +62,10 @@ def default_detectors(
         NcclFaultDetector(fabric),  # the fault path: RAS, Flight Recorder, watchdog
         NicAffinityDetector(fabric),
     ]
+    # Checkpoint traffic and multipath health (docs/phases); the uplink detector reads the jobs'
+    # pulses from the NCCL timings.
+    pulses = JobPulses(fabric)
+    detectors += [CheckpointTrafficDetector(fabric), pulses, UplinkBalanceDetector(fabric, pulses)]
     if multivariate:
         detectors.append(MultivariateOutlier(fabric))
     return detectors

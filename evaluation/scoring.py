@@ -96,6 +96,9 @@ def _where(f: Any) -> set[str]:
     job = (getattr(f, "evidence", None) or {}).get("job")
     if not places and job:
         places.add(f"job:{job}")  # a job-wide finding names the job, not a node
+    network = (getattr(f, "evidence", None) or {}).get("network")
+    if not places and network:
+        places.add(f"network:{network}")  # a network-wide finding (checkpoint traffic) names it
     return places
 
 
@@ -109,6 +112,8 @@ def _fault_places(fault: dict[str, Any]) -> set[str]:
     places = {p for p in (fault.get("port"), fault.get("peer"), fault.get("node")) if p}
     extra = fault.get("extra") or {}
     places.update(extra[k] for k in EXTRA_PLACES if extra.get(k))
+    if extra.get("network"):
+        places.add(f"network:{extra['network']}")  # a fault of a whole network (compute, storage)
     if fault.get("job"):
         places.add(f"job:{fault['job']}")  # an NCCL fault slows its job: a job-wide finding is true
     return places

@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from graywire.detectors.ber_thresholds import ThresholdTable
@@ -100,6 +101,14 @@ class Scenario:
     interval_s: float
     faults: str
     variant: str = "rich"
+    #: Storage NICs per host (``TopologySpec.storage_nics``); the phase scenarios use them.
+    storage_nics: int = 0
+    #: A phase's scenarios (docs/phases) are scored apart, as variant ``<variant>/<phase>``.
+    phase: str | None = None
+
+    @property
+    def group(self) -> str:
+        return f"{self.variant}/{self.phase}" if self.phase else self.variant
 
     @property
     def polls(self) -> int:
@@ -135,6 +144,7 @@ def suite(quick: bool = False, seeds: int = 3, variants: tuple[str, ...] | None 
         # hourly checkpoint bursts a training job makes.
         out.append(_soak(6 if quick else 72))
         out += datapath_scenarios(seeds)
+        out += phase_scenarios(seeds)
     for name in names:
         if name == "rich":
             continue
@@ -158,6 +168,33 @@ def datapath_scenarios(seeds: int = 3) -> list[Scenario]:
             Scenario(f"datapath-benign-node-s{seed}", 64, seed, 1200.0, 10.0, "nic_layout_shared=0"),
             Scenario(f"datapath-benign-remote-s{seed}", 64, seed, 1200.0, 10.0, "nic_layout_shared=1"),
         ]
+    return out
+
+
+#: ``ecmp_polarization`` magnitudes: the share of a leaf's uplinks its upward traffic hashes onto.
+POLARIZATION = (0.25, 0.5)
+
+
+def phase_scenarios(seeds: int = 3) -> list[Scenario]:
+    """The checkpoint and multipath phases (docs/phases), each fault beside its benign twin, on
+    64 hosts for 40 minutes per seed; scored apart from the rest of the suite.
+
+    ``checkpoints``: a fabric with two storage NICs a host checkpoints every 5 minutes, over
+    its compute NICs (the fault) or over its storage NICs (the twin, ``checkpoint_burst``).
+    ``multipath``: one leaf whose upward traffic hashes onto a quarter or half of its uplinks
+    (the fault), or every leaf spreading evenly through a fabric-wide checkpoint (the twin).
+    """
+    out: list[Scenario] = []
+    for seed in range(seeds):
+        run = partial(Scenario, hosts=64, seed=seed, duration_s=2400.0, interval_s=10.0)
+        storage = ",".join(f"checkpoint_burst@{300 + 300 * k}s+60s" for k in range(6))
+        for name, faults in (("compute", "checkpoint_on_compute@300s+1800s=300"), ("storage", storage)):
+            sc = run(name=f"checkpoints-{name}-s{seed}", faults=faults, storage_nics=2, phase="checkpoints")
+            out.append(sc)
+        for m, mag in enumerate(POLARIZATION):
+            polarized = f"ecmp_polarization@300s+1500s={mag:g}"
+            out.append(run(name=f"multipath-polarized-s{seed}-m{m}", faults=polarized, phase="multipath"))
+        out.append(run(name=f"multipath-even-s{seed}", faults="checkpoint_burst@1200s+2m", phase="multipath"))
     return out
 
 
@@ -263,7 +300,8 @@ def run_scenario(
 ) -> tuple[Report, Report]:
     """Simulate one scenario and score the detectors and the baseline on it, both fed the
     batches the scenario's variant gives (its sources' formats, read back by the collectors)."""
-    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=sc.hosts), interval_s=sc.interval_s,
+    topology = TopologySpec(hosts=sc.hosts, storage_nics=sc.storage_nics)
+    sim = FabricSim(SimConfig(topology=topology, interval_s=sc.interval_s,
                               duration_s=sc.duration_s, seed=sc.seed, faults=sc.faults))  # fmt: skip
     variant = variant_of(sc.variant)
     port_view = PORT_VIEWS[variant.port](sim.fabric)
@@ -317,11 +355,11 @@ def evaluate(
     for sc in scenarios:
         rep, base = run_scenario(sc, table, progress)
         soak = sc.name.startswith("soak")
-        ours, baseline = totals.setdefault(sc.variant, (Totals(), Totals()))
+        ours, baseline = totals.setdefault(sc.group, (Totals(), Totals()))
         ours.add(rep, soak)
         baseline.add(base, soak)
         hidden = sorted(k for k, f in rep.by_fault.items() if not f.covered)
-        runs.append({"scenario": sc.name, "variant": sc.variant, "hosts": sc.hosts, "polls": sc.polls,
+        runs.append({"scenario": sc.name, "variant": sc.group, "hosts": sc.hosts, "polls": sc.polls,
                      "precision": rep.precision, "recall": rep.recall,
                      "baseline_precision": base.precision, "baseline_recall": base.recall,
                      "not_observable": hidden})  # fmt: skip

@@ -39,6 +39,8 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "cable_missing": ("link_missing",),
     "rail_miscabled": ("rail_miscabled",),
     "nic_cross_numa": ("gpu_nic_affinity",),
+    "checkpoint_on_compute": ("checkpoint_on_compute",),
+    "ecmp_polarization": ("uplink_imbalance",),
 }
 #: Events that happen on healthy fabrics and must not raise a finding.
 BENIGN_KINDS = (
@@ -55,6 +57,13 @@ CABLING_KINDS = ("cable_moved", "cable_missing", "rail_miscabled")
 #: Not in ``default`` either; the simulator sends layout views only when one of them is named.
 DATAPATH_KINDS = ("nic_cross_numa",)
 DATAPATH_BENIGN_KINDS = ("nic_layout_shared",)
+#: Checkpoint traffic and multipath faults (docs/phases): kept out of ``default`` as the cabling
+#: kinds are, and scored in scenarios of their own (a checkpoint on the compute rails needs a
+#: fabric with storage NICs, ``TopologySpec.storage_nics``).
+PHASE_KINDS = ("checkpoint_on_compute", "ecmp_polarization")
+#: A checkpoint's burst within each period (seconds): what a synchronous save of a large model
+#: to a parallel file system takes.
+CHECKPOINT_BURST_S = 60.0
 OWN_STREAM_KINDS = frozenset(
     {
         *CABLING_KINDS,
@@ -67,6 +76,7 @@ OWN_STREAM_KINDS = frozenset(
         *TRANSPORT_KINDS,
         *DATAPATH_KINDS,
         *DATAPATH_BENIGN_KINDS,
+        *PHASE_KINDS,
     }
 )
 #: Jobs the NCCL profiler plugin runs in (the first ones): fabricsim's ``nccl_proxy`` rows come
@@ -100,6 +110,8 @@ DEFAULT_MAGNITUDE = {
     "short_retrain": 20.0,  # seconds the link is down
     "collector_outage": 0.0,
     "checkpoint_burst": 1.0,
+    "checkpoint_on_compute": 300.0,  # seconds between checkpoints, each bursting CHECKPOINT_BURST_S
+    "ecmp_polarization": 0.25,  # share of a leaf's uplinks its upward traffic hashes onto
 }
 
 #: What `graywire fakes` injects unless told otherwise: one silent downgrade, one slow channel.
@@ -223,6 +235,8 @@ def resolve_faults(
     for r in requests:
         expanded.extend(default_requests(duration_s) if r.kind == "default" else [r])
     host_nics = np.flatnonzero(fabric.host_port)
+    if fabric.purpose:  # faults of the compute rails are drawn on compute NICs
+        host_nics = host_nics[[fabric.purpose[i] in (None, "compute") for i in host_nics.tolist()]]
     used: set[int] = set()
     faults: list[Fault] = []
     # The NCCL path, job, transport and credit faults draw from their own stream, so adding them
@@ -251,6 +265,13 @@ def resolve_faults(
             mag = r.magnitude if r.magnitude is not None else DEFAULT_MAGNITUDE[r.kind]
             if r.kind == "credit_starvation" and not 0 < mag <= 1:
                 raise ValueError(f"credit_starvation is a share of the interval in (0, 1], not {mag:g}")
+            if r.kind == "ecmp_polarization" and not 0 < mag < 1:
+                raise ValueError(f"ecmp_polarization is a share of the uplinks in (0, 1), not {mag:g}")
+            if r.kind == "checkpoint_on_compute" and mag < 2 * CHECKPOINT_BURST_S:
+                raise ValueError(
+                    f"checkpoint_on_compute's magnitude is its period, at least "
+                    f"{2 * CHECKPOINT_BURST_S:g} s, not {mag:g}"
+                )
         f = Fault(id=f"f{i:03d}", kind=r.kind, start_s=start, end_s=start + dur, magnitude=mag,
                   benign=r.kind in BENIGN_KINDS)  # fmt: skip
         placed = _place(f, r.target, fabric, host_nics, used, jobs, gpus, channels, rng)
@@ -328,6 +349,13 @@ def _place(
         return replace(f, node="*")
     if f.kind in DATAPATH_KINDS:
         return _place_nic(f, target, fabric, host_nics, used, rng)
+    if f.kind == "checkpoint_on_compute":
+        if "storage" not in fabric.purpose:
+            raise ValueError(f"{f.kind}: the fabric has no storage NICs (TopologySpec.storage_nics)")
+        # Every host's checkpoint rides its compute NICs: the compute network is the place.
+        return replace(f, node="*", extra={"network": "compute", "burst_s": CHECKPOINT_BURST_S})
+    if f.kind == "ecmp_polarization":
+        return _place_polarized(f, target, fabric, used, rng)
     if f.kind in ("job_slowdown", "slow_step"):
         job = target or str(rng.choice(list(jobs)))
         if job not in jobs:
@@ -523,3 +551,44 @@ def _place_nic(
     else:
         nic = _pick_nic(host_nics, used, rng, fabric)
     return replace(f, port=fabric.keys[nic], node=fabric.node_of(nic), extra={"rail": int(fabric.rail[nic])})
+
+
+def _place_polarized(
+    f: Fault, target: str | None, fabric: Fabric, used: set[int], rng: np.random.Generator
+) -> Fault:
+    """A leaf whose upward traffic hashes onto a share (``magnitude``) of its spine uplinks.
+
+    Target ``LEAF``; drawn, a compute leaf with hosts whose ports no other fault uses. Truth
+    names the leaf and the uplinks that stay in use (the hot ones), chosen as a hash would:
+    scattered over the leaf's uplinks, not its first ones.
+    """
+    roles = np.asarray(fabric.node_roles)
+    role = roles[fabric.node_of_port]
+    peer = fabric.peer
+    is_up = (role == "leaf") & (peer >= 0) & (role[np.maximum(peer, 0)] == "spine")
+    host_leaf = (role == "leaf") & (peer >= 0) & (role[np.maximum(peer, 0)] == "host")
+    if fabric.purpose:
+        compute_nic = np.asarray([p == "compute" for p in fabric.purpose])
+        host_leaf &= compute_nic[np.maximum(peer, 0)]
+    leaves = sorted({fabric.node_of(int(i)) for i in np.flatnonzero(host_leaf).tolist()})
+    if target:
+        if target not in leaves:
+            raise ValueError(f"{f.kind}: {target!r} is not a leaf of compute hosts")
+        leaf = target
+    else:
+        node_of = fabric.node_of_port
+        free = [
+            lf for lf in leaves
+            if not (set(np.flatnonzero(node_of == fabric.node_names.index(lf)).tolist()) & used)
+        ]  # fmt: skip
+        if not free:
+            raise ValueError("fabric too small for that many faults")
+        leaf = free[int(rng.integers(len(free)))]
+    ports = np.flatnonzero(fabric.node_of_port == fabric.node_names.index(leaf))
+    used.update(ports.tolist())
+    ups = ports[is_up[ports]]
+    if ups.size < 2:
+        raise ValueError(f"{f.kind}: {leaf!r} has {ups.size} spine uplink(s); polarization needs two or more")
+    k = min(ups.size - 1, max(1, round(f.magnitude * ups.size)))
+    hot = np.sort(rng.choice(ups, size=k, replace=False))
+    return replace(f, node=leaf, extra={"hot_uplinks": [fabric.keys[int(i)] for i in hot]})

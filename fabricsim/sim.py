@@ -31,6 +31,7 @@ from graywire.collectors.schemas import (
 )
 from graywire.fabricsim.faults import (
     CABLING_KINDS,
+    CHECKPOINT_BURST_S,
     DATAPATH_BENIGN_KINDS,
     DATAPATH_KINDS,
     PROFILED_JOBS,
@@ -126,6 +127,10 @@ class FabricSim:
         self.is_host = f.host_port
         # Per-link health and load.
         self.base_util = rng.uniform(0.35, 0.55, L)
+        #: Links of the storage network (``TopologySpec.storage_nics``): idle but for data
+        #: loading, until a checkpoint writes over them.
+        self.storage_link = _storage_links(f)
+        self.base_util[self.storage_link] *= 0.06
         self.ber = 10 ** rng.uniform(-10.0, -8.3, L)  # healthy PAM4 pre-FEC BER, below field "Normal"
         self.temp = (52 + rng.normal(0, 3, P)).astype(np.float32)
         # Cumulative counters (rows: SIM_COUNTERS) and pause time, starting mid-life.
@@ -180,6 +185,7 @@ class FabricSim:
         layout_kinds = (*DATAPATH_KINDS, *DATAPATH_BENIGN_KINDS)
         self._layout_faults = [fl for fl in self.faults if fl.kind in layout_kinds]
         self._layout_state: tuple[str, ...] | None = None
+        self.burst_rng = np.random.default_rng([cfg.seed, 0x434B])  # its own stream
 
     # -- helpers ----------------------------------------------------------------------------------
     def time_of(self, k: int) -> datetime:
@@ -187,6 +193,26 @@ class FabricSim:
 
     def active(self, t: float, kind: str) -> list[Fault]:
         return [f for f in self.faults if f.kind == kind and f.active(t)]
+
+    def _checkpoint_on_compute(self, t: float) -> bool:
+        """A periodic checkpoint on the compute rails is bursting in the interval ending at ``t``:
+        every ``magnitude`` seconds from its start, for ``CHECKPOINT_BURST_S``."""
+        dt = self.cfg.interval_s
+        for fl in self.active(t - dt / 2, "checkpoint_on_compute"):
+            if (t - dt / 2 - fl.start_s) % fl.magnitude < CHECKPOINT_BURST_S:
+                return True
+        return False
+
+    def _polarized(self, fl: Fault) -> tuple[np.ndarray, np.ndarray]:
+        """Links (indices) of a polarized leaf's hot uplinks and of its other uplinks."""
+        f = self.fabric
+        ports = np.flatnonzero(f.node_of_port == f.node_names.index(fl.node))
+        role = f.port_role
+        ups = ports[(f.peer[ports] >= 0) & (role[np.maximum(f.peer[ports], 0)] == "spine")]
+        hot_ports = [self._port_index(k) for k in fl.extra["hot_uplinks"]]
+        hot = self.link_of_port[hot_ports]
+        cold = self.link_of_port[ups[~np.isin(ups, hot_ports)]]
+        return hot, cold
 
     def _port_index(self, key: str) -> int:
         idx = self._port_cache.get(key)
@@ -329,7 +355,23 @@ class FabricSim:
         # Traffic per direction: a = link_a end sends to b, b sends to a.
         util = np.clip(self.base_util[None, :] * (1 + rng.normal(0, 0.03, (2, L))), 0.01, 0.97)
         if ckpt:
-            util = np.maximum(util, rng.uniform(0.88, 0.96, (2, L)))
+            # A checkpoint writes over the storage network where there is one, else (one fabric
+            # for everything, by design) over every link.
+            burst = rng.uniform(0.88, 0.96, (2, L))
+            on = self.storage_link if self.storage_link.any() else np.ones(L, dtype=bool)
+            util = np.where(on, np.maximum(util, burst), util)
+        if self._checkpoint_on_compute(t):
+            # The same writes routed out of the compute NICs: the training rails carry them and
+            # the storage network stays idle.
+            burst = self.burst_rng.uniform(0.88, 0.96, (2, L))
+            util = np.where(self.storage_link, util, np.maximum(util, burst))
+        for fl in self.active(t, "ecmp_polarization"):
+            # The leaf's upward flows hash onto the hot uplinks: its total stays, capped at line
+            # rate (what does not fit waits: the job slows), and the others carry a trickle.
+            hot, cold = self._polarized(fl)
+            total = util[0, hot].sum() + util[0, cold].sum()
+            util[0, cold] *= 0.05
+            util[0, hot] = np.minimum(0.97, (total - util[0, cold].sum()) / hot.size)
         storms = self.active(t, "pfc_storm")
         storm_links = [self._link_of_port(fl.port) for fl in storms]
         for li in storm_links:
@@ -495,7 +537,7 @@ class FabricSim:
         dt = self.cfg.interval_s
         self.seq += max(1, int(dt / 1.2))  # ~one training step every 1.2 s
         common = np.exp(rng.normal(0, 0.03, len(self.jobs)))[self.r_job]
-        if self.active(t, "checkpoint_burst"):
+        if self.active(t, "checkpoint_burst") or self._checkpoint_on_compute(t):
             common = common * 1.3
         work = self.job_base[self.r_job] * common
         # Every channel of a collective starts at its rank's arrival and ends together on every
@@ -678,7 +720,7 @@ class FabricSim:
         wire = base[:, None] * np.exp(rng.normal(0, 0.02, (r.size, ch)))
         common = np.ones(r.size)
         straggle = np.zeros(r.size)  # seconds a rank's GPU is late per channel
-        if self.active(t, "checkpoint_burst"):
+        if self.active(t, "checkpoint_burst") or self._checkpoint_on_compute(t):
             common *= 1.3  # fabric-wide: every hop alike
         for fl in self.faults:
             if not fl.active(t):
@@ -780,6 +822,21 @@ class FabricSim:
         i = nccl.schema.get_field_index("duration_seconds")
         dur = nccl.column(i).to_numpy(zero_copy_only=False) * factor
         return nccl.set_column(i, nccl.schema.field(i), pa.array(dur))
+
+
+def _storage_links(f: Fabric) -> np.ndarray:
+    """Per link: on the storage network (a storage NIC's link, or any link of the switches
+    behind the storage NICs, up to their spines)."""
+    L = len(f.link_a)
+    if "storage" not in f.purpose:
+        return np.zeros(L, dtype=bool)
+    nic = np.asarray([p == "storage" for p in f.purpose])
+    nodes = set(f.node_of_port[f.peer[nic & (f.peer >= 0)]].tolist())
+    leaf_ports = np.isin(f.node_of_port, list(nodes))
+    up = f.peer[leaf_ports & (f.peer >= 0)]
+    nodes |= {int(n) for n in f.node_of_port[up] if f.node_roles[int(n)] != "host"}
+    on = nic | np.isin(f.node_of_port, list(nodes))
+    return on[f.link_a] | on[f.link_b]
 
 
 def _outages(fl: Fault) -> list[tuple[float, float]]:

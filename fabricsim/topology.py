@@ -3,6 +3,13 @@
 Each host has ``gpus`` GPUs with one NIC each; NIC ``g`` of every host goes to a leaf of rail
 ``g``. A leaf serves ``hosts_per_leaf`` hosts on one rail and has as many uplinks (non-blocking),
 spread over the spines. 1,024 hosts give 256 leaves, 128 spines and 32,768 ports.
+
+With ``storage_nics`` (off by default, so existing fabrics stay as they are) every host also has
+that many storage NICs (``mlx5_{gpus}``, ...; inventory purpose ``storage``) on a storage network
+of its own: one storage leaf per group of hosts and storage NIC, non-blocking, its uplinks over storage spines
+(where the storage targets sit, unmodelled). The GPU NICs then carry purpose ``compute``. A DGX
+H100 is built so: eight ConnectX-7 for the compute fabric, two dual-port ones for storage and
+in-band management (NVIDIA DGX H100 user guide, "Network connections").
 """
 
 from __future__ import annotations
@@ -25,12 +32,17 @@ class TopologySpec:
     spine_radix: int = 64
     nic_speed_bps: int = 800 * GBPS
     width: int = 4
+    #: Storage NICs per host, on a storage network apart from the compute rails (0: none).
+    storage_nics: int = 0
+    storage_speed_bps: int = 400 * GBPS
 
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= 65_536:
             raise ValueError(f"hosts must be 1..65536, not {self.hosts}")
         if not 1 <= self.gpus <= 16:
             raise ValueError(f"gpus per host must be 1..16, not {self.gpus}")
+        if not 0 <= self.storage_nics <= 4:
+            raise ValueError(f"storage NICs per host must be 0..4, not {self.storage_nics}")
 
 
 def host_name(i: int, hosts: int) -> str:
@@ -109,7 +121,7 @@ def build_fabric(spec: TopologySpec) -> Fabric:
         f"0x{0xB8CEF60300000000 + i:016x}" if is_host_port[i] else f"0x{guid_of_node[node_of_port[i]]:016x}"
         for i in range(n_ports)
     ]
-    return Fabric(
+    fabric = Fabric(
         keys=keys,
         node_of_port=node_of_port,
         node_names=node_names,
@@ -122,4 +134,85 @@ def build_fabric(spec: TopologySpec) -> Fabric:
         guids=guids,
         media=["ACC"] * n_ports,
         port_num=port_num.astype(np.int16),
+    )
+    return _with_storage(fabric, spec, hpl, groups) if spec.storage_nics else fabric
+
+
+def _with_storage(fabric: Fabric, spec: TopologySpec, hpl: int, groups: int) -> Fabric:
+    """The fabric plus each host's storage NICs and the storage network they are cabled to.
+
+    Appended after every compute port and node, so compute indices do not move. Storage NIC
+    ``i`` of the hosts of group ``GGG`` goes to storage leaf ``sleaf-i-GGG`` (one leaf per NIC:
+    a host's storage NICs are dual-homed), which has as many uplinks, round-robin over the
+    storage spines.
+    """
+    n, g, s = spec.hosts, spec.gpus, spec.storage_nics
+    f = fabric
+    n_sleaves = groups * s
+    n_sspines = max(1, math.ceil(n_sleaves * hpl / spec.spine_radix))
+    sleaves = [f"sleaf-{i}-{grp:03d}" for grp in range(groups) for i in range(s)]
+    sspines = [f"sspine-{k:02d}" for k in range(n_sspines)]
+    node0 = len(f.node_names)
+    keys: list[str] = []
+    node: list[int] = []
+    num: list[int] = []
+    la: list[int] = []
+    lb: list[int] = []
+    base = f.n_ports
+    nic_at = {}
+    for h in range(n):
+        for i in range(s):
+            nic_at[(h, i)] = base + len(keys)
+            keys.append(f"{f.node_names[h]}/mlx5_{g + i}")
+            node.append(h)
+            num.append(1)
+    n_nics = len(keys)
+    spine_slots = [0] * n_sspines
+    spine_ports: list[tuple[int, int]] = []  # (leaf uplink port, spine) in cabling order
+    for lf in range(n_sleaves):
+        grp, i = divmod(lf, s)
+        members = list(range(grp * hpl, min((grp + 1) * hpl, n)))
+        for j in range(2 * hpl):
+            port = base + len(keys)
+            keys.append(f"{sleaves[lf]}/p{j + 1}")
+            node.append(node0 + lf)
+            num.append(j + 1)
+            if j < hpl:
+                if j < len(members):
+                    la.append(nic_at[(members[j], i)])
+                    lb.append(port)
+            else:
+                spine_ports.append((port, (lf * hpl + j - hpl) % n_sspines))
+    for port, sp in spine_ports:
+        spine_slots[sp] += 1
+        la.append(port)
+        lb.append(base + len(keys))
+        keys.append(f"{sspines[sp]}/p{spine_slots[sp]}")
+        node.append(node0 + n_sleaves + sp)
+        num.append(spine_slots[sp])
+    extra = len(keys)
+    node_names = f.node_names + sleaves + sspines
+    node_of_port = np.concatenate([f.node_of_port, np.asarray(node, dtype=np.int32)])
+    guid_of_node = [0x1070FD0300000000 + i for i in range(len(node_names))]
+    guids = f.guids + [
+        f"0x{0xB8CEF60300000000 + base + i:016x}" if i < n_nics else f"0x{guid_of_node[node[i]]:016x}"
+        for i in range(extra)
+    ]
+    speed = np.full(extra, spec.storage_speed_bps, dtype=np.int64)
+    assert f.port_num is not None
+    return Fabric(
+        keys=f.keys + keys,
+        node_of_port=node_of_port,
+        node_names=node_names,
+        node_roles=f.node_roles + ["leaf"] * n_sleaves + ["spine"] * n_sspines,
+        expected_speed_bps=np.concatenate([f.expected_speed_bps, speed]),
+        expected_width=np.concatenate([f.expected_width, np.full(extra, spec.width, dtype=np.int16)]),
+        rail=np.concatenate([f.rail, np.full(extra, -1, dtype=np.int16)]),
+        link_a=np.concatenate([f.link_a, np.asarray(la, dtype=np.int32)]),
+        link_b=np.concatenate([f.link_b, np.asarray(lb, dtype=np.int32)]),
+        guids=guids,
+        media=f.media + ["ACC"] * extra,
+        port_num=np.concatenate([f.port_num, np.asarray(num, dtype=np.int16)]),
+        purpose=[*(["compute"] * (n * g)), *([None] * (base - n * g)), *(["storage"] * n_nics)]
+        + [None] * (extra - n_nics),
     )

@@ -248,9 +248,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else None
     scenarios = suite(quick=args.quick, seeds=args.seeds, variants=variants)
     if args.only:
-        scenarios = [sc for sc in scenarios if sc.name.startswith(args.only)]
+        from fnmatch import fnmatch
+
+        scenarios = [sc for sc in scenarios if fnmatch(sc.name, args.only) or sc.name.startswith(args.only)]
         if not scenarios:
-            raise ValueError(f"--only {args.only!r}: no scenario name starts so")
+            raise ValueError(f"--only {args.only!r}: no scenario name matches or starts so")
     t0 = time.perf_counter()
     total = sum(sc.polls for sc in scenarios)
     with tqdm(
@@ -559,7 +561,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--ber-thresholds",
         help="NVIDIA field BER thresholds CSV; default $GRAYWIRE_BER_THRESHOLDS, else a generic PAM4 rule",
     )
-    s.add_argument("--only", default=None, help="score only the scenarios whose name starts so (datapath-)")
+    s.add_argument(
+        "--only",
+        metavar="GLOB",
+        help="only the scenarios whose name matches GLOB or starts with it ('multipath-*', 'datapath-')",
+    )
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_eval)
 

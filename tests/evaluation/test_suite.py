@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def table(real_fixtures: Path) -> ThresholdTable:
 
 def test_suite_covers_every_fault_type_sizes_seeds_and_a_long_soak() -> None:
     full = suite()
-    kinds = {item.split("@")[0] for sc in full for item in sc.faults.split(",")}
+    kinds = {re.split(r"[@+=:]", item)[0] for sc in full for item in sc.faults.split(",")}
     assert set(FAULT_KINDS) <= kinds
     assert set(BENIGN_KINDS) <= kinds
     assert {sc.hosts for sc in full} == {32, 64, 256, 1024, 4096}

@@ -14,6 +14,7 @@ from graywire.fabricsim.faults import (
     DATAPATH_KINDS,
     DEFAULT_MAGNITUDE,
     FAULT_KINDS,
+    PHASE_KINDS,
     Fault,
     FaultRequest,
     default_requests,
@@ -94,7 +95,9 @@ def test_kind_tables_are_consistent() -> None:
 def test_default_requests_cover_every_kind_without_overlap() -> None:
     reqs = default_requests(1300.0)
     # The cabling faults are asked for by name: they rewire the fabric for the rest of a run.
-    named = set(CABLING_KINDS) | set(DATAPATH_KINDS)  # data-path layouts are named too
+    # So are the checkpoint and multipath faults: they have scenarios of their own; data-path
+    # layouts are named too.
+    named = set(CABLING_KINDS) | set(DATAPATH_KINDS) | set(PHASE_KINDS)
     assert {r.kind for r in reqs} == (set(FAULT_KINDS) - named) | (
         set(BENIGN_KINDS) - set(DATAPATH_BENIGN_KINDS)
     )

@@ -412,3 +412,65 @@ def test_port_dictionary_is_the_fabric_key_array() -> None:
     assert isinstance(port, pa.DictionaryArray)
     assert port.dictionary.to_pylist() == sim.fabric.keys
     assert sim.fabric.lookup(port).tolist() == list(range(256))
+
+
+def _tx_util(sim_faults: str, storage_nics: int = 2) -> tuple[FabricSim, list[tuple[float, float]]]:
+    """Per poll: mean tx utilisation of the compute NICs and of the storage NICs."""
+    from graywire.detectors.rates import CounterRates
+
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=16, storage_nics=storage_nics), duration_s=300.0,
+                              faults=sim_faults))  # fmt: skip
+    f = sim.fabric
+    purpose = np.array(f.purpose, dtype=object)
+    rates = CounterRates()
+    out = []
+    for st in sim.run():
+        b = rates.observe(st.port_sample)
+        idx = f.lookup(b.column("port"))
+        u = b.column("tx_bytes_per_second").to_numpy(zero_copy_only=False) * 8 / f.expected_speed_bps[idx]
+        if st.index:
+            out.append(
+                (float(u[purpose[idx] == "compute"].mean()), float(u[purpose[idx] == "storage"].mean()), 0.0)
+            )
+    return sim, out
+
+
+def test_a_checkpoint_writes_over_the_storage_nics_where_there_are_some_and_over_compute_when_misrouted() -> (
+    None
+):
+    _, ok = _tx_util("checkpoint_burst@100s+60s")
+    _, bad = _tx_util("checkpoint_on_compute@100s+200s=120")
+    during, before = 13, 5  # polls at 140 s and 60 s
+    assert ok[during][1] > 0.85 and ok[during][0] < 0.6 and ok[before][1] < 0.05
+    assert bad[during][0] > 0.85 and bad[during][1] < 0.05 and bad[before][0] < 0.6
+    # Periodic: the misrouted checkpoint comes back one period later, and is quiet between.
+    assert bad[during + 12][0] > 0.85 and bad[during + 7][0] < 0.6
+    with pytest.raises(ValueError, match="no storage NICs"):
+        FabricSim(SimConfig(topology=TopologySpec(hosts=16), duration_s=60.0, faults="checkpoint_on_compute"))
+
+
+def test_a_polarized_leaf_moves_its_upward_bytes_onto_its_hot_uplinks() -> None:
+    from graywire.detectors.rates import CounterRates
+
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=64), duration_s=200.0,
+                              faults="ecmp_polarization@100s+200s=0.25:leaf-r3-001"))  # fmt: skip
+    (fault,) = sim.faults
+    f = sim.fabric
+    rates = CounterRates()
+    leaf = f.node_names.index("leaf-r3-001")
+    ups = np.flatnonzero((f.node_of_port == leaf) & (f.port_role[f.peer] == "spine"))
+    hot = np.isin(ups, [f.keys.index(k) for k in fault.extra["hot_uplinks"]])
+    assert hot.sum() == 8 and ups.size == 32
+    totals = []
+    for st in sim.run():
+        b = rates.observe(st.port_sample)
+        if not st.index:
+            continue
+        tx = np.zeros(f.n_ports)
+        tx[f.lookup(b.column("port"))] = b.column("tx_bytes_per_second").to_numpy(zero_copy_only=False)
+        totals.append((tx[ups].sum(), tx[ups][hot].sum() / tx[ups].sum()))
+    assert totals[5][1] == pytest.approx(8 / 32, abs=0.05)  # even before
+    assert totals[15][1] > 0.9  # the hot quarter carries nearly all of it
+    # The hot uplinks run at line rate and carry what fits of it: the rest waits (the job slows).
+    assert totals[15][0] * totals[15][1] == pytest.approx(8 * 0.97 * 800e9 / 8, rel=0.02)
+    assert totals[15][0] < totals[5][0]

@@ -107,3 +107,23 @@ def test_custom_speed_and_width() -> None:
     assert roles(f) == {"host": 2, "leaf": 1, "spine": 1}
     assert set(f.expected_speed_bps.tolist()) == {400 * G}
     assert set(f.expected_width.tolist()) == {2}
+
+
+def test_storage_nics_sit_on_a_storage_network_of_their_own_and_leave_the_compute_fabric_as_it_was() -> None:
+    plain = build_fabric(TopologySpec(hosts=64))
+    f = build_fabric(TopologySpec(hosts=64, storage_nics=2))
+    # Compute ports, nodes and cables keep their indices; the storage network is appended.
+    assert f.keys[: plain.n_ports] == plain.keys and f.node_names[: len(plain.node_names)] == plain.node_names
+    assert (f.link_a[: len(plain.link_a)] == plain.link_a).all() and not plain.purpose
+    storage = np.flatnonzero(np.array([p == "storage" for p in f.purpose]))
+    compute = np.flatnonzero(np.array([p == "compute" for p in f.purpose]))
+    assert storage.size == 64 * 2 and compute.size == 64 * 8
+    assert f.keys[int(storage[0])] == "gpu-0000/mlx5_8" and f.keys[int(storage[1])] == "gpu-0000/mlx5_9"
+    assert (f.rail[storage] == -1).all() and (f.expected_speed_bps[storage] == 400 * G).all()
+    # Each storage NIC of a host on its own storage leaf (dual-homed), the leaves up to storage spines.
+    leaves = [f.node_of(int(f.peer[i])) for i in storage[:2]]
+    assert leaves == ["sleaf-0-000", "sleaf-1-000"]
+    sw = np.flatnonzero(np.char.startswith(np.array(f.node_names)[f.node_of_port].astype(str), "sleaf-"))
+    up = sw[f.port_role[f.peer[sw]] == "spine"]
+    assert up.size == 64 * 2 and all(f.node_of(int(f.peer[i])).startswith("sspine-") for i in up)
+    assert (f.peer >= 0).all()
