@@ -54,6 +54,7 @@ def test_record_kind() -> None:
         "nccl_timing": "nccl_timing",
         "nccl_transport": "nccl_transport",
         "nccl_proxy": "nccl_proxy",
+        "nccl_init": "nccl_init",
     }
     with pytest.raises(ValueError, match=r"no graywire\.record"):
         record_kind(pa.schema([pa.field("x", pa.int8())]))
