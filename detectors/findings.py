@@ -66,6 +66,9 @@ class Kind(StrEnum):
     CABLING_CHANGED = "cabling_changed"
     LINK_UNEXPECTED = "link_unexpected"
     RAIL_MISCABLED = "rail_miscabled"
+    # Start-up (detectors/nccl_bootstrap.py)
+    NCCL_BOOTSTRAP_STALL = "nccl_bootstrap_stall"
+    NCCL_INIT_SLOW = "nccl_init_slow"
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

@@ -25,6 +25,7 @@ from graywire.detectors.findings import Finding
 from graywire.detectors.link_flap import LinkFlapDetector
 from graywire.detectors.link_state import LinkDowngradeDetector
 from graywire.detectors.multivariate import MultivariateOutlier
+from graywire.detectors.nccl_bootstrap import NcclBootstrapDetector
 from graywire.detectors.nccl_channel import NcclChannelOutlier
 from graywire.detectors.nccl_peer import NcclHopDetector
 from graywire.detectors.nccl_step import NcclStepTime
@@ -55,6 +56,7 @@ def default_detectors(
         NcclTransportDetector(),
         NcclHopDetector(fabric),
         TopologyDetector(fabric),
+        NcclBootstrapDetector(),
     ]
     if multivariate:
         detectors.append(MultivariateOutlier(fabric))
@@ -144,6 +146,7 @@ class Pipeline:
         proxy: list[pa.RecordBatch] = []
         capabilities: list[pa.RecordBatch] = []
         links: list[pa.RecordBatch] = []
+        init: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
             if kind != "link" and batch.num_rows and "time" in batch.schema.names:
@@ -168,8 +171,12 @@ class Pipeline:
                 capabilities.append(batch)
             elif kind == "link":
                 links.append(batch)
+            elif kind == "nccl_init":
+                init.append(batch)
             else:
-                takes = "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy or link"
+                takes = (
+                    "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy, nccl_init or link"
+                )
                 result.dropped.append((kind, batch.num_rows, f"the pipeline takes {takes}, not {kind}"))
         # One view at a time, in the order the sources sent them (a port a view leaves out keeps
         # what an earlier one said).
@@ -180,7 +187,7 @@ class Pipeline:
         views = [self._dated_links(links)] if links else []
         routes = (
             ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy),
-            ("link", views),
+            ("link", views), ("nccl_init", init),
         )  # fmt: skip
         for consumes, parts in routes:
             if not parts:
