@@ -38,6 +38,7 @@ from graywire.fabricsim.faults import (
     parse_spec,
     resolve_faults,
 )
+from graywire.fabricsim.startup import InitEvent, StartupPlan, host_names
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 ROCE_PRIORITY = 3
@@ -90,6 +91,9 @@ class SimStep:
     #: The cables the subnet manager sees (``link``): every plugged cable whose link is up, as
     #: UFM's links list shows it (a down link is not discovered), every poll.
     links: pa.RecordBatch | None = None
+    #: Start-up jobs' NCCL init events since the previous step (fabricsim/startup.py), when a
+    #: start-up fault kind is in the spec; written as NCCL_DEBUG lines by InitLogWriter.
+    nccl_init_events: list[InitEvent] | None = None
 
 
 class FabricSim:
@@ -171,6 +175,12 @@ class FabricSim:
         self._transport_state: tuple[str, ...] | None = None
         self._transport_age = 0
         self._init_proxy()
+        # Start-up jobs restarting and initializing NCCL: only when the spec names a start-up kind.
+        self.startup: StartupPlan | None = None
+        if any(fl.kind in ("nccl_init_slow", "nccl_bootstrap_stall", "big_job_init") for fl in self.faults):
+            self.startup = StartupPlan(
+                host_names(f), cfg.topology.gpus, cfg.duration_s, self.faults, cfg.seed
+            )
 
     # -- helpers ----------------------------------------------------------------------------------
     def time_of(self, k: int) -> datetime:
@@ -210,7 +220,8 @@ class FabricSim:
         wiring = self._transport_batch(t, now) if k > 0 else None
         proxy = self._proxy_batch(t, now) if k > 0 else None
         nccl = self._hop_pacing(t, nccl)
-        return SimStep(k, now, port, nccl, wiring, proxy, self._links_batch(t))
+        init = self.startup.between(t - self.cfg.interval_s if k else -1.0, t) if self.startup else None
+        return SimStep(k, now, port, nccl, wiring, proxy, self._links_batch(t), init)
 
     def _cabling(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per modelled link, the two ports its cable joins now and whether it is plugged in.

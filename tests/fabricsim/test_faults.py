@@ -12,6 +12,8 @@ from graywire.fabricsim.faults import (
     CABLING_KINDS,
     DEFAULT_MAGNITUDE,
     FAULT_KINDS,
+    STARTUP_BENIGN_KINDS,
+    STARTUP_KINDS,
     Fault,
     FaultRequest,
     default_requests,
@@ -85,20 +87,23 @@ def test_parse_spec_bad_duration_value() -> None:
 
 
 def test_kind_tables_are_consistent() -> None:
-    assert set(DEFAULT_MAGNITUDE) == set(FAULT_KINDS) | set(BENIGN_KINDS)
-    assert not set(FAULT_KINDS) & set(BENIGN_KINDS)
+    assert set(DEFAULT_MAGNITUDE) == set(FAULT_KINDS) | set(BENIGN_KINDS) | set(STARTUP_BENIGN_KINDS)
+    assert not set(FAULT_KINDS) & (set(BENIGN_KINDS) | set(STARTUP_BENIGN_KINDS))
+    assert set(STARTUP_KINDS) <= set(FAULT_KINDS)
 
 
 def test_default_requests_cover_every_kind_without_overlap() -> None:
     reqs = default_requests(1300.0)
-    # The cabling faults are asked for by name: they rewire the fabric for the rest of a run.
-    assert {r.kind for r in reqs} == (set(FAULT_KINDS) - set(CABLING_KINDS)) | set(BENIGN_KINDS)
+    # The cabling and start-up faults are asked for by name: the cabling ones rewire the fabric for
+    # the rest of a run, the start-up ones turn on their own simulation (fabricsim/startup.py).
+    named = set(CABLING_KINDS) | set(STARTUP_KINDS)
+    assert {r.kind for r in reqs} == (set(FAULT_KINDS) - named) | set(BENIGN_KINDS)
     assert len(reqs) == 21
     slot = 1300.0 / 21
     durations = {r.kind: r.duration_s for r in reqs}
     assert durations == pytest.approx(
         {
-            **{k: 0.7 * slot for k in FAULT_KINDS if k not in CABLING_KINDS},
+            **{k: 0.7 * slot for k in FAULT_KINDS if k not in named},
             "counter_reset": 0.5 * slot,
             "counter_wrap": 0.8 * slot,
             "short_retrain": 20.0,
