@@ -260,7 +260,7 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(BENIGN_KINDS)
     covered = {k for k, s in report.by_fault.items() if s.covered}
     assert covered == set(FAULT_KINDS)
-    # The start-up faults are scored by their own scenarios (tests/evaluation/test_startup.py).
+    # The start-up faults are scored by their own eval scenarios (evaluation/suite.py, startup-*).
     for kind in covered - set(STARTUP_KINDS):
         s = report.by_fault[kind]
         assert (s.total, s.detected) == (1, 1), kind
