@@ -190,7 +190,7 @@ def iter_polls(root: str | Path, kind: str) -> Iterator[pa.RecordBatch]:
 
 def iter_replay(
     root: str | Path,
-    kinds: tuple[str, ...] = ("port_sample", "nccl_timing", "nccl_transport", "nccl_proxy"),
+    kinds: tuple[str, ...] = ("port_sample", "nccl_timing", "nccl_transport", "nccl_proxy", "nccl_init"),
 ) -> Iterator[pa.RecordBatch]:
     """Merge several records' polls in time order (at equal times in the order of ``kinds``)."""
     streams = [

@@ -138,6 +138,34 @@ NCCL_TRANSPORT = pa.schema(
     metadata={"graywire.record": "nccl_transport", "graywire.version": "1"},
 )
 
+#: How far each rank of a communicator got through NCCL init, as its NCCL_DEBUG=INFO lines
+#: say: one row per (communicator, rank) per view (collectors/nccl/bootstrap.py). ``stage`` is
+#: the last step seen (start, bootstrap, topology, connect, complete); ``*_at`` are the
+#: reader's clock (NCCL's INFO lines carry no time); ``init_seconds`` and the phase columns are
+#: NCCL's own ``Init timings`` (2.22+), null before that release or before the init completes.
+NCCL_INIT = pa.schema(
+    [
+        pa.field("time", TS, nullable=False),
+        pa.field("job", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("communicator", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("nranks", pa.int32()),
+        pa.field("nnodes", pa.int32()),
+        pa.field("host", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("pid", pa.int64()),
+        pa.field("device", pa.int16()),
+        pa.field("stage", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("started_at", TS),
+        pa.field("completed_at", TS),
+        pa.field("last_line_at", TS),
+        pa.field("init_seconds", pa.float64()),
+        pa.field("bootstrap_seconds", pa.float64()),
+        pa.field("topo_seconds", pa.float64()),
+        pa.field("connect_seconds", pa.float64()),
+    ],
+    metadata={"graywire.record": "nccl_init", "graywire.version": "1"},
+)
+
 #: The NCCL profiler plugin's per-peer network steps (ProxyOp + its ProxySteps, v4/v5): one row
 #: per (rank, channel, peer, direction) per collective, its steps' wait states summed. The wait
 #: columns of the other direction are null (a send has no RecvWait), never 0.
@@ -247,6 +275,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "nccl_proxy": NCCL_PROXY,
     "nccl_rank_state": NCCL_RANK_STATE,
     "gpu_nic_path": GPU_NIC_PATH,
+    "nccl_init": NCCL_INIT,
 }
 
 #: Batch metadata key: JSON object {counter column: bit width} for counters narrower than 64

@@ -73,6 +73,9 @@ class Kind(StrEnum):
     GPU_NIC_AFFINITY = "gpu_nic_affinity"
     CHECKPOINT_ON_COMPUTE = "checkpoint_on_compute"
     UPLINK_IMBALANCE = "uplink_imbalance"
+    # Start-up (detectors/nccl_bootstrap.py)
+    NCCL_BOOTSTRAP_STALL = "nccl_bootstrap_stall"
+    NCCL_INIT_SLOW = "nccl_init_slow"
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

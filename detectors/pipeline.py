@@ -26,6 +26,7 @@ from graywire.detectors.findings import Finding
 from graywire.detectors.link_flap import LinkFlapDetector
 from graywire.detectors.link_state import LinkDowngradeDetector
 from graywire.detectors.multivariate import MultivariateOutlier
+from graywire.detectors.nccl_bootstrap import NcclBootstrapDetector
 from graywire.detectors.nccl_channel import NcclChannelOutlier
 from graywire.detectors.nccl_fault import NcclFaultDetector
 from graywire.detectors.nccl_peer import NcclHopDetector
@@ -61,6 +62,7 @@ def default_detectors(
         TopologyDetector(fabric),
         NcclFaultDetector(fabric),  # the fault path: RAS, Flight Recorder, watchdog
         NicAffinityDetector(fabric),
+        NcclBootstrapDetector(),
     ]
     # Checkpoint traffic and multipath health (docs/phases); the uplink detector reads the jobs'
     # pulses from the NCCL timings.
@@ -156,6 +158,7 @@ class Pipeline:
         links: list[pa.RecordBatch] = []
         rank_states: list[pa.RecordBatch] = []
         gpu_paths: list[pa.RecordBatch] = []
+        init: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
             if kind != "link" and batch.num_rows and "time" in batch.schema.names:
@@ -184,10 +187,12 @@ class Pipeline:
                 rank_states.append(batch)
             elif kind == "gpu_nic_path":
                 gpu_paths.append(batch)
+            elif kind == "nccl_init":
+                init.append(batch)
             else:
                 takes = (
-                    "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy, link, "
-                    "nccl_rank_state or gpu_nic_path"
+                    "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy, nccl_init, "
+                    "link, nccl_rank_state or gpu_nic_path"
                 )
                 result.dropped.append((kind, batch.num_rows, f"the pipeline takes {takes}, not {kind}"))
         # One view at a time, in the order the sources sent them (a port a view leaves out keeps
@@ -200,6 +205,7 @@ class Pipeline:
         routes = (
             ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy),
             ("link", views), ("nccl_rank_state", rank_states), ("gpu_nic_path", gpu_paths),
+            ("nccl_init", init),
         )  # fmt: skip
         for consumes, parts in routes:
             if not parts:

@@ -28,7 +28,7 @@ from graywire.detectors.rates import CounterRates
 from graywire.evaluation.baseline import StaticRules
 from graywire.evaluation.scoring import Report, score
 from graywire.fabricsim.faults import FAULT_KINDS
-from graywire.fabricsim.nccl_views import NCCL_VIEWS
+from graywire.fabricsim.nccl_views import NCCL_VIEWS, InitLogView
 from graywire.fabricsim.port_views import PORT_VIEWS, UfmLinksView
 from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
@@ -145,6 +145,7 @@ def suite(quick: bool = False, seeds: int = 3, variants: tuple[str, ...] | None 
         out.append(_soak(6 if quick else 72))
         out += datapath_scenarios(seeds)
         out += phase_scenarios(seeds)
+        out += startup_scenarios(1 if quick else seeds)
     for name in names:
         if name == "rich":
             continue
@@ -195,6 +196,26 @@ def phase_scenarios(seeds: int = 3) -> list[Scenario]:
             polarized = f"ecmp_polarization@300s+1500s={mag:g}"
             out.append(run(name=f"multipath-polarized-s{seed}-m{m}", faults=polarized, phase="multipath"))
         out.append(run(name=f"multipath-even-s{seed}", faults="checkpoint_burst@1200s+2m", phase="multipath"))
+    return out
+
+
+#: Start-up (docs/phases/start-up.md): fleet jobs restarting on 64 hosts, read back from their
+#: NCCL_DEBUG init lines. The faulty run has two slow inits and two ranks stuck in init (one
+#: never starts, one hangs after bootstrap); its benign twin has a job of every host restarting,
+#: whose inits are long and normal for its size. Kept out of the mixes and of ``default``.
+STARTUP = (
+    "nccl_init_slow@600s+1500s=3,nccl_init_slow@600s+1500s=5,"
+    "nccl_bootstrap_stall@700s+1200s=0,nccl_bootstrap_stall@800s+1200s=1"
+)
+STARTUP_BENIGN = "big_job_init@300s+2000s"
+
+
+def startup_scenarios(seeds: int = 3) -> list[Scenario]:
+    """Per seed, the start-up faults and their benign twin (same fleet, same seed)."""
+    out = []
+    for seed in range(seeds):
+        out.append(Scenario(f"startup-s{seed}", 64, seed, 2400.0, 10.0, STARTUP))
+        out.append(Scenario(f"startup-benign-s{seed}", 64, seed, 2400.0, 10.0, STARTUP_BENIGN))
     return out
 
 
@@ -312,6 +333,7 @@ def run_scenario(
     base_rates = CounterRates()
     base = StaticRules(sim.fabric)
     found, base_found = [], []
+    init_view = InitLogView() if sim.startup is not None else None
     try:
         for step in sim.run():
             port = port_view.apply(step.port_sample)
@@ -331,10 +353,16 @@ def run_scenario(
                 found += pipe.process(step.nccl_proxy)
             if step.gpu_paths is not None:
                 found += pipe.process(step.gpu_paths)
+            if init_view is not None and step.nccl_init_events is not None:
+                init = init_view.apply(step.nccl_init_events, step.time, step.index * sc.interval_s)
+                if init is not None:
+                    found += pipe.process(init)
             if tick:
                 tick(1)
     finally:
         nccl_view.close()
+        if init_view is not None:
+            init_view.close()
     truth = truth_document(sim)
     blind = set(getattr(port_view, "blind_to", ())) | set(nccl_view.blind_to)
     reports = score(found, truth, pipe.kinds), score(base_found, truth, list(StaticRules.kinds))

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.units import parse_duration
+from graywire.fabricsim.startup import place_startup
 
 #: Faults that are real gray failures, and the detector finding kinds that count as catching them.
 FAULT_KINDS: dict[str, tuple[str, ...]] = {
@@ -41,6 +42,9 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "nic_cross_numa": ("gpu_nic_affinity",),
     "checkpoint_on_compute": ("checkpoint_on_compute",),
     "ecmp_polarization": ("uplink_imbalance",),
+    # Start-up (fabricsim/startup.py): not in `default`, scored by the start-up scenarios.
+    "nccl_init_slow": ("nccl_init_slow",),
+    "nccl_bootstrap_stall": ("nccl_bootstrap_stall",),
 }
 #: Events that happen on healthy fabrics and must not raise a finding.
 BENIGN_KINDS = (
@@ -64,6 +68,12 @@ PHASE_KINDS = ("checkpoint_on_compute", "ecmp_polarization")
 #: A checkpoint's burst within each period (seconds): what a synchronous save of a large model
 #: to a parallel file system takes.
 CHECKPOINT_BURST_S = 60.0
+#: Start-up faults and their benign twin (fabricsim/startup.py): jobs that restart and
+#: initialize NCCL communicators, written as NCCL_DEBUG init lines. Not in ``default``; a spec
+#: naming any of them turns the start-up simulation on. ``big_job_init``: a job far larger than
+#: the rest restarts in the window; its long inits are normal for its size.
+STARTUP_KINDS = ("nccl_init_slow", "nccl_bootstrap_stall")
+STARTUP_BENIGN_KINDS = ("big_job_init",)
 OWN_STREAM_KINDS = frozenset(
     {
         *CABLING_KINDS,
@@ -77,6 +87,8 @@ OWN_STREAM_KINDS = frozenset(
         *DATAPATH_KINDS,
         *DATAPATH_BENIGN_KINDS,
         *PHASE_KINDS,
+        *STARTUP_KINDS,
+        *STARTUP_BENIGN_KINDS,
     }
 )
 #: Jobs the NCCL profiler plugin runs in (the first ones): fabricsim's ``nccl_proxy`` rows come
@@ -112,6 +124,9 @@ DEFAULT_MAGNITUDE = {
     "checkpoint_burst": 1.0,
     "checkpoint_on_compute": 300.0,  # seconds between checkpoints, each bursting CHECKPOINT_BURST_S
     "ecmp_polarization": 0.25,  # share of a leaf's uplinks its upward traffic hashes onto
+    "nccl_init_slow": 3.0,  # the job's inits take this many times as long (bootstrap and set-up)
+    "nccl_bootstrap_stall": 0.0,  # the init step the stuck rank stops at: 0 never starts, 1 after bootstrap
+    "big_job_init": 0.0,
 }
 
 #: What `graywire fakes` injects unless told otherwise: one silent downgrade, one slow channel.
@@ -177,8 +192,8 @@ def parse_spec(spec: str) -> list[FaultRequest]:
         if not m:
             raise ValueError(f"bad fault spec item {item!r}: use KIND[@START][+DURATION][=MAG][:TARGET]")
         kind = m.group("kind")
-        if kind not in FAULT_KINDS and kind not in BENIGN_KINDS:
-            known = ", ".join([*FAULT_KINDS, *BENIGN_KINDS])
+        if kind not in FAULT_KINDS and kind not in BENIGN_KINDS and kind not in STARTUP_BENIGN_KINDS:
+            known = ", ".join([*FAULT_KINDS, *BENIGN_KINDS, *STARTUP_BENIGN_KINDS])
             raise ValueError(f"unknown fault kind {kind!r}; known: {known}")
         out.append(
             FaultRequest(
@@ -273,7 +288,7 @@ def resolve_faults(
                     f"{2 * CHECKPOINT_BURST_S:g} s, not {mag:g}"
                 )
         f = Fault(id=f"f{i:03d}", kind=r.kind, start_s=start, end_s=start + dur, magnitude=mag,
-                  benign=r.kind in BENIGN_KINDS)  # fmt: skip
+                  benign=r.kind in BENIGN_KINDS or r.kind in STARTUP_BENIGN_KINDS)  # fmt: skip
         placed = _place(f, r.target, fabric, host_nics, used, jobs, gpus, channels, rng)
         if placed.kind == "pfc_storm" and placed.peer:
             # Its leaf pauses every port that feeds it: what is reported there is this storm.
@@ -367,6 +382,8 @@ def _place(
         return _place_hop(f, target, fabric, used, jobs, gpus, channels, rng)
     if f.kind in CABLING_KINDS:
         return _place_cable(f, target, fabric, host_nics, used, gpus, rng)
+    if f.kind in STARTUP_KINDS or f.kind in STARTUP_BENIGN_KINDS:
+        return place_startup(f, target, fabric, used, gpus, rng)
     if f.kind in TRANSPORT_KINDS:
         if target:
             if target not in fabric.node_names:

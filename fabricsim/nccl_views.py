@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from graywire.collectors.nccl.tail import NcclFileCollector
-from graywire.fabricsim.nccl_writer import InspectorWriter
+from graywire.fabricsim.nccl_writer import InitLogWriter, InspectorWriter
 
 #: Fault kinds whose only trace is per-channel timing: a view without channel rows cannot show them.
 PER_CHANNEL_FAULTS = frozenset({"slow_channel", "slow_nic", "nccl_slow_path"})
@@ -61,6 +63,44 @@ class InspectorView(NcclView):
         self.writer.write(batch)
         out = self.collector.collect()
         return out if out is not None and out.num_rows else None
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@dataclass
+class InitLogView:
+    """fabricsim's start-up events written as NCCL_DEBUG files and read back by the file
+    collector (``debug_pattern``), on the simulation's clock: the ``nccl_init`` rows a real
+    deployment would get. A launch's directory is removed once it has been quiet for
+    ``keep_s`` (old logs cleaned up), so the directory listing stays small."""
+
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="graywire-init-view-")))
+    keep_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        self.writer = InitLogWriter(self.root)
+        self.now: datetime | None = None
+        self.collector = NcclFileCollector(
+            self.root,
+            pattern="*/*-pid*.log",
+            debug_pattern="*/nccl.*",
+            clock=lambda: self.now or datetime.now(UTC),
+        )
+        self._last: dict[str, tuple[float, Any]] = {}  # launch -> (last event time, launch)
+
+    def apply(self, events: Sequence[Any], now: datetime, t_s: float) -> pa.RecordBatch | None:
+        self.now = now
+        self.writer.write(events)
+        for ev in events:
+            self._last[ev.launch.name] = (ev.time_s, ev.launch)
+        for name, (t, launch) in list(self._last.items()):
+            if t_s - t > self.keep_s:
+                for r in range(launch.nranks):
+                    self.writer.path(launch, r).unlink(missing_ok=True)
+                del self._last[name]
+        self.collector.collect()
+        return self.collector.collect_init()
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -308,3 +308,81 @@ def _values(arr: pa.Array | pa.ChunkedArray) -> list[str | None]:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     return arr.cast(pa.string()).to_pylist()
+
+
+@dataclass
+class InitLogWriter:
+    """NCCL_DEBUG=INFO init lines of fabricsim's start-up launches (fabricsim/startup.py).
+
+    One file per rank's process, ``root/<job>/nccl.<host>.<pid>`` (``NCCL_DEBUG_FILE=nccl.%h.%p``,
+    a directory per job; a restart's processes have new pids), in the formats of NCCL 2.22+
+    ``src/init.cc`` and ``src/bootstrap.cc``: ``[Rank N] ... - Init START``, ``Bootstrap timings
+    total %f (...)``, ``Rank N: K Net devices``, the ``nRanks ... nNodes`` line and ``Channel``
+    lines, ``... - Init COMPLETE`` and ``Init timings - ...: ... total %.2f (...)``.
+    """
+
+    root: Path
+    net_devices: int = 8
+    lines: int = 0
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+
+    def path(self, launch: Any, rank: int) -> Path:
+        host = launch.hosts[rank // launch.gpus]
+        return self.root / launch.job / f"nccl.{host}.{launch.pid_base + rank}"
+
+    def write(self, events: Sequence[Any]) -> int:
+        """Append the events' lines (in order) to their processes' files; returns lines written."""
+        out: dict[Path, list[str]] = {}
+        for ev in events:
+            out.setdefault(self.path(ev.launch, ev.rank), []).extend(self._lines(ev))
+        for path, lines in out.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as fh:
+                fh.write("\n".join(lines) + "\n")
+            self.lines += len(lines)
+        return sum(len(v) for v in out.values())
+
+    def _lines(self, ev: Any) -> list[str]:
+        la, r = ev.launch, ev.rank
+        n, g = la.nranks, la.gpus
+        dev, host, pid = r % g, la.hosts[r // g], la.pid_base + r
+        info = f"{host}:{pid}:{pid + 17} [{dev}] NCCL INFO"
+        ptr = 0x55D0_0000_0000 + (comm_hash(f"{la.name}/{r}") & 0xFFFF_FFF0)
+        ident = (
+            f"ncclCommInitRankConfig comm 0x{ptr:x} rank {r} nranks {n} cudaDev {dev} nvmlDev {dev} "
+            f"busId {0x1B000 + 0x10000 * dev:x} commId 0x{la.comm_id:x}"
+        )
+        step = ev.step
+        ip = f"10.0.{r // g // 256}.{r // g % 256}"
+        if step == 0:
+            return [
+                f"{host}:{pid}:{pid} [{dev}] NCCL INFO Bootstrap: Using eth0:{ip}<0>",
+                f"{info} [Rank {r}] {ident} - Init START",
+            ]
+        if step == 1:
+            b = 0.001 * (1 + n / 512)  # the ring alone; the wait for late ranks is in Init timings
+            return [
+                f"{info} Bootstrap timings total {b:f} (create {b * 0.05:f}, send {b * 0.2:f}, "
+                f"recv {b * 0.3:f}, ring {b * 0.4:f}, delay 0.000000)"
+            ]
+        if step == 2:
+            return [f"{info} Rank {r}: {self.net_devices} Net devices"]
+        if step == 3:
+            nxt, prv = (r + g) % n, (r - g) % n
+            via = f"NET/IB/{dev}/GDRDMA" if len(la.hosts) > 1 else "P2P/CUMEM"
+            return [
+                f"{info} comm 0x{ptr:x} rank {r} nRanks {n} nNodes {len(la.hosts)} localRanks {g} "
+                f"localRank {dev} MNNVL 0",
+                f"{info} Channel 00/0 : {r}[{dev}] -> {nxt}[{dev}] [send] via {via}",
+                f"{info} Channel 00/0 : {prv}[{dev}] -> {r}[{dev}] [receive] via {via}",
+            ]
+        t = ev.timings or {}
+        phases = ("kernels", "alloc", "bootstrap", "allgathers", "topo", "graphs", "connections", "rest")
+        detail = ", ".join(f"{p} {t.get(p, 0.0):.2f}" for p in phases)
+        return [
+            f"{info} {ident} - Init COMPLETE",
+            f"{info} Init timings - ncclCommInitRankConfig: rank {r} nranks {n} "
+            f"total {t.get('total', 0.0):.2f} ({detail})",
+        ]

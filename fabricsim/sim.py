@@ -42,6 +42,7 @@ from graywire.fabricsim.faults import (
     resolve_faults,
 )
 from graywire.fabricsim.gpu_layout import HostLayout, base_layout, cross_numa, layout_batch
+from graywire.fabricsim.startup import InitEvent, StartupPlan, host_names
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 ROCE_PRIORITY = 3
@@ -97,6 +98,9 @@ class SimStep:
     #: Every host's GPU<->NIC paths (``gpu_nic_path``, read back from its ``nvidia-smi topo -m``):
     #: at the first poll and when a layout changes; only in runs that name a data-path kind.
     gpu_paths: pa.RecordBatch | None = None
+    #: Start-up jobs' NCCL init events since the previous step (fabricsim/startup.py), when a
+    #: start-up fault kind is in the spec; written as NCCL_DEBUG lines by InitLogWriter.
+    nccl_init_events: list[InitEvent] | None = None
 
 
 class FabricSim:
@@ -186,6 +190,12 @@ class FabricSim:
         self._layout_faults = [fl for fl in self.faults if fl.kind in layout_kinds]
         self._layout_state: tuple[str, ...] | None = None
         self.burst_rng = np.random.default_rng([cfg.seed, 0x434B])  # its own stream
+        # Start-up jobs restarting and initializing NCCL: only when the spec names a start-up kind.
+        self.startup: StartupPlan | None = None
+        if any(fl.kind in ("nccl_init_slow", "nccl_bootstrap_stall", "big_job_init") for fl in self.faults):
+            self.startup = StartupPlan(
+                host_names(f), cfg.topology.gpus, cfg.duration_s, self.faults, cfg.seed
+            )
 
     # -- helpers ----------------------------------------------------------------------------------
     def time_of(self, k: int) -> datetime:
@@ -246,7 +256,10 @@ class FabricSim:
         proxy = self._proxy_batch(t, now) if k > 0 else None
         nccl = self._hop_pacing(t, nccl)
         paths = self._gpu_path_batch(t, now) if self._layout_faults else None
-        return SimStep(k, now, port, nccl, wiring, proxy, self._links_batch(t), paths)
+        init = self.startup.between(t - self.cfg.interval_s if k else -1.0, t) if self.startup else None
+        return SimStep(
+            k, now, port, nccl, wiring, proxy, self._links_batch(t), gpu_paths=paths, nccl_init_events=init
+        )
 
     def layouts(self, t: float) -> dict[str, HostLayout]:
         """Each host's PCIe layout at ``t`` (fabricsim/gpu_layout.py)."""

@@ -13,6 +13,15 @@ NCCL prints every line as ``host:pid:tid [cudaDev] NCCL INFO <message>`` (option
 - ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>``: NCCL's NET
   device index -> HCA name, which is what turns ``NET/IB/3`` into a port key ``host/mlx5_3``.
 
+A rank's way through init (``src/init.cc``, ``src/bootstrap.cc``) is kept as its *stage*, for
+the start-up checks: ``Init START``; ``Bootstrap timings total ...`` (2.22+: the bootstrap ring
+is up); ``Rank 3: 8 Net devices`` or the ``nRanks ... nNodes`` line (topology detected, peer
+info exchanged); a ``Channel`` line (connecting); ``Init COMPLETE``. ``Init timings - <func>:
+rank 3 nranks 16 total 1.23 (kernels ..., bootstrap ..., connections ..., rest ...)`` (2.22+)
+is NCCL's own measure of the init. NCCL's INFO lines carry no time by default, so
+:meth:`NcclTopology.feed` takes the reader's clock (``now``) and stamps when it first read a
+rank's START and COMPLETE and last read a line of its process.
+
 Channel lines carry no communicator, so they are attributed to the communicator the same
 thread last initialized (else the process's last one). The communicator is named by its
 ``commId`` hash when an Init line gave it (the same on every rank), else ``host:pid:comm-pointer``.
@@ -25,6 +34,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import pyarrow as pa
 
@@ -60,6 +70,28 @@ _NET_DEV = re.compile(r"\[(?P<idx>\d{1,9})\](?P<body>\{[^}]*\}|[^\s\[]+)")
 _HCA = re.compile(r"([^\s:{},]+):(\d{1,9})/(\w+)")
 _USING_NETWORK = re.compile(r"^Using network (\S+)")
 _NIC = re.compile(r"^(?P<nic>\d{1,9})(?:\((?P<proxy>\d{1,9})\))?(?!\d)")
+_F = r"(-?\d+(?:\.\d+)?)"
+_BOOT_TIMINGS = re.compile(rf"^Bootstrap timings total {_F}")
+_INIT_TIMINGS = re.compile(
+    rf"^Init timings - (?P<func>\S+?): rank (?P<rank>\d{{1,9}}) nranks (?P<nranks>\d{{1,9}}) total {_F} "
+    rf"\(kernels {_F}, alloc {_F}, bootstrap {_F}, allgathers {_F}, topo {_F}, graphs {_F}, "
+    rf"connections {_F}, rest {_F}\)"
+)
+_NET_DEVICES = re.compile(r"^Rank (?P<rank>\d{1,9}): \d{1,9} Net devices")
+#: How far a rank got through init, in order (``RankInfo.stage`` indexes this).
+INIT_STAGES = ("start", "bootstrap", "topology", "connect", "complete")
+#: The phases of NCCL's ``Init timings`` line, in its order.
+INIT_PHASES = (
+    "total",
+    "kernels",
+    "alloc",
+    "bootstrap",
+    "allgathers",
+    "topo",
+    "graphs",
+    "connections",
+    "rest",
+)
 
 ProcKey = tuple[str, int]  # (host, pid)
 
@@ -79,6 +111,12 @@ class RankInfo:
     nnodes: int | None = None
     local_rank: int | None = None
     state: str = "init"  # init, complete, destroyed
+    stage: int = 0  # index into INIT_STAGES
+    started_at: datetime | None = None  # reader's clock: when its Init START was first read
+    completed_at: datetime | None = None  # ... its Init COMPLETE
+    #: NCCL's ``Init timings`` phases (seconds, INIT_PHASES), or only ``bootstrap`` from the
+    #: ``Bootstrap timings`` line; empty before 2.22 or until the init completes.
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -167,6 +205,9 @@ class NcclTopology:
         default_factory=list
     )
     _proc_devs: dict[ProcKey, set[int]] = field(default_factory=dict)
+    last_line_at: dict[ProcKey, datetime] = field(default_factory=dict)  # reader's clock
+    #: Bumped per communicator pointer when a rank's init stage or timings change.
+    init_changes: dict[tuple[str, int, str], int] = field(default_factory=dict)
     nics: dict[ProcKey, dict[int, list[str]]] = field(default_factory=dict)  # NET/IB index -> HCAs
     socket_nics: dict[ProcKey, dict[int, list[str]]] = field(default_factory=dict)  # NET/Socket -> ifaces
     network: dict[ProcKey, str] = field(default_factory=dict)
@@ -176,13 +217,16 @@ class NcclTopology:
     _net_by_channel: dict[tuple[str, int, int, int], set[str]] = field(default_factory=dict)
     _port_version: int = -1
     _port_by_conn: dict[tuple[str, int, int, int, int], set[str]] = field(default_factory=dict)
+    _now: datetime | None = None
     nccl_lines: int = 0
     other_lines: int = 0
     malformed: int = 0  # NCCL lines that look like wiring but do not parse
     warnings: list[str] = field(default_factory=list)  # NCCL WARN messages, newest last (bounded)
 
     # -- input ------------------------------------------------------------------------------
-    def feed(self, lines: Iterable[str]) -> None:
+    def feed(self, lines: Iterable[str], now: datetime | None = None) -> None:
+        """Parse lines read at ``now`` (the reader's clock; None: init times stay unknown)."""
+        self._now = now
         for line in lines:
             m = _PREFIX.match(line)
             if not m:
@@ -196,6 +240,8 @@ class NcclTopology:
                 int(m.group("dev")),
             )
             self._proc_devs.setdefault((host, pid), set()).add(dev)
+            if now is not None:
+                self.last_line_at[(host, pid)] = now
             msg = m.group("msg")
             if m.group("level") == "WARN":
                 self.warnings.append(f"{host}:{pid} {msg}")
@@ -214,6 +260,7 @@ class NcclTopology:
                 self.malformed += 1
                 return
             self._link(host, pid, tid, m)
+            self._advance(self._ckey(host, pid, tid), 3)
             return
         if msg.startswith("Ring "):
             m = _RING.match(msg)
@@ -252,11 +299,15 @@ class NcclTopology:
         if m:
             self.network[(host, pid)] = m.group(1)
             return
+        if msg.startswith(("Bootstrap timings", "Init timings", "Rank ")):
+            self._init_progress(host, pid, tid, msg)
+            return
         m = _COMM_INFO.match(msg)
         if m:
             info = self._rank(host, pid, tid, m["ptr"], int(m["rank"]), int(m["nranks"]), dev)
             info.nnodes = int(m["nnodes"])
             info.local_rank = int(m["lrank"])
+            self._advance((host, pid, m["ptr"]), 2)
             return
         m = _INIT.search(msg)
         if m:
@@ -268,6 +319,42 @@ class NcclTopology:
             if cid:
                 self._comm_id[(host, pid, ptr)] = cid.group(1)
             info.state = {"Init START": "init", "Init COMPLETE": "complete"}.get(m["what"], "destroyed")
+            if info.state == "init" and info.started_at is None:
+                info.started_at = self._now
+            elif info.state == "complete":
+                if info.completed_at is None:
+                    info.completed_at = self._now
+                info.stage = len(INIT_STAGES) - 1
+            self.init_changes[(host, pid, ptr)] = self.init_changes.get((host, pid, ptr), 0) + 1
+
+    def _advance(self, ckey: tuple[str, int, str] | None, stage: int) -> None:
+        info = self._ranks.get(ckey) if ckey is not None else None
+        if info is not None and info.state == "init" and stage > info.stage:
+            info.stage = stage
+            assert ckey is not None
+            self.init_changes[ckey] = self.init_changes.get(ckey, 0) + 1
+
+    def _init_progress(self, host: str, pid: int, tid: int, msg: str) -> None:
+        """``Bootstrap timings``, ``Rank N: K Net devices`` and ``Init timings`` of the thread's
+        communicator (NCCL runs a rank's whole init on one thread)."""
+        ckey = self._ckey(host, pid, tid)
+        info = self._ranks.get(ckey) if ckey is not None else None
+        if info is None or ckey is None:
+            return
+        if m := _BOOT_TIMINGS.match(msg):
+            info.timings.setdefault("bootstrap", float(m.group(1)))
+            self._advance(ckey, 1)
+        elif m := _NET_DEVICES.match(msg):
+            if int(m["rank"]) == info.rank:
+                self._advance(ckey, 2)
+        elif m := _INIT_TIMINGS.match(msg):
+            if int(m["rank"]) != info.rank or int(m["nranks"]) != info.nranks:
+                self.malformed += 1  # timings of a rank this thread did not just initialize
+                return
+            info.timings = dict(zip(INIT_PHASES, map(float, m.groups()[3:]), strict=True))
+            self.init_changes[ckey] = self.init_changes.get(ckey, 0) + 1
+        elif msg.startswith(("Bootstrap timings", "Init timings")):
+            self.malformed += 1
 
     def _rank(self, host: str, pid: int, tid: int, ptr: str, rank: int, nranks: int, dev: int) -> RankInfo:
         key = (host, pid, ptr)

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graywire.collectors.base import MALFORMED_LINE, Collector, ScrapeResult, failed
 from graywire.collectors.model import Fabric
+from graywire.collectors.nccl.bootstrap import InitViews
 from graywire.collectors.nccl.common import TimingRows
 from graywire.collectors.nccl.debug_log import NcclTopology
 from graywire.collectors.nccl.inspector import InspectorParser, iter_json_values
@@ -226,7 +227,9 @@ class NcclFileCollector:
     (example-plugin traces). ``debug_pattern`` names NCCL_DEBUG=INFO files (e.g. written with
     ``NCCL_DEBUG_FILE=nccl.%h.%p``) in the same directory: they give each process's GPU index
     and each channel's transport, and their wiring is kept in :attr:`topology` for transport
-    checks. ``gpus_per_host`` is the fallback GPU index (rank % gpus_per_host).
+    checks. ``gpus_per_host`` is the fallback GPU index (rank % gpus_per_host). ``clock`` is
+    the time the debug lines are stamped with as they are read (NCCL's INFO lines carry none):
+    the start-up detector times a stalled init on it.
     """
 
     source = "nccl"
@@ -245,6 +248,7 @@ class NcclFileCollector:
         placement: Literal["out_of_place", "in_place"] = "out_of_place",
         start_at: Literal["beginning", "end"] = "beginning",
         max_bytes_per_scrape: int = 256 * 2**20,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         if format not in DEFAULT_PATTERN:
             raise ValueError(f"unknown NCCL format {format!r}; use one of {sorted(DEFAULT_PATTERN)}")
@@ -261,6 +265,9 @@ class NcclFileCollector:
             self.directory, self.pattern, self._new_state, start_at, max_bytes_per_scrape
         )
         self.topology: NcclTopology | None = None
+        self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
+        self._init_views = InitViews()
+        self._read_at: datetime | None = None  # the clock at the last read of the debug lines
         self.debug_tailer: DirectoryTailer | None = None
         if debug_pattern:
             self.topology = NcclTopology()
@@ -300,13 +307,14 @@ class NcclFileCollector:
         skipped = 0
         if self.debug_tailer is not None and self.topology is not None:
             before = self.topology.malformed
+            now = self._read_at = self.clock()
             for chunk in self.debug_tailer.poll():
                 job = self._job(chunk.file.path)
                 for ln in chunk.lines[:1] if self.job else chunk.lines:
                     m = _PROC.match(ln)
                     if m:
                         self._proc_job[(m.group(1).decode("utf-8", "replace"), int(m.group(2)))] = job
-                self.topology.feed(ln.decode("utf-8", "replace") for ln in chunk.lines)
+                self.topology.feed((ln.decode("utf-8", "replace") for ln in chunk.lines), now)
             skipped += self.topology.malformed - before
         rows = TimingRows()
         dropped_before = self.tailer.dropped_lines
@@ -390,6 +398,15 @@ class NcclFileCollector:
         )
         return st.skipped - before
 
+    def collect_init(self) -> pa.RecordBatch | None:
+        """How far each communicator's init got (``nccl_init``): the communicators whose init
+        lines changed since the last call and every one still initializing, dated by the
+        clock of the last :meth:`collect`; None without ``debug_pattern`` or such rows."""
+        if self.topology is None or self._read_at is None:
+            return None
+        job: str | dict[tuple[str, int], str] = self.job or self._proc_job
+        return self._init_views.batch(self.topology, job, self._read_at)
+
     def collect_proxy(self) -> pa.RecordBatch | None:
         """The profiler's per-peer network steps (``nccl_proxy``) parsed by the last
         :meth:`collect`, as one batch; None when there were none (or not a profiler source)."""
@@ -403,7 +420,8 @@ class NcclFileCollector:
             timing = self.collect()
             proxy = self.collect_proxy()
             wiring = self.collect_transport(timing.column("time")[0].as_py() if timing is not None else None)
-            return tuple(b for b in (timing, proxy, wiring) if b is not None)
+            init = self.collect_init()
+            return tuple(b for b in (timing, proxy, wiring, init) if b is not None)
         finally:
             self._busy.release()
 

@@ -56,6 +56,7 @@ def test_record_kind() -> None:
         "nccl_proxy": "nccl_proxy",
         "nccl_rank_state": "nccl_rank_state",
         "gpu_nic_path": "gpu_nic_path",
+        "nccl_init": "nccl_init",
     }
     with pytest.raises(ValueError, match=r"no graywire\.record"):
         record_kind(pa.schema([pa.field("x", pa.int8())]))

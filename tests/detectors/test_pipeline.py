@@ -18,6 +18,7 @@ from graywire.detectors.congestion import EcnHotspotDetector, PfcStormDetector, 
 from graywire.detectors.findings import Finding
 from graywire.detectors.link_flap import LinkFlapDetector
 from graywire.detectors.link_state import LinkDowngradeDetector
+from graywire.detectors.nccl_bootstrap import NcclBootstrapDetector
 from graywire.detectors.nccl_channel import NcclChannelOutlier
 from graywire.detectors.nccl_fault import NcclFaultDetector
 from graywire.detectors.nccl_peer import NcclHopDetector
@@ -38,6 +39,7 @@ from graywire.fabricsim.faults import (
     DATAPATH_KINDS,
     FAULT_KINDS,
     PHASE_KINDS,
+    STARTUP_KINDS,
 )
 from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
@@ -138,7 +140,10 @@ def test_rejects_other_records() -> None:
     other = pa.RecordBatch.from_pydict({"node": ["leaf-1"]}).replace_schema_metadata(
         {"graywire.record": "switch_inventory"}
     )
-    with pytest.raises(ValueError, match="nccl_transport, nccl_proxy, link, nccl_rank_state or gpu_nic_path"):
+    with pytest.raises(
+        ValueError,
+        match="nccl_transport, nccl_proxy, nccl_init, link, nccl_rank_state or gpu_nic_path",
+    ):
         pipe.process(other)
     bare = pa.RecordBatch.from_pydict({"time": [1]})
     with pytest.raises(ValueError, match="metadata"):
@@ -166,6 +171,7 @@ def test_default_detectors() -> None:
         TopologyDetector,
         NcclFaultDetector,
         NicAffinityDetector,
+        NcclBootstrapDetector,
         CheckpointTrafficDetector,
         JobPulses,
         UplinkBalanceDetector,
@@ -198,6 +204,8 @@ def test_default_detectors() -> None:
             "gpu_nic_affinity",
             "checkpoint_on_compute",
             "uplink_imbalance",
+            "nccl_bootstrap_stall",
+            "nccl_init_slow",
         ]
     )
     assert [type(d) for d in default_detectors(sim.fabric)] == kinds
@@ -283,7 +291,9 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     )
     covered = {k for k, s in report.by_fault.items() if s.covered}
     assert covered == set(FAULT_KINDS)
-    for kind in covered - set(PHASE_KINDS):  # the phase faults are not in `default`
+    # The phase faults are not in `default`; the start-up faults are scored by their own eval
+    # scenarios (evaluation/suite.py, startup-*).
+    for kind in covered - set(PHASE_KINDS) - set(STARTUP_KINDS):
         s = report.by_fault[kind]
         assert (s.total, s.detected) == (1, 1), kind
         assert s.localized == s.with_candidates == 1, kind
@@ -300,9 +310,11 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     # The rich simulated counters are 64-bit: saturation only shows in the legacy port views.
     # No fabricsim fault plugs a cable between ports the model leaves free (unit-tested).
     # The fault path's kinds read NCCL RAS views, which the default scenario does not simulate;
-    # the phase faults (checkpoints on compute NICs, a polarized leaf) are not in `default`.
+    # the phase faults (checkpoints on compute NICs, a polarized leaf) and the start-up ones are
+    # not in `default`.
     fault_path = {"nccl_rank_dead", "nccl_rank_unresponsive", "nccl_collective_stuck"}
-    unseen = {"nccl_channels_reduced", "counter_saturated", "link_unexpected", *PHASE_FINDINGS, *fault_path}
+    unseen = {"nccl_channels_reduced", "counter_saturated", "link_unexpected", *PHASE_FINDINGS, *fault_path,
+              *STARTUP_KINDS}  # fmt: skip
     assert firing_kinds == set(pipe.kinds) - unseen
     assert time.perf_counter() - start < 60
 

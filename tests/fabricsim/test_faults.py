@@ -15,6 +15,8 @@ from graywire.fabricsim.faults import (
     DEFAULT_MAGNITUDE,
     FAULT_KINDS,
     PHASE_KINDS,
+    STARTUP_BENIGN_KINDS,
+    STARTUP_KINDS,
     Fault,
     FaultRequest,
     default_requests,
@@ -88,18 +90,19 @@ def test_parse_spec_bad_duration_value() -> None:
 
 
 def test_kind_tables_are_consistent() -> None:
-    assert set(DEFAULT_MAGNITUDE) == set(FAULT_KINDS) | set(BENIGN_KINDS)
-    assert not set(FAULT_KINDS) & set(BENIGN_KINDS)
+    assert set(DEFAULT_MAGNITUDE) == set(FAULT_KINDS) | set(BENIGN_KINDS) | set(STARTUP_BENIGN_KINDS)
+    assert not set(FAULT_KINDS) & (set(BENIGN_KINDS) | set(STARTUP_BENIGN_KINDS))
+    assert set(STARTUP_KINDS) <= set(FAULT_KINDS)
 
 
 def test_default_requests_cover_every_kind_without_overlap() -> None:
     reqs = default_requests(1300.0)
-    # The cabling faults are asked for by name: they rewire the fabric for the rest of a run.
-    # So are the checkpoint and multipath faults: they have scenarios of their own; data-path
-    # layouts are named too.
-    named = set(CABLING_KINDS) | set(DATAPATH_KINDS) | set(PHASE_KINDS)
+    # The cabling and start-up faults are asked for by name: the cabling ones rewire the fabric for
+    # the rest of a run, the start-up ones turn on their own simulation (fabricsim/startup.py).
+    # So are the checkpoint and multipath faults (scenarios of their own) and data-path layouts.
+    named = set(CABLING_KINDS) | set(DATAPATH_KINDS) | set(PHASE_KINDS) | set(STARTUP_KINDS)
     assert {r.kind for r in reqs} == (set(FAULT_KINDS) - named) | (
-        set(BENIGN_KINDS) - set(DATAPATH_BENIGN_KINDS)
+        set(BENIGN_KINDS) - set(DATAPATH_BENIGN_KINDS) - set(STARTUP_BENIGN_KINDS)
     )
     assert len(reqs) == 21
     slot = 1300.0 / 21
