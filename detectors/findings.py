@@ -78,6 +78,54 @@ class Kind(StrEnum):
     NCCL_INIT_SLOW = "nccl_init_slow"
 
 
+class Phase(StrEnum):
+    """Where in a training job's life a finding kind belongs, or ``fabric`` for a link or port
+    kind that is about the fabric whatever runs on it (docs/phases/)."""
+
+    START_UP = "start_up"
+    DATA_PATH = "data_path"
+    STEADY_STATE = "steady_state"
+    FAULT_PATH = "fault_path"
+    FABRIC = "fabric"
+
+
+#: A job's phases in the order of its life: how a job's findings are listed.
+JOB_PHASES: tuple[Phase, ...] = (Phase.START_UP, Phase.DATA_PATH, Phase.STEADY_STATE, Phase.FAULT_PATH)
+#: The phase of every finding kind: the one home the API and the status page group by. A new
+#: kind needs its line here (tests/detectors/test_findings.py checks every Kind has one).
+PHASE: dict[str, Phase] = {
+    Kind.SPEED_DOWNGRADE: Phase.FABRIC,
+    Kind.WIDTH_DOWNGRADE: Phase.FABRIC,
+    Kind.LINK_FLAP: Phase.FABRIC,
+    Kind.BER_DEGRADATION: Phase.FABRIC,
+    Kind.PFC_STORM: Phase.FABRIC,
+    Kind.ECN_HOTSPOT: Phase.FABRIC,
+    Kind.XMIT_WAIT_HOTSPOT: Phase.FABRIC,
+    Kind.COUNTER_SATURATED: Phase.FABRIC,
+    Kind.PORT_ANOMALY: Phase.FABRIC,
+    Kind.LINK_MISSING: Phase.FABRIC,
+    Kind.CABLING_CHANGED: Phase.FABRIC,
+    Kind.LINK_UNEXPECTED: Phase.FABRIC,
+    Kind.RAIL_MISCABLED: Phase.FABRIC,
+    Kind.NCCL_BOOTSTRAP_STALL: Phase.START_UP,
+    Kind.NCCL_INIT_SLOW: Phase.START_UP,
+    Kind.GPU_NIC_AFFINITY: Phase.DATA_PATH,
+    Kind.NCCL_TRANSPORT_FALLBACK: Phase.DATA_PATH,
+    Kind.NCCL_GDRDMA_MISSING: Phase.DATA_PATH,
+    Kind.NCCL_CHANNELS_REDUCED: Phase.DATA_PATH,
+    Kind.NCCL_CHANNEL_SLOW: Phase.STEADY_STATE,
+    Kind.NCCL_STRAGGLER: Phase.STEADY_STATE,
+    Kind.NCCL_JOB_SLOWDOWN: Phase.STEADY_STATE,
+    Kind.NCCL_HOP_SLOW: Phase.STEADY_STATE,
+    Kind.NCCL_PATH_SLOW: Phase.STEADY_STATE,
+    Kind.UPLINK_IMBALANCE: Phase.STEADY_STATE,
+    Kind.CHECKPOINT_ON_COMPUTE: Phase.STEADY_STATE,
+    Kind.NCCL_RANK_DEAD: Phase.FAULT_PATH,
+    Kind.NCCL_RANK_UNRESPONSIVE: Phase.FAULT_PATH,
+    Kind.NCCL_COLLECTIVE_STUCK: Phase.FAULT_PATH,
+}
+
+
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open
 #: incident marks its port, an ``info`` one too (something is open there). The one rule that
 #: ``/metrics``, ``/api/v1/ports`` and the status page all use.

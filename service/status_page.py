@@ -22,12 +22,14 @@ from graywire.collectors.model import Fabric
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 DRAIN_ROUTES = ("/api/v1/drain", "/api/v1/drain/state")
+JOBS_ROUTE = "/api/v1/jobs"
 #: The Port detail dashboard (deploy/grafana), its variables ``node`` and ``port``.
 GRAFANA_PORT_DASHBOARD = "/d/graywire-port-detail/"
 
 
 class CapabilitiesOut(BaseModel):
     drain: bool = Field(description="The drain API (/api/v1/drain and /api/v1/drain/state) is served.")
+    jobs: bool = Field(default=False, description="The jobs view (/api/v1/jobs) is served.")
 
 
 class StatusPageOut(BaseModel):
@@ -76,7 +78,9 @@ def install_status_page(app: FastAPI, grafana_url: str | None = None) -> None:
     @app.get("/api/v1/capabilities", response_model=CapabilitiesOut, tags=["ops"])
     def capabilities(request: Request) -> CapabilitiesOut:
         """Optional APIs this service has, looked up in its routes (what the status page asks first)."""
-        return CapabilitiesOut(drain=all(_serves(request.app, p) for p in DRAIN_ROUTES))
+        return CapabilitiesOut(
+            drain=all(_serves(request.app, p) for p in DRAIN_ROUTES), jobs=_serves(request.app, JOBS_ROUTE)
+        )
 
     @app.get("/api/v1/status-page", response_model=StatusPageOut, tags=["ops"])
     def status_page_settings(request: Request) -> StatusPageOut:

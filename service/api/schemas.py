@@ -385,3 +385,64 @@ class SourcesOut(BaseModel):
 class IngestOut(BaseModel):
     accepted_rows: int
     job: str
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+JobPhaseName = Literal["start_up", "data_path", "steady_state", "fault_path"]
+
+
+class JobIncidentOut(BaseModel):
+    """An incident as a job's view lists it; ``/api/v1/incidents/{id}`` has its evidence."""
+
+    id: int
+    kind: str
+    entity: str
+    status: IncidentStatusParam
+    severity: Severity
+    summary: str
+    node: str | None
+    port: str | None
+    link: str | None
+    opened_at: AwareDatetime
+    last_seen_at: AwareDatetime
+    caused_by: int | None = Field(default=None, description="The active incident that is its root cause.")
+    cause_reason: str | None = None
+    effects: list[int] = Field(default_factory=list, description="Active incidents it is the root cause of.")
+
+
+class JobCountsOut(BaseModel):
+    """Active incidents of a job in each phase of its life, and on the fabric under it."""
+
+    start_up: int
+    data_path: int
+    steady_state: int
+    fault_path: int
+    fabric: int
+
+
+class JobOut(BaseModel):
+    """A job with active incidents."""
+
+    job: str
+    hosts: list[str] = Field(description="Hosts its incidents name (the service keeps no other map of them).")
+    counts: JobCountsOut
+    incident_count: int = Field(description="Its incidents in every phase and on the fabric under it.")
+    worst_severity: Severity
+
+
+class JobsOut(BaseModel):
+    items: list[JobOut] = Field(description="Worst first, then by job.")
+    count: int
+
+
+class JobPhaseOut(BaseModel):
+    phase: JobPhaseName
+    label: str
+    incidents: list[JobIncidentOut] = Field(description="Worst first, then the oldest.")
+
+
+class JobDetailOut(JobOut):
+    """A job's incidents by phase, in the order of its life, and the fabric under its hosts."""
+
+    phases: list[JobPhaseOut] = Field(description="start-up, data path, steady state, fault path: each one.")
+    fabric: list[JobIncidentOut] = Field(description="Link and port incidents on the job's hosts.")

@@ -364,7 +364,10 @@
       else if (ev.ranks) where.push(`ranks ${fewOf(ev.ranks, 8)}`);
       if (ev.channel !== undefined && ev.channel !== null) where.push(`channel ${ev.channel}`);
       else if (ev.channels && ev.pattern === "column") where.push(`channels ${fewOf(ev.channels, 8)}`);
-      parts.push(el("span", { class: "mono" }, `job ${ev.job}`, where.length ? ` (${where.join(", ")})` : ""));
+      // The job's badge opens its line in the Jobs section (its findings by phase).
+      parts.push(el("span", { class: "mono" },
+        el("a", { class: "job-link", href: "#jobs-panel", data: { job: String(ev.job) }, title: "this job's findings by phase", text: `job ${ev.job}` }),
+        where.length ? ` (${where.join(", ")})` : ""));
     } else if (ev.communicator) {
       parts.push(el("span", { class: "mono", text: `communicator ${ev.communicator}` }));
     }
@@ -597,6 +600,105 @@
       for (const slot of document.querySelectorAll(`[data-spark="${inc.id}"]`)) slot.replaceChildren(sparkline(inc));
     }));
   }
+
+  // -- jobs ---------------------------------------------------------------------------------
+  // A job's line (worst severity, counts by phase) from /api/v1/jobs; opened, its findings by
+  // phase of its life from /api/v1/jobs/{job}, fetched again at each refresh while it is open.
+  const PHASES = ["start_up", "data_path", "steady_state", "fault_path", "fabric"];
+  const PHASE_NAME = { start_up: "start-up", data_path: "data path", steady_state: "steady state", fault_path: "fault path", fabric: "fabric" };
+  const jobDetails = new Map(); // job -> its detail answer, for the jobs a person opened
+
+  function jobIncident(inc) {
+    const where = inc.link || inc.port || inc.node || inc.entity;
+    return el("article", { class: `job-incident sev-${inc.severity}`, data: { incident: inc.id } },
+      el("div", { class: "inc-head" },
+        el("span", { class: `sev ${inc.severity}`, text: inc.severity }),
+        el("span", { class: "kind mono", text: inc.kind }),
+        el("span", { class: "where mono", text: where.replace("<->", " ↔ "), title: inc.entity }),
+        inc.status === "acknowledged" ? el("span", { class: "badge", text: "acknowledged" }) : null,
+        inc.caused_by ? el("a", { class: "badge goto", href: "#incidents-panel", data: { goto: inc.caused_by }, text: `caused by #${inc.caused_by}`, title: inc.cause_reason || "" }) : null,
+        list(inc.effects).length ? el("span", { class: "badge", text: `cause of ${fewOf(inc.effects.map((e) => `#${e}`), 4)}` }) : null,
+        el("a", { class: "inc-id mono goto", href: "#incidents-panel", data: { goto: inc.id }, text: `#${inc.id}` })),
+      el("div", { class: "inc-summary", text: inc.summary }),
+      el("div", { class: "seen" }, "opened ", when(inc.opened_at), ` · last seen ${ago(inc.last_seen_at)}`));
+  }
+
+  function jobPhase(phase, label, items, none) {
+    return el("section", { class: "phase", data: { phase } },
+      el("h3", {}, label, el("span", { class: "count", text: ` (${items.length})` })),
+      items.length ? el("div", {}, ...items.map(jobIncident)) : el("p", { class: "empty", text: none }));
+  }
+
+  function jobBody(d) {
+    if (!d) return el("div", { class: "job-body" }, el("p", { class: "hint", text: "loading…" }));
+    return el("div", { class: "job-body" },
+      ...d.phases.map((p) => jobPhase(p.phase, p.label, p.incidents, "nothing found")),
+      jobPhase("fabric", "fabric under the job", d.fabric, "no link or port incident on its hosts"),
+      el("p", { class: "hint", text: `hosts named by its findings: ${fewOf(d.hosts, 16) || "none"}` }));
+  }
+
+  function renderJobs(body) {
+    const count = document.getElementById("job-count");
+    if (!body) {
+      count.textContent = "";
+      replace("jobs", el("p", { class: "empty", text: "The jobs view is unavailable on this service." }));
+      return;
+    }
+    count.textContent = `(${body.count})`;
+    if (!body.items.length) {
+      replace("jobs", el("p", { class: "empty", text: "No job has active findings." }));
+      return;
+    }
+    replace("jobs", ...body.items.map((j) => {
+      const key = `job:${j.job}`;
+      const d = el("details", { class: `job sev-${j.worst_severity}`, open: opened.has(key), data: { fold: key, job: j.job } },
+        el("summary", {},
+          el("span", { class: `sev ${j.worst_severity}`, text: j.worst_severity }), " ",
+          el("span", { class: "job-name mono", text: j.job }), " ",
+          ...PHASES.filter((p) => j.counts[p]).map((p) => el("span", { class: "badge", data: { phase: p }, text: `${PHASE_NAME[p]} ${j.counts[p]}` })),
+          el("span", { class: "hint", text: ` · ${j.hosts.length} host${j.hosts.length === 1 ? "" : "s"}` })),
+        jobBody(jobDetails.get(j.job)));
+      d.addEventListener("toggle", () => {
+        if (!d.open) opened.delete(key);
+        else if (!opened.has(key)) { opened.add(key); loadJob(j.job); }
+      });
+      return d;
+    }));
+    for (const j of body.items) if (opened.has(`job:${j.job}`)) loadJob(j.job);
+  }
+
+  async function loadJob(job) {
+    try {
+      jobDetails.set(job, await getJSON(`api/v1/jobs/${encodeURIComponent(job)}`));
+    } catch (e) {
+      jobDetails.delete(job); // gone since the list was read: the next refresh drops its line
+      return;
+    }
+    for (const d of document.querySelectorAll("#jobs details.job")) {
+      if (d.dataset.job === job) d.querySelector(".job-body").replaceWith(jobBody(jobDetails.get(job)));
+    }
+  }
+
+  function openJob(job) {
+    const d = [...document.querySelectorAll("#jobs details.job")].find((n) => n.dataset.job === job);
+    if (!d) return;
+    d.open = true; // its toggle fetches the phases
+    d.scrollIntoView({ block: "start" });
+  }
+
+  function showIncident(id) {
+    const card = document.querySelector(`#incidents article.incident[data-incident="${Number(id)}"]`);
+    if (!card) return;
+    for (let p = card.parentElement; p; p = p.parentElement) if (p.tagName === "DETAILS") p.open = true;
+    card.scrollIntoView({ block: "start" });
+  }
+
+  document.addEventListener("click", (ev) => {
+    const jobLink = ev.target.closest("a.job-link");
+    const goto = ev.target.closest("a.goto");
+    if (jobLink) { ev.preventDefault(); openJob(jobLink.dataset.job); }
+    else if (goto) { ev.preventDefault(); showIncident(goto.dataset.goto); }
+  });
 
   // -- acknowledge and silence --------------------------------------------------------------
   let pendingAction = null;
@@ -991,7 +1093,7 @@
         ]);
         gridShape = null;
       }
-      const [grid, open, acked, nodes, sources, drain, silences] = await Promise.all([
+      const [grid, open, acked, nodes, sources, drain, silences, jobs] = await Promise.all([
         getJSON("api/v1/fabric/grid"),
         getJSON(`api/v1/incidents?status=open&limit=${INCIDENT_PAGE}`),
         getJSON(`api/v1/incidents?status=acknowledged&limit=${INCIDENT_PAGE}`),
@@ -999,12 +1101,14 @@
         getJSON("api/v1/sources"),
         loadDrains(),
         optional("api/v1/silences", []),
+        capabilities.jobs ? optional("api/v1/jobs", null) : null,
       ]);
       renderSummary(grid, open.items, drain.state);
       renderIncidents({
         open: open.items, acked: acked.items, truncated: open.items.length >= INCIDENT_PAGE,
         nodes, drains: drain.drains || [], silences, grid,
       });
+      renderJobs(jobs);
       renderGrid(grid);
       if (query) applyFind();
       renderDrains(drain.drains || [], drain.state || {}, drain.error);

@@ -28,3 +28,19 @@ def test_every_detector_emits_only_named_kinds_and_every_kind_has_a_detector() -
     emitted = {k for d in detectors for k in d.kinds}
     assert all(isinstance(k, Kind) for k in emitted), sorted(emitted)
     assert emitted == set(Kind)
+
+
+def test_every_kind_has_its_phase_and_only_link_and_port_kinds_are_fabric() -> None:
+    """A kind without a phase would vanish from a job's view; a job kind filed under fabric
+    would show as the fabric under every job on its host."""
+    from graywire.detectors.findings import JOB_PHASES, PHASE, Phase
+
+    assert set(PHASE) == set(Kind), sorted(set(Kind) ^ set(PHASE))
+    assert set(JOB_PHASES) | {Phase.FABRIC} == set(Phase) and len(JOB_PHASES) == 4
+    fabric = {k for k, p in PHASE.items() if p is Phase.FABRIC}
+    # The fabric's kinds are about a port or a cable: none of them is a job's NCCL finding.
+    assert fabric and not {k for k in fabric if k.startswith("nccl_")}
+    assert (PHASE[Kind.NCCL_BOOTSTRAP_STALL], PHASE[Kind.NCCL_RANK_DEAD]) == (
+        Phase.START_UP,
+        Phase.FAULT_PATH,
+    )

@@ -43,16 +43,18 @@ def test_no_data_reaches_the_dom_as_html() -> None:
 
 
 def test_capabilities_follow_the_routes_the_service_has(client: TestClient) -> None:
-    assert client.get("/api/v1/capabilities").json() == {"drain": True}
-    # A service built without the drain API says so, and the page shows "unavailable".
+    assert client.get("/api/v1/capabilities").json() == {"drain": True, "jobs": True}
+    # A service built without the drain API says so, and the page shows "unavailable"; without
+    # the jobs view the page does not ask for it.
     bare = FastAPI()
     install_status_page(bare)
-    assert TestClient(bare).get("/api/v1/capabilities").json() == {"drain": False}
+    assert TestClient(bare).get("/api/v1/capabilities").json() == {"drain": False, "jobs": False}
     bare = FastAPI()
     bare.add_api_route("/api/v1/drain", lambda: [], methods=["GET"])
     install_status_page(bare)
     assert TestClient(bare).get("/api/v1/capabilities").json() == {
-        "drain": False
+        "drain": False,
+        "jobs": False,
     }  # needs its state route too
 
 

@@ -787,3 +787,59 @@ def test_the_real_services_downgrade_shows_its_slow_rank_folded_under_it(
     top = browser.find_elements(By.CSS_SELECTOR, "#incidents > article.incident")
     assert str(effect["id"]) not in [c.get_attribute("data-incident") for c in top]  # not listed apart
     assert console_errors(browser) == []
+
+
+def test_a_jobs_findings_show_under_their_phases_from_its_incidents_badge(
+    tmp_path: Path, browser: Any
+) -> None:
+    """fabricsim's job-000 with a slow channel and a straggler rank: the Jobs section lists the
+    job, and its badge on an incident card opens it at its steady-state findings (both there,
+    no other phase holding anything)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    settings = load_settings(
+        None,
+        data_dir=tmp_path / "data",
+        poll_interval="1s",
+        archive={"enabled": False},
+        sources=[
+            {"type": "fabricsim", "hosts": 8, "seed": 2, "faults": "slow_channel@2s+1h=0.3,straggler@2s+1h"}
+        ],
+    )
+    with serve_app(create_app(settings), _free_port()) as url:
+        deadline = time.monotonic() + 30
+        while True:
+            jobs = httpx.get(f"{url}/api/v1/jobs").json()["items"]
+            if jobs and jobs[0]["counts"]["steady_state"] >= 2:
+                d = httpx.get(f"{url}/api/v1/jobs/{jobs[0]['job']}").json()
+                steady = {i["kind"]: i["id"] for i in d["phases"][2]["incidents"]}
+                if {"nccl_channel_slow", "nccl_straggler"} <= set(steady):
+                    break
+            assert time.monotonic() < deadline, f"no job with both steady-state findings: {jobs}"
+            time.sleep(0.25)
+        job = jobs[0]["job"]
+        browser.get(f"{url}/?refresh=2")
+        wait = WebDriverWait(browser, 15, poll_frequency=0.1)
+        line = f'#jobs details.job[data-job="{job}"]'
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, line))
+        assert "steady state" in _text(browser, f"{line} > summary")
+        badge = f'#incidents article.incident[data-incident="{steady["nccl_straggler"]}"] a.job-link'
+        browser.find_element(By.CSS_SELECTOR, badge).click()
+        phase = f'{line}[open] section.phase[data-phase="steady_state"]'
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{phase} article.job-incident"))
+        shown = {
+            e.get_attribute("data-incident")
+            for e in browser.find_elements(By.CSS_SELECTOR, f"{phase} article")
+        }
+        assert {str(i) for i in steady.values()} <= shown
+        for other in ("start_up", "data_path", "fault_path"):
+            sel = f'{line} section.phase[data-phase="{other}"]'
+            assert browser.find_elements(By.CSS_SELECTOR, f"{sel} article") == [], other
+            assert "nothing found" in _text(browser, sel)
+        # Still open, with its findings, after the page refreshed by itself.
+        before = _text(browser, "#freshness")
+        wait.until(lambda d: _text(d, "#freshness") != before)
+        assert browser.find_elements(By.CSS_SELECTOR, f"{phase} article.job-incident")
+        full_page_screenshot(browser, artifacts_dir() / "status-page-jobs.png")
+        assert console_errors(browser) == []

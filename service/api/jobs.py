@@ -1,0 +1,53 @@
+"""``/api/v1/jobs``: a training job's findings together, by phase of its life.
+
+The grouping is :mod:`graywire.service.job_view` (pure); this reads the active incidents and
+the fabric model's node roles and serves it. The list is served from the read cache, like the
+incident list it is built from.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Response
+from pydantic import TypeAdapter
+
+from graywire.collectors.model import Fabric
+from graywire.service.api.deps import CacheDep, FabricDep, StoreDep
+from graywire.service.api.schemas import ErrorOut, JobDetailOut, JobsOut
+from graywire.service.job_view import JobView, job_views
+from graywire.service.store import IncidentStore
+
+router = APIRouter(prefix="/api/v1", tags=["jobs"])
+JobName = Annotated[str, Path(min_length=1, max_length=200, description="job id as its NCCL sources name it")]
+_jobs = TypeAdapter(JobsOut)
+
+
+def _views(store: IncidentStore, fabric: Fabric) -> list[JobView]:
+    active = [
+        *store.list_incidents(status="open", limit=100_000),
+        *store.list_incidents(status="acknowledged", limit=100_000),
+    ]
+    return job_views(active, dict(zip(fabric.node_names, fabric.node_roles, strict=True)))
+
+
+@router.get("/jobs", response_model=JobsOut, summary="Jobs with active incidents")
+async def list_jobs(store: StoreDep, cache: CacheDep, fabric: FabricDep) -> Response:
+    def render() -> bytes:
+        items = [v.summary() for v in _views(store, fabric)]
+        return _jobs.dump_json(_jobs.validate_python({"items": items, "count": len(items)}))
+
+    return await cache.json(("jobs",), render)
+
+
+@router.get(
+    "/jobs/{job}",
+    response_model=JobDetailOut,
+    responses={404: {"model": ErrorOut, "description": "No active incident names this job"}},
+    summary="One job's incidents by phase, and the fabric under it",
+)
+def get_job(store: StoreDep, fabric: FabricDep, job: JobName) -> dict[str, Any]:
+    view = next((v for v in _views(store, fabric) if v.job == job), None)
+    if view is None:
+        raise HTTPException(status_code=404, detail=f"no active incident names job {job!r}")
+    return view.detail()
