@@ -30,6 +30,7 @@ from graywire.evaluation.scoring import Report, score
 from graywire.fabricsim.faults import FAULT_KINDS
 from graywire.fabricsim.nccl_views import NCCL_VIEWS, InitLogView
 from graywire.fabricsim.port_views import PORT_VIEWS, UfmLinksView
+from graywire.fabricsim.ras import read_back
 from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
 
@@ -146,6 +147,7 @@ def suite(quick: bool = False, seeds: int = 3, variants: tuple[str, ...] | None 
         out += datapath_scenarios(seeds)
         out += phase_scenarios(seeds)
         out += startup_scenarios(1 if quick else seeds)
+        out += fault_path_scenarios(1 if quick else seeds)
     for name in names:
         if name == "rich":
             continue
@@ -216,6 +218,25 @@ def startup_scenarios(seeds: int = 3) -> list[Scenario]:
     for seed in range(seeds):
         out.append(Scenario(f"startup-s{seed}", 64, seed, 2400.0, 10.0, STARTUP))
         out.append(Scenario(f"startup-benign-s{seed}", 64, seed, 2400.0, 10.0, STARTUP_BENIGN))
+    return out
+
+
+#: The fault path (docs/phases/fault-path.md): on 64 hosts (two jobs of 32), a host NIC's link
+#: fails for good in each job and the rank on it dies; in the second run the failed link comes
+#: back 15 minutes later (replaced), after the scheduler killed the job. Benign twin: both jobs
+#: end normally, their ranks finalizing and leaving. Kept out of the mixes and of ``default``.
+FAULT_PATH = ("rank_dead@300s,rank_dead@1200s", "rank_dead@300s+900s,rank_dead@1000s+900s")
+FAULT_PATH_BENIGN = "job_end@300s,job_end@1200s"
+
+
+def fault_path_scenarios(seeds: int = 3) -> list[Scenario]:
+    """Per seed, the dead-rank runs and their benign twin (same jobs, same seed)."""
+    out = []
+    for seed in range(seeds):
+        run = partial(Scenario, hosts=64, seed=seed, duration_s=2400.0, interval_s=10.0, phase="fault-path")
+        for m, faults in enumerate(FAULT_PATH):
+            out.append(run(name=f"fault-rank-dead-s{seed}-m{m}", faults=faults))
+        out.append(run(name=f"fault-job-end-s{seed}", faults=FAULT_PATH_BENIGN))
     return out
 
 
@@ -357,6 +378,10 @@ def run_scenario(
                 init = init_view.apply(step.nccl_init_events, step.time, step.index * sc.interval_s)
                 if init is not None:
                     found += pipe.process(init)
+            if step.ras_status is not None:  # each job's RAS report, read back as a nccl_ras source would
+                ras = read_back(step.ras_status, sim.ras_names, step.time)
+                if ras is not None:
+                    found += pipe.process(ras)
             if tick:
                 tick(1)
     finally:

@@ -45,6 +45,8 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     # Start-up (fabricsim/startup.py): not in `default`, scored by the start-up scenarios.
     "nccl_init_slow": ("nccl_init_slow",),
     "nccl_bootstrap_stall": ("nccl_bootstrap_stall",),
+    # The fault path (fabricsim/ras.py): not in `default`, scored by the fault-path scenarios.
+    "rank_dead": ("nccl_rank_dead",),
 }
 #: Events that happen on healthy fabrics and must not raise a finding.
 BENIGN_KINDS = (
@@ -74,6 +76,11 @@ CHECKPOINT_BURST_S = 60.0
 #: the rest restarts in the window; its long inits are normal for its size.
 STARTUP_KINDS = ("nccl_init_slow", "nccl_bootstrap_stall")
 STARTUP_BENIGN_KINDS = ("big_job_init",)
+#: The fault path (fabricsim/ras.py): a host NIC's link fails for good and the rank on it dies
+#: (``rank_dead``); its benign twin, a job whose ranks finalize and leave (``job_end``). Not in
+#: ``default``; a spec naming either turns on NCCL RAS reports of every job.
+FAULT_PATH_KINDS = ("rank_dead",)
+FAULT_PATH_BENIGN_KINDS = ("job_end",)
 OWN_STREAM_KINDS = frozenset(
     {
         *CABLING_KINDS,
@@ -89,6 +96,8 @@ OWN_STREAM_KINDS = frozenset(
         *PHASE_KINDS,
         *STARTUP_KINDS,
         *STARTUP_BENIGN_KINDS,
+        *FAULT_PATH_KINDS,
+        *FAULT_PATH_BENIGN_KINDS,
     }
 )
 #: Jobs the NCCL profiler plugin runs in (the first ones): fabricsim's ``nccl_proxy`` rows come
@@ -127,6 +136,8 @@ DEFAULT_MAGNITUDE = {
     "nccl_init_slow": 3.0,  # the job's inits take this many times as long (bootstrap and set-up)
     "nccl_bootstrap_stall": 0.0,  # the init step the stuck rank stops at: 0 never starts, 1 after bootstrap
     "big_job_init": 0.0,
+    "rank_dead": 0.0,
+    "job_end": 0.0,
 }
 
 #: What `graywire fakes` injects unless told otherwise: one silent downgrade, one slow channel.
@@ -192,8 +203,9 @@ def parse_spec(spec: str) -> list[FaultRequest]:
         if not m:
             raise ValueError(f"bad fault spec item {item!r}: use KIND[@START][+DURATION][=MAG][:TARGET]")
         kind = m.group("kind")
-        if kind not in FAULT_KINDS and kind not in BENIGN_KINDS and kind not in STARTUP_BENIGN_KINDS:
-            known = ", ".join([*FAULT_KINDS, *BENIGN_KINDS, *STARTUP_BENIGN_KINDS])
+        benign_kinds = (*BENIGN_KINDS, *STARTUP_BENIGN_KINDS, *FAULT_PATH_BENIGN_KINDS)
+        if kind not in FAULT_KINDS and kind not in benign_kinds:
+            known = ", ".join([*FAULT_KINDS, *benign_kinds])
             raise ValueError(f"unknown fault kind {kind!r}; known: {known}")
         out.append(
             FaultRequest(
@@ -267,6 +279,8 @@ def resolve_faults(
             # Built so: from boot unless the spec says when (a NIC moved at a maintenance reboot).
             start = r.start_s if r.start_s is not None else 0.0
             dur = r.duration_s if r.duration_s is not None else duration_s - start
+        if r.kind in (*FAULT_PATH_KINDS, *FAULT_PATH_BENIGN_KINDS) and r.duration_s is None:
+            dur = duration_s - start  # a failed link, and a job that ended, stay so
         if r.kind == "rail_miscabled":
             # Cabled so from the start: the spec's start is ignored; it lasts the run unless told.
             start, dur = 0.0, r.duration_s if r.duration_s is not None else duration_s
@@ -288,7 +302,8 @@ def resolve_faults(
                     f"{2 * CHECKPOINT_BURST_S:g} s, not {mag:g}"
                 )
         f = Fault(id=f"f{i:03d}", kind=r.kind, start_s=start, end_s=start + dur, magnitude=mag,
-                  benign=r.kind in BENIGN_KINDS or r.kind in STARTUP_BENIGN_KINDS)  # fmt: skip
+                  benign=r.kind in (*BENIGN_KINDS, *STARTUP_BENIGN_KINDS, *FAULT_PATH_BENIGN_KINDS),
+                  )  # fmt: skip
         placed = _place(f, r.target, fabric, host_nics, used, jobs, gpus, channels, rng)
         if placed.kind == "pfc_storm" and placed.peer:
             # Its leaf pauses every port that feeds it: what is reported there is this storm.
@@ -382,6 +397,8 @@ def _place(
         return _place_hop(f, target, fabric, used, jobs, gpus, channels, rng)
     if f.kind in CABLING_KINDS:
         return _place_cable(f, target, fabric, host_nics, used, gpus, rng)
+    if f.kind in FAULT_PATH_KINDS or f.kind in FAULT_PATH_BENIGN_KINDS:
+        return _place_fault_path(f, target, fabric, host_nics, used, jobs, gpus, rng)
     if f.kind in STARTUP_KINDS or f.kind in STARTUP_BENIGN_KINDS:
         return place_startup(f, target, fabric, used, gpus, rng)
     if f.kind in TRANSPORT_KINDS:
@@ -609,3 +626,52 @@ def _place_polarized(
     k = min(ups.size - 1, max(1, round(f.magnitude * ups.size)))
     hot = np.sort(rng.choice(ups, size=k, replace=False))
     return replace(f, node=leaf, extra={"hot_uplinks": [fabric.keys[int(i)] for i in hot]})
+
+
+def _place_fault_path(
+    f: Fault,
+    target: str | None,
+    fabric: Fabric,
+    host_nics: np.ndarray,
+    used: set[int],
+    jobs: dict[str, list[int]],
+    gpus: int,
+    rng: np.random.Generator,
+) -> Fault:
+    """A dead rank: the host NIC (``HOST/mlx5_G``, or drawn) whose link fails, and the rank of
+    its job on it; a job end: the job (``JOB``, or drawn). Either takes its whole job: a drawn
+    target is in a job whose NICs no other fault uses (a job already dead or gone has no rank
+    left to lose, and its timings stop)."""
+    names = fabric.node_names
+    job_of = {h: j for j, hs in jobs.items() for h in hs}
+    nics_of = {
+        j: np.flatnonzero(fabric.host_port & np.isin(fabric.node_of_port, hs)) for j, hs in jobs.items()
+    }
+    free_jobs = [j for j in jobs if not set(nics_of[j].tolist()) & used]
+    if f.kind == "job_end":
+        if target and target not in jobs:
+            raise ValueError(f"{f.kind}: unknown job {target!r}; jobs: {', '.join(jobs)}")
+        if not target and not free_jobs:
+            raise ValueError("fabric too small for that many fault-path faults")
+        job = target or free_jobs[int(rng.integers(len(free_jobs)))]
+        used.update(nics_of[job].tolist())
+        return replace(f, job=job)
+    if target:
+        nic = int(fabric.lookup(pa.array([target]))[0])
+        if nic < 0 or not fabric.host_port[nic] or fabric.peer[nic] < 0:
+            raise ValueError(f"{f.kind}: {target!r} is not a cabled host NIC")
+    else:
+        pool = host_nics[np.isin(host_nics, np.concatenate([nics_of[j] for j in free_jobs] or [[]]))]
+        if not pool.size:
+            raise ValueError("fabric too small for that many fault-path faults")
+        nic = int(pool[int(rng.integers(pool.size))])
+    h = int(fabric.node_of_port[nic])
+    job = job_of.get(h)
+    if job is None:
+        raise ValueError(f"{f.kind}: host {names[h]!r} runs no job")
+    used.update(nics_of[job].tolist())
+    used.update(int(p) for p in fabric.peer[nics_of[job]].tolist() if p >= 0)
+    gpu = max(int(fabric.rail[nic]), 0)
+    rank = jobs[job].index(h) * gpus + gpu
+    peer = int(fabric.peer[nic])
+    return replace(f, port=fabric.keys[nic], peer=fabric.keys[peer], node=names[h], job=job, rank=rank)

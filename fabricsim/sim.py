@@ -34,6 +34,8 @@ from graywire.fabricsim.faults import (
     CHECKPOINT_BURST_S,
     DATAPATH_BENIGN_KINDS,
     DATAPATH_KINDS,
+    FAULT_PATH_BENIGN_KINDS,
+    FAULT_PATH_KINDS,
     PROFILED_JOBS,
     TRANSPORT_KINDS,
     Fault,
@@ -42,6 +44,8 @@ from graywire.fabricsim.faults import (
     resolve_faults,
 )
 from graywire.fabricsim.gpu_layout import HostLayout, base_layout, cross_numa, layout_batch
+from graywire.fabricsim.ras import RasJob, job_end_view, rank_dead_states, status_document
+from graywire.fabricsim.ras import host_names as ras_host_names
 from graywire.fabricsim.startup import InitEvent, StartupPlan, host_names
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 
@@ -101,6 +105,9 @@ class SimStep:
     #: Start-up jobs' NCCL init events since the previous step (fabricsim/startup.py), when a
     #: start-up fault kind is in the spec; written as NCCL_DEBUG lines by InitLogWriter.
     nccl_init_events: list[InitEvent] | None = None
+    #: Each job's NCCL RAS ``STATUS`` report (JSON text, fabricsim/ras.py) by job, when a
+    #: fault-path kind is in the spec; a job whose RAS is gone (ended, killed) has none.
+    ras_status: dict[str, str] | None = None
 
 
 class FabricSim:
@@ -197,6 +204,15 @@ class FabricSim:
                 host_names(f), cfg.topology.gpus, cfg.duration_s, self.faults, cfg.seed
             )
 
+        # NCCL RAS of every job: only when the spec names a fault-path kind (fabricsim/ras.py).
+        self.ras_jobs: dict[str, RasJob] = {}
+        self.ras_names: dict[str, str] = {}
+        self._job_count: dict[str, int] = {}
+        self._frozen_count: dict[str, int] = {}
+        if any(fl.kind in (*FAULT_PATH_KINDS, *FAULT_PATH_BENIGN_KINDS) for fl in self.faults):
+            self.ras_jobs = {j: RasJob(j, hs, cfg.topology.gpus) for j, hs in self.jobs.items()}
+            self.ras_names = ras_host_names(f.node_names, [h for hs in self.jobs.values() for h in hs])
+
     # -- helpers ----------------------------------------------------------------------------------
     def time_of(self, k: int) -> datetime:
         return self.cfg.start + timedelta(seconds=k * self.cfg.interval_s)
@@ -255,11 +271,64 @@ class FabricSim:
         wiring = self._transport_batch(t, now) if k > 0 else None
         proxy = self._proxy_batch(t, now) if k > 0 else None
         nccl = self._hop_pacing(t, nccl)
+        ras = None
+        if self.ras_jobs:
+            stopped = self._stopped_jobs(t)
+            nccl, wiring, proxy = (self._drop_jobs(b, stopped) for b in (nccl, wiring, proxy))
+            ras = self._ras_reports(t, now, stopped)
         paths = self._gpu_path_batch(t, now) if self._layout_faults else None
         init = self.startup.between(t - self.cfg.interval_s if k else -1.0, t) if self.startup else None
         return SimStep(
-            k, now, port, nccl, wiring, proxy, self._links_batch(t), gpu_paths=paths, nccl_init_events=init
+            k,
+            now,
+            port,
+            nccl,
+            wiring,
+            proxy,
+            self._links_batch(t),
+            gpu_paths=paths,
+            nccl_init_events=init,
+            ras_status=ras,
         )
+
+    # -- the fault path (fabricsim/ras.py) ----------------------------------------------------------
+    def _stopped_jobs(self, t: float) -> set[str]:
+        """Jobs whose collectives stopped by ``t``: a rank's NIC link failed, or the job ended."""
+        kinds = (*FAULT_PATH_KINDS, *FAULT_PATH_BENIGN_KINDS)
+        return {str(fl.job) for fl in self.faults if fl.kind in kinds and fl.start_s <= t}
+
+    def _drop_jobs(self, batch: pa.RecordBatch | None, jobs: set[str]) -> pa.RecordBatch | None:
+        if batch is None or not jobs:
+            return batch
+        codes = [i for i, j in enumerate(self.job_names) if j in jobs]
+        keep = ~np.isin(batch.column("job").indices.to_numpy(zero_copy_only=False), codes)
+        return batch.filter(pa.array(keep)) if keep.any() else None
+
+    def _ras_reports(self, t: float, now: datetime, stopped: set[str]) -> dict[str, str]:
+        """Each job's ``STATUS``: running jobs at their collective count; a stuck job frozen one
+        past its last completed collective, its dead rank as RAS sees it; none once it is gone."""
+        out = {}
+        for name, job in self.ras_jobs.items():
+            if name in stopped:
+                count = self._frozen_count.setdefault(name, self._job_count.get(name, self.seq) + 1)
+            else:
+                count = self._job_count[name] = self.seq
+            states: dict[int, str] = {}
+            finalize = False
+            mine = [fl for fl in self.faults if fl.job == name and fl.start_s <= t]
+            end = next((fl for fl in mine if fl.kind in FAULT_PATH_BENIGN_KINDS), None)
+            dead = next((fl for fl in mine if fl.kind in FAULT_PATH_KINDS), None)
+            if end is not None:
+                view = job_end_view(end, job, t)
+                if view is None:
+                    continue
+                states, finalize = view
+            elif dead is not None:
+                if t >= dead.end_s:
+                    continue  # the scheduler killed the stuck job
+                states = rank_dead_states(dead, t) or {}
+            out[name] = status_document(job, now, count, states, finalize)
+        return out
 
     def layouts(self, t: float) -> dict[str, HostLayout]:
         """Each host's PCIe layout at ``t`` (fabricsim/gpu_layout.py)."""
@@ -348,7 +417,7 @@ class FabricSim:
             new_w = max(1, round(width[li] * fl.magnitude))
             speed[li] *= new_w / width[li]
             width[li] = new_w
-        for kind in ("short_retrain", "link_flap"):
+        for kind in ("short_retrain", "link_flap", *FAULT_PATH_KINDS):
             for fl in self.faults:
                 if fl.kind != kind:
                     continue
@@ -469,7 +538,7 @@ class FabricSim:
             inc[C["xmit_wait_ticks"], leaf] = dt * XMIT_WAIT_TICKS_PER_SECOND * min(fl.magnitude, 1.0)
         # Link down events: count once per outage start, on both ends.
         downs = np.zeros(L)
-        for kind in ("short_retrain", "link_flap"):
+        for kind in ("short_retrain", "link_flap", *FAULT_PATH_KINDS):
             for fl in self.faults:
                 if fl.kind == kind:
                     li = self._link_of_port(fl.port)
@@ -856,6 +925,8 @@ def _outages(fl: Fault) -> list[tuple[float, float]]:
     """Down windows of a retrain (one) or a flap (several, spread over the fault window)."""
     if fl.kind == "short_retrain":
         return [(fl.start_s, fl.start_s + min(fl.magnitude, 29.0))]
+    if fl.kind in FAULT_PATH_KINDS:
+        return [(fl.start_s, fl.end_s)]  # the rank's NIC link, down for the fault's window
     n = max(1, int(fl.magnitude))
     span = (fl.end_s - fl.start_s) / n
     return [(fl.start_s + i * span, fl.start_s + i * span + min(15.0, span / 2)) for i in range(n)]

@@ -36,6 +36,7 @@ from graywire.collectors import extras
 from graywire.collectors.discovery import ExpectRule, PurposeRule
 from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.nccl import NcclSourceConfig
+from graywire.collectors.nccl.ras import NcclRasSourceConfig
 from graywire.collectors.prometheus import PrometheusSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
@@ -82,11 +83,14 @@ SourceConfig = Annotated[
     | Annotated[AgentSourceConfig, Tag("agent")]
     | Annotated[SnmpSourceConfig, Tag("snmp")]
     | Annotated[UfmSourceConfig, Tag("ufm")]
-    | Annotated[PrometheusSourceConfig, Tag("prometheus")],
+    | Annotated[PrometheusSourceConfig, Tag("prometheus")]
+    | Annotated[NcclRasSourceConfig, Tag("nccl_ras")],
     Discriminator(
         _source_type,
         custom_error_type="source_type",
-        custom_error_message="each source needs a type: fabricsim, ufm, snmp, agent, nccl or prometheus",
+        custom_error_message=(
+            "each source needs a type: fabricsim, ufm, snmp, agent, nccl, nccl_ras or prometheus"
+        ),
     ),
 ]
 

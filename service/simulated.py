@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from graywire.collectors.base import ScrapeResult
 from graywire.fabricsim.faults import Fault, parse_spec
+from graywire.fabricsim.ras import read_back
 from graywire.fabricsim.sim import FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec
 from graywire.service.config import FabricSimSource
@@ -55,4 +56,9 @@ class FabricSimCollector:
         # API goes on answering meanwhile.
         step = await asyncio.to_thread(self.sim.step)
         batches = tuple(b for b in (step.port_sample, step.nccl_timing, step.nccl_transport) if b is not None)
+        if step.ras_status is not None:
+            # The fault path: each job's RAS report read back as a nccl_ras source would, and the
+            # subnet manager's links (a failed link is not discovered: its cable goes missing).
+            ras = read_back(step.ras_status, self.sim.ras_names, step.time)
+            batches += tuple(b for b in (step.links, ras) if b is not None)
         return ScrapeResult(self.source, self.target, ok=True, batches=batches)

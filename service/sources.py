@@ -10,6 +10,7 @@ from graywire.collectors.host import agent_client
 from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.model import Fabric, load_inventory
 from graywire.collectors.nccl import NcclSourceConfig
+from graywire.collectors.nccl.ras import NcclRasSourceConfig, build_ras_collectors
 from graywire.collectors.prometheus import PrometheusSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
@@ -59,4 +60,6 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
             collectors.extend(ufm.build_collectors(cfg, fabric))
         elif isinstance(cfg, PrometheusSourceConfig):
             collectors.extend(prometheus.build_collectors(cfg, fabric))
+        elif isinstance(cfg, NcclRasSourceConfig):
+            collectors.extend(build_ras_collectors(cfg))  # RAS names hosts; no fabric needed
     return fabric, collectors

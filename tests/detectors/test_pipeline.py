@@ -38,6 +38,7 @@ from graywire.fabricsim.faults import (
     DATAPATH_BENIGN_KINDS,
     DATAPATH_KINDS,
     FAULT_KINDS,
+    FAULT_PATH_KINDS,
     PHASE_KINDS,
     STARTUP_KINDS,
 )
@@ -293,7 +294,7 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     assert covered == set(FAULT_KINDS)
     # The phase faults are not in `default`; the start-up faults are scored by their own eval
     # scenarios (evaluation/suite.py, startup-*).
-    for kind in covered - set(PHASE_KINDS) - set(STARTUP_KINDS):
+    for kind in covered - set(PHASE_KINDS) - set(STARTUP_KINDS) - set(FAULT_PATH_KINDS):
         s = report.by_fault[kind]
         assert (s.total, s.detected) == (1, 1), kind
         assert s.localized == s.with_candidates == 1, kind

@@ -14,6 +14,8 @@ from graywire.fabricsim.faults import (
     DATAPATH_KINDS,
     DEFAULT_MAGNITUDE,
     FAULT_KINDS,
+    FAULT_PATH_BENIGN_KINDS,
+    FAULT_PATH_KINDS,
     PHASE_KINDS,
     STARTUP_BENIGN_KINDS,
     STARTUP_KINDS,
@@ -90,9 +92,11 @@ def test_parse_spec_bad_duration_value() -> None:
 
 
 def test_kind_tables_are_consistent() -> None:
-    assert set(DEFAULT_MAGNITUDE) == set(FAULT_KINDS) | set(BENIGN_KINDS) | set(STARTUP_BENIGN_KINDS)
-    assert not set(FAULT_KINDS) & (set(BENIGN_KINDS) | set(STARTUP_BENIGN_KINDS))
+    benign = set(BENIGN_KINDS) | set(STARTUP_BENIGN_KINDS) | set(FAULT_PATH_BENIGN_KINDS)
+    assert set(DEFAULT_MAGNITUDE) == set(FAULT_KINDS) | benign
+    assert not set(FAULT_KINDS) & benign
     assert set(STARTUP_KINDS) <= set(FAULT_KINDS)
+    assert set(FAULT_PATH_KINDS) <= set(FAULT_KINDS)
 
 
 def test_default_requests_cover_every_kind_without_overlap() -> None:
@@ -101,6 +105,7 @@ def test_default_requests_cover_every_kind_without_overlap() -> None:
     # the rest of a run, the start-up ones turn on their own simulation (fabricsim/startup.py).
     # So are the checkpoint and multipath faults (scenarios of their own) and data-path layouts.
     named = set(CABLING_KINDS) | set(DATAPATH_KINDS) | set(PHASE_KINDS) | set(STARTUP_KINDS)
+    named |= set(FAULT_PATH_KINDS)  # the fault path: a dead rank, scored in its own scenarios
     assert {r.kind for r in reqs} == (set(FAULT_KINDS) - named) | (
         set(BENIGN_KINDS) - set(DATAPATH_BENIGN_KINDS) - set(STARTUP_BENIGN_KINDS)
     )

@@ -137,7 +137,7 @@ def test_the_readme_sources_example_is_a_valid_config(tmp_path: Path) -> None:
     cfg = tmp_path / "g.yaml"
     cfg.write_text(readme[start : readme.index("```", start)])
     s = load_settings(cfg)
-    assert [src.type for src in s.sources] == ["ufm", "snmp", "agent", "nccl", "fabricsim"]
+    assert [src.type for src in s.sources] == ["ufm", "snmp", "agent", "nccl", "nccl_ras", "fabricsim"]
 
 
 @pytest.mark.parametrize(
