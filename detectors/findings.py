@@ -76,6 +76,8 @@ class Kind(StrEnum):
     # Start-up (detectors/nccl_bootstrap.py)
     NCCL_BOOTSTRAP_STALL = "nccl_bootstrap_stall"
     NCCL_INIT_SLOW = "nccl_init_slow"
+    # Start-up: a host's NCCL topology probe against its peers' (detectors/nccl_topology.py)
+    NCCL_TOPOLOGY_MISMATCH = "nccl_topology_mismatch"
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open
