@@ -45,6 +45,7 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     # Start-up (fabricsim/startup.py): not in `default`, scored by the start-up scenarios.
     "nccl_init_slow": ("nccl_init_slow",),
     "nccl_bootstrap_stall": ("nccl_bootstrap_stall",),
+    "nccl_topology_mismatch": ("nccl_topology_mismatch",),
 }
 #: Events that happen on healthy fabrics and must not raise a finding.
 BENIGN_KINDS = (
@@ -72,8 +73,8 @@ CHECKPOINT_BURST_S = 60.0
 #: initialize NCCL communicators, written as NCCL_DEBUG init lines. Not in ``default``; a spec
 #: naming any of them turns the start-up simulation on. ``big_job_init``: a job far larger than
 #: the rest restarts in the window; its long inits are normal for its size.
-STARTUP_KINDS = ("nccl_init_slow", "nccl_bootstrap_stall")
-STARTUP_BENIGN_KINDS = ("big_job_init",)
+STARTUP_KINDS = ("nccl_init_slow", "nccl_bootstrap_stall", "nccl_topology_mismatch")
+STARTUP_BENIGN_KINDS = ("big_job_init", "topology_layout_shared")
 OWN_STREAM_KINDS = frozenset(
     {
         *CABLING_KINDS,
@@ -116,6 +117,8 @@ DEFAULT_MAGNITUDE = {
     "cable_missing": 0.0,
     "rail_miscabled": 0.0,
     "nic_cross_numa": 0.0,
+    "nccl_topology_mismatch": 0.0,  # 0: the probe missed P2P (SHM, fewer channels); 1: cross-NUMA NET
+    "topology_layout_shared": 0.0,
     "nic_layout_shared": 0.0,  # 0: every NIC on its GPU's socket off the CPU (NODE); 1: the other socket
     "counter_reset": 0.0,
     "counter_wrap": 0.0,
