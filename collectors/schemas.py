@@ -138,6 +138,41 @@ NCCL_TRANSPORT = pa.schema(
     metadata={"graywire.record": "nccl_transport", "graywire.version": "1"},
 )
 
+#: What each host's NCCL topology probe found for one communicator (collectors/nccl/transport.py
+#: ``layout_batch``): one row per (communicator, host) per view, its ranks on that host summed.
+#: ``intra_p2p``/``intra_shm`` count its intra-node connections by transport; ``graph_*`` are
+#: its ranks' own ring graphs (the fewest channels, the farthest path types, null without
+#: NCCL_GRAPH); ``coll_channels`` is what the communicator agreed on; ``nvls`` whether NVLS
+#: multicast is available on all its ranks; ``collnet`` connected, fallback or disabled;
+#: ``started_at`` the reader's clock at its first ``Init START`` (the newest init of a host wins).
+NCCL_LAYOUT = pa.schema(
+    [
+        pa.field("time", TS, nullable=False),
+        pa.field("job", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("communicator", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("host", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("started_at", TS),
+        pa.field("nranks", pa.int32()),
+        pa.field("nnodes", pa.int32()),
+        pa.field("local_ranks", pa.int16()),
+        pa.field("net_devices", pa.int16()),
+        pa.field("intra_p2p", pa.int32()),
+        pa.field("intra_shm", pa.int32()),
+        pa.field("net_connections", pa.int32()),
+        pa.field("gdrdma_connections", pa.int32()),
+        pa.field("pxn_connections", pa.int32()),
+        pa.field("graph_channels", pa.int16()),
+        pa.field("graph_cross_nic", pa.int8()),
+        pa.field("graph_type_intra", pa.dictionary(pa.int8(), pa.string())),
+        pa.field("graph_type_inter", pa.dictionary(pa.int8(), pa.string())),
+        pa.field("coll_channels", pa.int16()),
+        pa.field("nvls", pa.bool_()),
+        pa.field("nvls_channels", pa.int16()),
+        pa.field("collnet", pa.dictionary(pa.int8(), pa.string())),
+    ],
+    metadata={"graywire.record": "nccl_layout", "graywire.version": "1"},
+)
+
 #: How far each rank of a communicator got through NCCL init, as its NCCL_DEBUG=INFO lines
 #: say: one row per (communicator, rank) per view (collectors/nccl/bootstrap.py). ``stage`` is
 #: the last step seen (start, bootstrap, topology, connect, complete); ``*_at`` are the
@@ -276,6 +311,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "nccl_rank_state": NCCL_RANK_STATE,
     "gpu_nic_path": GPU_NIC_PATH,
     "nccl_init": NCCL_INIT,
+    "nccl_layout": NCCL_LAYOUT,
 }
 
 #: Batch metadata key: JSON object {counter column: bit width} for counters narrower than 64

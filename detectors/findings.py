@@ -76,6 +76,8 @@ class Kind(StrEnum):
     # Start-up (detectors/nccl_bootstrap.py)
     NCCL_BOOTSTRAP_STALL = "nccl_bootstrap_stall"
     NCCL_INIT_SLOW = "nccl_init_slow"
+    # Start-up: a host's NCCL topology probe against its peers' (detectors/nccl_topology.py)
+    NCCL_TOPOLOGY_MISMATCH = "nccl_topology_mismatch"
 
 
 class Phase(StrEnum):
@@ -109,6 +111,7 @@ PHASE: dict[str, Phase] = {
     Kind.RAIL_MISCABLED: Phase.FABRIC,
     Kind.NCCL_BOOTSTRAP_STALL: Phase.START_UP,
     Kind.NCCL_INIT_SLOW: Phase.START_UP,
+    Kind.NCCL_TOPOLOGY_MISMATCH: Phase.START_UP,
     Kind.GPU_NIC_AFFINITY: Phase.DATA_PATH,
     Kind.NCCL_TRANSPORT_FALLBACK: Phase.DATA_PATH,
     Kind.NCCL_GDRDMA_MISSING: Phase.DATA_PATH,

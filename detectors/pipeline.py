@@ -32,6 +32,7 @@ from graywire.detectors.nccl_fault import NcclFaultDetector
 from graywire.detectors.nccl_peer import NcclHopDetector
 from graywire.detectors.nccl_step import NcclStepTime
 from graywire.detectors.nccl_straggler import NcclStraggler
+from graywire.detectors.nccl_topology import NcclTopologyDetector
 from graywire.detectors.nccl_transport import NcclTransportDetector
 from graywire.detectors.nic_affinity import NicAffinityDetector
 from graywire.detectors.rates import CounterRates
@@ -63,6 +64,7 @@ def default_detectors(
         NcclFaultDetector(fabric),  # the fault path: RAS, Flight Recorder, watchdog
         NicAffinityDetector(fabric),
         NcclBootstrapDetector(),
+        NcclTopologyDetector(),
     ]
     # Checkpoint traffic and multipath health (docs/phases); the uplink detector reads the jobs'
     # pulses from the NCCL timings.
@@ -159,6 +161,7 @@ class Pipeline:
         rank_states: list[pa.RecordBatch] = []
         gpu_paths: list[pa.RecordBatch] = []
         init: list[pa.RecordBatch] = []
+        layouts: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
             if kind != "link" and batch.num_rows and "time" in batch.schema.names:
@@ -189,10 +192,12 @@ class Pipeline:
                 gpu_paths.append(batch)
             elif kind == "nccl_init":
                 init.append(batch)
+            elif kind == "nccl_layout":
+                layouts.append(batch)
             else:
                 takes = (
                     "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy, nccl_init, "
-                    "link, nccl_rank_state or gpu_nic_path"
+                    "link, nccl_rank_state, gpu_nic_path or nccl_layout"
                 )
                 result.dropped.append((kind, batch.num_rows, f"the pipeline takes {takes}, not {kind}"))
         # One view at a time, in the order the sources sent them (a port a view leaves out keeps
@@ -205,7 +210,7 @@ class Pipeline:
         routes = (
             ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy),
             ("link", views), ("nccl_rank_state", rank_states), ("gpu_nic_path", gpu_paths),
-            ("nccl_init", init),
+            ("nccl_init", init), ("nccl_layout", layouts),
         )  # fmt: skip
         for consumes, parts in routes:
             if not parts:

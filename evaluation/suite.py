@@ -210,6 +210,10 @@ STARTUP = (
     "nccl_bootstrap_stall@700s+1200s=0,nccl_bootstrap_stall@800s+1200s=1"
 )
 STARTUP_BENIGN = "big_job_init@300s+2000s"
+#: Topology probes (docs/phases/start-up.md): a host that missed NVLink peer access and one whose
+#: NICs it saw across the CPU interconnect; the twin, a fleet whose every host has the lesser layout.
+STARTUP_TOPOLOGY = "nccl_topology_mismatch@300s+1500s=0,nccl_topology_mismatch@400s+1500s=1"
+STARTUP_TOPOLOGY_BENIGN = "topology_layout_shared@0s+2400s"
 
 
 def startup_scenarios(seeds: int = 3) -> list[Scenario]:
@@ -218,6 +222,10 @@ def startup_scenarios(seeds: int = 3) -> list[Scenario]:
     for seed in range(seeds):
         out.append(Scenario(f"startup-s{seed}", 64, seed, 2400.0, 10.0, STARTUP))
         out.append(Scenario(f"startup-benign-s{seed}", 64, seed, 2400.0, 10.0, STARTUP_BENIGN))
+        out.append(Scenario(f"startup-topology-s{seed}", 64, seed, 2400.0, 10.0, STARTUP_TOPOLOGY))
+        out.append(
+            Scenario(f"startup-topology-benign-s{seed}", 64, seed, 2400.0, 10.0, STARTUP_TOPOLOGY_BENIGN)
+        )
     return out
 
 
@@ -378,6 +386,9 @@ def run_scenario(
                 init = init_view.apply(step.nccl_init_events, step.time, step.index * sc.interval_s)
                 if init is not None:
                     found += pipe.process(init)
+                layout = init_view.layout()
+                if layout is not None:
+                    found += pipe.process(layout)
             if step.ras_status is not None:  # each job's RAS report, read back as a nccl_ras source would
                 ras = read_back(step.ras_status, sim.ras_names, step.time)
                 if ras is not None:

@@ -47,6 +47,7 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "nccl_bootstrap_stall": ("nccl_bootstrap_stall",),
     # The fault path (fabricsim/ras.py): not in `default`, scored by the fault-path scenarios.
     "rank_dead": ("nccl_rank_dead",),
+    "nccl_topology_mismatch": ("nccl_topology_mismatch",),
 }
 #: Events that happen on healthy fabrics and must not raise a finding.
 BENIGN_KINDS = (
@@ -74,13 +75,19 @@ CHECKPOINT_BURST_S = 60.0
 #: initialize NCCL communicators, written as NCCL_DEBUG init lines. Not in ``default``; a spec
 #: naming any of them turns the start-up simulation on. ``big_job_init``: a job far larger than
 #: the rest restarts in the window; its long inits are normal for its size.
-STARTUP_KINDS = ("nccl_init_slow", "nccl_bootstrap_stall")
-STARTUP_BENIGN_KINDS = ("big_job_init",)
+STARTUP_KINDS = ("nccl_init_slow", "nccl_bootstrap_stall", "nccl_topology_mismatch")
+STARTUP_BENIGN_KINDS = ("big_job_init", "topology_layout_shared")
 #: The fault path (fabricsim/ras.py): a host NIC's link fails for good and the rank on it dies
 #: (``rank_dead``); its benign twin, a job whose ranks finalize and leave (``job_end``). Not in
 #: ``default``; a spec naming either turns on NCCL RAS reports of every job.
 FAULT_PATH_KINDS = ("rank_dead",)
 FAULT_PATH_BENIGN_KINDS = ("job_end",)
+#: What only a spec naming it injects (never ``default``): each phase's kinds, scored in
+#: scenarios of their own beside their benign twins (evaluation/suite.py).
+NAMED_ONLY_KINDS = frozenset(
+    {*CABLING_KINDS, *DATAPATH_KINDS, *PHASE_KINDS, *STARTUP_KINDS, *FAULT_PATH_KINDS}
+)
+NAMED_ONLY_BENIGN_KINDS = frozenset({*DATAPATH_BENIGN_KINDS, *STARTUP_BENIGN_KINDS, *FAULT_PATH_BENIGN_KINDS})
 OWN_STREAM_KINDS = frozenset(
     {
         *CABLING_KINDS,
@@ -125,6 +132,8 @@ DEFAULT_MAGNITUDE = {
     "cable_missing": 0.0,
     "rail_miscabled": 0.0,
     "nic_cross_numa": 0.0,
+    "nccl_topology_mismatch": 0.0,  # 0: the probe missed P2P (SHM, fewer channels); 1: cross-NUMA NET
+    "topology_layout_shared": 0.0,
     "nic_layout_shared": 0.0,  # 0: every NIC on its GPU's socket off the CPU (NODE); 1: the other socket
     "counter_reset": 0.0,
     "counter_wrap": 0.0,

@@ -102,6 +102,10 @@ class InitLogView:
         self.collector.collect()
         return self.collector.collect_init()
 
+    def layout(self) -> pa.RecordBatch | None:
+        """The hosts' topology probes (``nccl_layout``) read by the last :meth:`apply`, when changed."""
+        return self.collector.collect_layout(self.now)
+
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 

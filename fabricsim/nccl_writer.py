@@ -317,8 +317,10 @@ class InitLogWriter:
     One file per rank's process, ``root/<job>/nccl.<host>.<pid>`` (``NCCL_DEBUG_FILE=nccl.%h.%p``,
     a directory per job; a restart's processes have new pids), in the formats of NCCL 2.22+
     ``src/init.cc`` and ``src/bootstrap.cc``: ``[Rank N] ... - Init START``, ``Bootstrap timings
-    total %f (...)``, ``Rank N: K Net devices``, the ``nRanks ... nNodes`` line and ``Channel``
-    lines, ``... - Init COMPLETE`` and ``Init timings - ...: ... total %.2f (...)``.
+    total %f (...)``, ``Rank N: K Net devices``, the topology probe's lines (``NVLS multicast
+    support``, the ring graph's ``Pattern``, the agreed ``coll channels``; as
+    tests/fixtures/SOURCES.md quotes them), the ``nRanks ... nNodes`` line and ``Channel`` lines,
+    ``... - Init COMPLETE`` and ``Init timings - ...: ... total %.2f (...)``.
     """
 
     root: Path
@@ -371,12 +373,32 @@ class InitLogWriter:
             return [f"{info} Rank {r}: {self.net_devices} Net devices"]
         if step == 3:
             nxt, prv = (r + g) % n, (r - g) % n
-            via = f"NET/IB/{dev}/GDRDMA" if len(la.hosts) > 1 else "P2P/CUMEM"
-            return [
+            bad = la.layout.get(host)  # what this host's probe got wrong (fabricsim/startup.py)
+            gdr = "" if bad == 1 else "/GDRDMA"
+            via = f"NET/IB/{dev}{gdr}" if len(la.hosts) > 1 else "P2P/CUMEM"
+            nch, intra, inter = (4, "SYS", "PIX") if bad == 0 else (16, "NVL", "SYS" if bad == 1 else "PIX")
+            agreed = min(4 if b == 0 else 16 for b in [la.layout.get(h, -1) for h in la.hosts])
+            local_next = r - dev + (dev + 1) % g
+            lines = [
+                f"{info} NVLS multicast support is {'not ' if bad == 0 else ''}available on dev {dev}",
+                f"{info} Pattern 4, crossNic 0, nChannels {nch}, bw {160 / nch:f}/{160 / nch:f}, "
+                f"type {intra}/{inter}, sameChannels 1",
                 f"{info} comm 0x{ptr:x} rank {r} nRanks {n} nNodes {len(la.hosts)} localRanks {g} "
                 f"localRank {dev} MNNVL 0",
                 f"{info} Channel 00/0 : {r}[{dev}] -> {nxt}[{dev}] [send] via {via}",
                 f"{info} Channel 00/0 : {prv}[{dev}] -> {r}[{dev}] [receive] via {via}",
+            ]
+            if g > 1:
+                lines.append(
+                    f"{info} Channel 00 : {r}[{dev}] -> {local_next}[{(dev + 1) % g}] via SHM/direct"
+                    if bad == 0
+                    else f"{info} Channel 00/0 : {r}[{dev}] -> {local_next}[{(dev + 1) % g}] via P2P/CUMEM"
+                )
+            nvls = 0 if any(la.layout.get(h) == 0 for h in la.hosts) else 16
+            return [
+                *lines,
+                f"{info} {agreed} coll channels, {agreed} collnet channels, {nvls} nvls channels, "
+                f"{2 * agreed} p2p channels, 2 p2p channels per peer",
             ]
         t = ev.timings or {}
         phases = ("kernels", "alloc", "bootstrap", "allgathers", "topo", "graphs", "connections", "rest")

@@ -37,6 +37,8 @@ from graywire.fabricsim.faults import (
     FAULT_PATH_BENIGN_KINDS,
     FAULT_PATH_KINDS,
     PROFILED_JOBS,
+    STARTUP_BENIGN_KINDS,
+    STARTUP_KINDS,
     TRANSPORT_KINDS,
     Fault,
     FaultRequest,
@@ -199,7 +201,7 @@ class FabricSim:
         self.burst_rng = np.random.default_rng([cfg.seed, 0x434B])  # its own stream
         # Start-up jobs restarting and initializing NCCL: only when the spec names a start-up kind.
         self.startup: StartupPlan | None = None
-        if any(fl.kind in ("nccl_init_slow", "nccl_bootstrap_stall", "big_job_init") for fl in self.faults):
+        if any(fl.kind in (*STARTUP_KINDS, *STARTUP_BENIGN_KINDS) for fl in self.faults):
             self.startup = StartupPlan(
                 host_names(f), cfg.topology.gpus, cfg.duration_s, self.faults, cfg.seed
             )

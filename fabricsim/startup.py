@@ -21,6 +21,17 @@ it hangs after bootstrap (topology detection) while the others wait in the next 
 The launch stays stuck until the fault ends (the job is killed) and the job then restarts.
 ``big_job_init`` (benign) adds a job of every host, restarting through its window: its inits
 are long and normal for its size.
+
+Layout: every launch's lines say what each host's topology probe found (``Launch.layout``):
+healthy, an 8-GPU NVSwitch host with a NIC per GPU (ring graph ``nChannels 16, type NVL/PIX``,
+``P2P/CUMEM`` between local GPUs, ``NET/IB/<n>/GDRDMA``, NVLS available).
+``nccl_topology_mismatch`` gives one host of a multi-host job, in its window, a wrong probe:
+magnitude 0, the probe missed NVLink peer access (``SHM/direct`` between local GPUs, ring graph
+``nChannels 4, type SYS/...``, no NVLS); 1, its NICs seen across the CPU interconnect (network
+type ``SYS``, no GPUDirect RDMA). As in NCCL (``src/init.cc``), the communicator then agrees on
+the fewest channels, so every host of the job prints the cut ``coll channels``.
+``topology_layout_shared`` (benign) gives every host, through its window, magnitude 0's layout:
+a fleet of such hosts, where peers agree.
 """
 
 from __future__ import annotations
@@ -77,6 +88,8 @@ def place_startup(
     jobs = startup_jobs(hosts)
     if f.kind == "big_job_init":
         return replace(f, job=BIG_JOB)
+    if f.kind == "topology_layout_shared":
+        return replace(f, node="*")
     nic_of = {h: np.flatnonzero(fabric.host_port & (fabric.node_of_port == fabric.node_names.index(h)))
               for h in hosts}  # fmt: skip
     gpu = None
@@ -108,6 +121,10 @@ def place_startup(
         used.update(nic_of[h].tolist())
     if f.kind == "nccl_init_slow":
         return replace(f, job=job)
+    if f.kind == "nccl_topology_mismatch":
+        if f.magnitude not in (0.0, 1.0):
+            raise ValueError(f"{f.kind}: magnitude 0 (P2P missed) or 1 (cross-NUMA NET), not {f.magnitude:g}")
+        return replace(f, job=job, node=host, port=None)
     if gpu is None:
         gpu = int(rng.integers(gpus))
     rank = jobs[job].index(host) * gpus + gpu
@@ -125,6 +142,8 @@ class Launch:
     start_s: float
     pid_base: int
     comm_id: int = 0
+    #: Host -> what its topology probe got wrong (0 P2P/NVLink missed, 1 cross-NUMA NET); absent: right.
+    layout: dict[str, int] = field(default_factory=dict)
 
     @property
     def nranks(self) -> int:
@@ -176,6 +195,7 @@ class StartupPlan:
                 la.comm_id = int.from_bytes(
                     hashlib.blake2b(f"{self.seed}:{la.name}".encode(), digest_size=8).digest()
                 )
+                la.layout = self._layout(hosts, t)
                 pid += la.nranks
                 self.launches.append(la)
                 stall = next((fl for fl in stalls if fl.start_s <= t < fl.end_s), None)
@@ -189,6 +209,16 @@ class StartupPlan:
                 t = end + RESTART_PERIOD_S * float(rng.uniform(0.8, 1.2))
         self.events.sort(key=lambda e: e.time_s)
         self._times = [e.time_s for e in self.events]
+
+    def _layout(self, hosts: list[str], t: float) -> dict[str, int]:
+        """Per host of a launch at ``t``, what its probe gets wrong (fabricsim's layout faults)."""
+        out: dict[str, int] = {}
+        for fl in self.faults:
+            if fl.kind == "topology_layout_shared" and fl.active(t):
+                out.update(dict.fromkeys(hosts, 0))
+            elif fl.kind == "nccl_topology_mismatch" and fl.active(t) and fl.node in hosts:
+                out[fl.node] = int(fl.magnitude)
+        return out
 
     def _slow_faults(self, job: str) -> list[Any]:
         return [f for f in self.faults if f.kind == "nccl_init_slow" and f.job == job]

@@ -13,6 +13,17 @@ NCCL prints every line as ``host:pid:tid [cudaDev] NCCL INFO <message>`` (option
 - ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>``: NCCL's NET
   device index -> HCA name, which is what turns ``NET/IB/3`` into a port key ``host/mlx5_3``.
 
+What the rank's own topology probe found (for the start-up layout check, collectors/nccl/
+transport.py ``layout_batch``): ``Pattern 4, crossNic 0, nChannels 16, bw 40.000000/40.000000,
+type NVL/PIX, sameChannels 1`` (``src/graph/search.cc`` ncclTopoPrintGraph, NCCL_GRAPH; the
+first is the ring graph, printed before the ranks agree on the minimum, so it is this host's
+own result); ``16 coll channels, 16 collnet channels, 0 nvls channels, 32 p2p channels, 2 p2p
+channels per peer`` (``src/init.cc``, after the agreement: the communicator's); ``NVLS multicast
+support is [not ]available on dev 3`` (``src/transport/nvls.cc``); ``rank 3 Connected
+CollNet``, ``Cannot initialize CollNet, using point-to-point network instead`` (a WARN) and
+``... less than CollNet node threshold ..., disabling CollNet`` (``src/transport/coll_net.cc``,
+``src/transport.cc``, ``src/init.cc``).
+
 A rank's way through init (``src/init.cc``, ``src/bootstrap.cc``) is kept as its *stage*, for
 the start-up checks: ``Init START``; ``Bootstrap timings total ...`` (2.22+: the bootstrap ring
 is up); ``Rank 3: 8 Net devices`` or the ``nRanks ... nNodes`` line (topology detected, peer
@@ -77,7 +88,19 @@ _INIT_TIMINGS = re.compile(
     rf"\(kernels {_F}, alloc {_F}, bootstrap {_F}, allgathers {_F}, topo {_F}, graphs {_F}, "
     rf"connections {_F}, rest {_F}\)"
 )
-_NET_DEVICES = re.compile(r"^Rank (?P<rank>\d{1,9}): \d{1,9} Net devices")
+_NET_DEVICES = re.compile(r"^Rank (?P<rank>\d{1,9}): (?P<n>\d{1,9}) Net devices")
+_GRAPH = re.compile(
+    r"^Pattern (?P<pattern>\d{1,3}), crossNic (?P<cross>\d{1,3}), nChannels (?P<nch>\d{1,4}), "
+    rf"bw {_F}/{_F}, type (?P<intra>[A-Z0-9]+)/(?P<inter>[A-Z0-9]+)"
+)
+_COLL_CHANNELS = re.compile(
+    r"^(?P<coll>\d{1,4}) coll channels, (?:\d{1,4} collnet channels, )?(?P<nvls>\d{1,4}) nvls channels, "
+    r"(?P<p2p>\d{1,4}) p2p channels"
+)
+_NVLS_SUPPORT = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev -?\d{1,9}")
+#: NCCL's path types, nearest first (``src/graph/paths.cc`` topoPathTypeStr): a graph's
+#: ``type`` names the farthest hop of its intra-node and its network paths.
+PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
 #: How far a rank got through init, in order (``RankInfo.stage`` indexes this).
 INIT_STAGES = ("start", "bootstrap", "topology", "connect", "complete")
 #: The phases of NCCL's ``Init timings`` line, in its order.
@@ -110,6 +133,8 @@ class RankInfo:
     bus_id: str | None = None
     nnodes: int | None = None
     local_rank: int | None = None
+    local_ranks: int | None = None
+    net_devices: int | None = None  # ``Rank N: K Net devices`` (2.22+)
     state: str = "init"  # init, complete, destroyed
     stage: int = 0  # index into INIT_STAGES
     started_at: datetime | None = None  # reader's clock: when its Init START was first read
@@ -117,6 +142,13 @@ class RankInfo:
     #: NCCL's ``Init timings`` phases (seconds, INIT_PHASES), or only ``bootstrap`` from the
     #: ``Bootstrap timings`` line; empty before 2.22 or until the init completes.
     timings: dict[str, float] = field(default_factory=dict)
+    #: This rank's own ring graph (its first ``Pattern`` line, before the ranks agree):
+    #: (nChannels, crossNic, intra-node path type, network path type); None without NCCL_GRAPH.
+    graph: tuple[int, int, str, str] | None = None
+    coll_channels: int | None = None  # the communicator's, after the agreement
+    nvls_channels: int | None = None
+    nvls_support: bool | None = None
+    collnet: str | None = None  # connected, fallback (could not set up), disabled (too few nodes)
 
 
 @dataclass(slots=True)
@@ -246,6 +278,8 @@ class NcclTopology:
             if m.group("level") == "WARN":
                 self.warnings.append(f"{host}:{pid} {msg}")
                 del self.warnings[:-100]
+                if msg.startswith("Cannot initialize CollNet"):
+                    self._set_collnet(host, pid, tid, "fallback")
                 continue
             self._message(host, pid, tid, dev, msg)
 
@@ -299,6 +333,9 @@ class NcclTopology:
         if m:
             self.network[(host, pid)] = m.group(1)
             return
+        if msg.startswith(("Pattern ", "NVLS multicast")) or " coll channels, " in msg or "CollNet" in msg:
+            self._probe(host, pid, tid, msg)
+            return
         if msg.startswith(("Bootstrap timings", "Init timings", "Rank ")):
             self._init_progress(host, pid, tid, msg)
             return
@@ -307,6 +344,7 @@ class NcclTopology:
             info = self._rank(host, pid, tid, m["ptr"], int(m["rank"]), int(m["nranks"]), dev)
             info.nnodes = int(m["nnodes"])
             info.local_rank = int(m["lrank"])
+            info.local_ranks = int(m["lranks"])
             self._advance((host, pid, m["ptr"]), 2)
             return
         m = _INIT.search(msg)
@@ -346,6 +384,7 @@ class NcclTopology:
             self._advance(ckey, 1)
         elif m := _NET_DEVICES.match(msg):
             if int(m["rank"]) == info.rank:
+                info.net_devices = int(m["n"])
                 self._advance(ckey, 2)
         elif m := _INIT_TIMINGS.match(msg):
             if int(m["rank"]) != info.rank or int(m["nranks"]) != info.nranks:
@@ -355,6 +394,36 @@ class NcclTopology:
             self.init_changes[ckey] = self.init_changes.get(ckey, 0) + 1
         elif msg.startswith(("Bootstrap timings", "Init timings")):
             self.malformed += 1
+
+    def _probe(self, host: str, pid: int, tid: int, msg: str) -> None:
+        """What the thread's communicator's topology probe found (graph, channels, NVLS, CollNet)."""
+        ckey = self._ckey(host, pid, tid)
+        info = self._ranks.get(ckey) if ckey is not None else None
+        if info is None:
+            return
+        if m := _GRAPH.match(msg):
+            if m["intra"] not in PATH_TYPES or m["inter"] not in PATH_TYPES:
+                self.malformed += 1
+            elif info.graph is None:  # the ring graph is printed first
+                info.graph = (int(m["nch"]), int(m["cross"]), m["intra"], m["inter"])
+        elif m := _COLL_CHANNELS.match(msg):
+            info.coll_channels, info.nvls_channels = int(m["coll"]), int(m["nvls"])
+        elif m := _NVLS_SUPPORT.match(msg):
+            info.nvls_support = m["not"] is None
+        elif "Connected CollNet" in msg:
+            info.collnet = "connected"
+        elif "disabling CollNet" in msg:
+            info.collnet = "disabled"
+        elif msg.startswith("Pattern ") or " coll channels, " in msg:
+            self.malformed += 1
+        self._version += 1
+
+    def _set_collnet(self, host: str, pid: int, tid: int, state: str) -> None:
+        ckey = self._ckey(host, pid, tid)
+        info = self._ranks.get(ckey) if ckey is not None else None
+        if info is not None:
+            info.collnet = state
+            self._version += 1
 
     def _rank(self, host: str, pid: int, tid: int, ptr: str, rank: int, nranks: int, dev: int) -> RankInfo:
         key = (host, pid, ptr)

@@ -47,7 +47,7 @@ from graywire.collectors.nccl.inspector import InspectorParser, iter_json_values
 from graywire.collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
 from graywire.collectors.nccl.profiler import ProfilerParser, dump_name_parts
 from graywire.collectors.nccl.proxy import ProxyRows
-from graywire.collectors.nccl.transport import transport_batch
+from graywire.collectors.nccl.transport import layout_batch, transport_batch
 
 Format = Literal["inspector", "nccl_tests", "profiler"]
 #: The example profiler plugin writes ``<NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json`` (its README's
@@ -276,6 +276,8 @@ class NcclFileCollector:
         self._proc_job: dict[tuple[str, int], str] = {}
         self._transport_version = -1
         self._transport_age = 0
+        self._layout_version = -1
+        self._layout_age = 0
         self.skipped_lines = 0
         self.last_skipped = 0  # skipped by the last collect (its scrape's parse-skip count)
         self.rows_total = 0
@@ -354,6 +356,19 @@ class NcclFileCollector:
         job: str | dict[tuple[str, int], str] = self.job or self._proc_job
         return transport_batch(topo, job, now)
 
+    def collect_layout(self, now: datetime | None = None) -> pa.RecordBatch | None:
+        """What each host's topology probe found per communicator (``nccl_layout``), on the same
+        terms as :meth:`collect_transport`; dated by ``now``, else the last :meth:`collect`."""
+        topo = self.topology
+        if topo is None:
+            return None
+        self._layout_age += 1
+        if topo._version == self._layout_version and self._layout_age < TRANSPORT_REFRESH_SCRAPES:
+            return None
+        self._layout_version, self._layout_age = topo._version, 0
+        job: str | dict[tuple[str, int], str] = self.job or self._proc_job
+        return layout_batch(topo, job, now or self._read_at)
+
     def _parse(self, chunk: TailChunk, rows: TimingRows, problems: list[str]) -> int:
         tf, name = chunk.file, chunk.file.path.name
         st = tf.state
@@ -421,7 +436,8 @@ class NcclFileCollector:
             proxy = self.collect_proxy()
             wiring = self.collect_transport(timing.column("time")[0].as_py() if timing is not None else None)
             init = self.collect_init()
-            return tuple(b for b in (timing, proxy, wiring, init) if b is not None)
+            layout = self.collect_layout(timing.column("time")[0].as_py() if timing is not None else None)
+            return tuple(b for b in (timing, proxy, wiring, init, layout) if b is not None)
         finally:
             self._busy.release()
 

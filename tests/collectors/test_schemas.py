@@ -57,6 +57,7 @@ def test_record_kind() -> None:
         "nccl_rank_state": "nccl_rank_state",
         "gpu_nic_path": "gpu_nic_path",
         "nccl_init": "nccl_init",
+        "nccl_layout": "nccl_layout",
     }
     with pytest.raises(ValueError, match=r"no graywire\.record"):
         record_kind(pa.schema([pa.field("x", pa.int8())]))

@@ -24,6 +24,7 @@ from graywire.detectors.nccl_fault import NcclFaultDetector
 from graywire.detectors.nccl_peer import NcclHopDetector
 from graywire.detectors.nccl_step import NcclStepTime
 from graywire.detectors.nccl_straggler import NcclStraggler
+from graywire.detectors.nccl_topology import NcclTopologyDetector
 from graywire.detectors.nccl_transport import NcclTransportDetector
 from graywire.detectors.nic_affinity import NicAffinityDetector
 from graywire.detectors.pipeline import Pipeline, default_detectors
@@ -143,7 +144,7 @@ def test_rejects_other_records() -> None:
     )
     with pytest.raises(
         ValueError,
-        match="nccl_transport, nccl_proxy, nccl_init, link, nccl_rank_state or gpu_nic_path",
+        match="nccl_transport, nccl_proxy, nccl_init, link, nccl_rank_state, gpu_nic_path or nccl_layout",
     ):
         pipe.process(other)
     bare = pa.RecordBatch.from_pydict({"time": [1]})
@@ -173,6 +174,7 @@ def test_default_detectors() -> None:
         NcclFaultDetector,
         NicAffinityDetector,
         NcclBootstrapDetector,
+        NcclTopologyDetector,
         CheckpointTrafficDetector,
         JobPulses,
         UplinkBalanceDetector,
@@ -207,6 +209,7 @@ def test_default_detectors() -> None:
             "uplink_imbalance",
             "nccl_bootstrap_stall",
             "nccl_init_slow",
+            "nccl_topology_mismatch",
         ]
     )
     assert [type(d) for d in default_detectors(sim.fabric)] == kinds

@@ -10,12 +10,13 @@ import pytest
 from graywire.fabricsim.faults import (
     BENIGN_KINDS,
     CABLING_KINDS,
-    DATAPATH_BENIGN_KINDS,
     DATAPATH_KINDS,
     DEFAULT_MAGNITUDE,
     FAULT_KINDS,
     FAULT_PATH_BENIGN_KINDS,
     FAULT_PATH_KINDS,
+    NAMED_ONLY_BENIGN_KINDS,
+    NAMED_ONLY_KINDS,
     PHASE_KINDS,
     STARTUP_BENIGN_KINDS,
     STARTUP_KINDS,
@@ -104,10 +105,12 @@ def test_default_requests_cover_every_kind_without_overlap() -> None:
     # The cabling and start-up faults are asked for by name: the cabling ones rewire the fabric for
     # the rest of a run, the start-up ones turn on their own simulation (fabricsim/startup.py).
     # So are the checkpoint and multipath faults (scenarios of their own) and data-path layouts.
-    named = set(CABLING_KINDS) | set(DATAPATH_KINDS) | set(PHASE_KINDS) | set(STARTUP_KINDS)
-    named |= set(FAULT_PATH_KINDS)  # the fault path: a dead rank, scored in its own scenarios
+    named = NAMED_ONLY_KINDS
+    assert named == set(CABLING_KINDS) | set(DATAPATH_KINDS) | set(PHASE_KINDS) | set(STARTUP_KINDS) | set(
+        FAULT_PATH_KINDS
+    )
     assert {r.kind for r in reqs} == (set(FAULT_KINDS) - named) | (
-        set(BENIGN_KINDS) - set(DATAPATH_BENIGN_KINDS) - set(STARTUP_BENIGN_KINDS)
+        set(BENIGN_KINDS) - NAMED_ONLY_BENIGN_KINDS
     )
     assert len(reqs) == 21
     slot = 1300.0 / 21

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from graywire.collectors.dataset import DatasetWriter, iter_polls
 from graywire.collectors.host.agent_wire import DEFAULT_AGENT_PORT
 from graywire.collectors.model import INVENTORY
-from graywire.fabricsim.faults import CABLING_KINDS, DATAPATH_KINDS
+from graywire.fabricsim.faults import NAMED_ONLY_KINDS
 from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 from graywire.service.cli import DEMO_FAULTS, ber_thresholds, build_parser, main
@@ -41,7 +41,7 @@ def test_sim_then_replay_scores_against_truth(
     assert report["batches"] == 241 + 2 * 240 + views and views >= 1
     score = report["score"]
     for kind, s in score["by_fault"].items():
-        if kind in CABLING_KINDS or kind in DATAPATH_KINDS:  # not in `default` (named, as in their scenarios)
+        if kind in NAMED_ONLY_KINDS:  # not in `default` (named, as in their scenarios)
             assert s["faults"] == 0
             continue
         assert (s["covered"], s["recall"], s["localization_top1"]) == (True, 1.0, 1.0), kind

@@ -97,3 +97,55 @@ def test_collector_sends_the_wiring_when_it_changes_and_as_a_refresh(tmp_path: P
 def test_collector_without_debug_files_sends_no_wiring(tmp_path: Path) -> None:
     col = NcclFileCollector(tmp_path, "*.log")
     assert col.collect_transport() is None
+
+
+# -- nccl_layout: what each host's topology probe found ---------------------------------------
+LAYOUT_LOG = Path(__file__).resolve().parents[2] / "fixtures" / "nccl" / "topology_mismatch.log"
+
+
+def test_layout_rows_per_host_from_the_probe_lines() -> None:
+    from graywire.collectors.nccl.transport import layout_batch
+    from graywire.collectors.schemas import NCCL_LAYOUT
+
+    topo = NcclTopology()
+    topo.feed(LAYOUT_LOG.read_text().splitlines(), now=T)
+    assert topo.malformed == 1  # the Pattern line with a path type NCCL does not have
+    batch = layout_batch(topo, "job-3", T)
+    assert batch is not None and batch.schema.equals(NCCL_LAYOUT, check_metadata=True)
+    rows = {r["host"]: r for r in batch.to_pylist()}
+    good, bad = rows["gpu-0001"], rows["gpu-0002"]
+    assert (good["intra_p2p"], good["intra_shm"], bad["intra_p2p"], bad["intra_shm"]) == (2, 0, 0, 2)
+    # Each host's own ring graph (the first Pattern line), not the agreed channel count.
+    assert (good["graph_channels"], good["graph_type_intra"], good["graph_type_inter"]) == (4, "NVL", "PIX")
+    assert (bad["graph_channels"], bad["graph_type_intra"], bad["graph_type_inter"]) == (2, "SYS", "SYS")
+    assert (good["graph_cross_nic"], bad["graph_cross_nic"]) == (0, 1)
+    assert good["coll_channels"] == bad["coll_channels"] == 2
+    assert (good["gdrdma_connections"], bad["gdrdma_connections"]) == (2, 0)
+    assert (good["pxn_connections"], bad["pxn_connections"]) == (0, 2)
+    assert (good["nvls"], bad["nvls"]) == (True, False)
+    assert (good["collnet"], bad["collnet"]) == ("disabled", None)
+    assert (good["local_ranks"], good["net_devices"], good["nnodes"], good["started_at"]) == (2, 2, 2, T)
+
+
+def test_layout_unknown_without_probe_lines() -> None:
+    """The user guide's examples carry no Pattern or channel-count lines: those fields stay null."""
+    from graywire.collectors.nccl.transport import layout_batch
+
+    topo = NcclTopology()
+    topo.feed(MULTINODE.splitlines())
+    batch = layout_batch(topo, "job-7", T)
+    assert batch is not None
+    for r in batch.to_pylist():
+        assert r["graph_channels"] is None and r["nvls"] is None and r["coll_channels"] is None
+
+
+def test_real_logs_parse_with_the_probe_lines(real_fixtures: Path) -> None:
+    from graywire.collectors.nccl.transport import layout_batch
+
+    for name in ("nccl_userguide_logging_examples.txt", "superbench_nccl_tests_allreduce.log"):
+        topo = NcclTopology()
+        topo.feed((real_fixtures / "nccl" / name).read_text().splitlines())
+        assert topo.malformed == 0, name
+        batch = layout_batch(topo, "j", T)
+        live = {(r.communicator, r.host) for r in topo.ranks if r.state != "destroyed"}
+        assert (batch.num_rows if batch is not None else 0) == len(live), name
