@@ -355,6 +355,24 @@ class NcclFaultDetector:
                 out += self._judge_counts(job, comm, sig, [(ranks[i], hosts[i]) for i in rows], now)
         return out
 
+    def _moving_again(self, ent: str, job: str, comm: str, now: datetime) -> list[Finding]:
+        """Clear a stuck collective RAS opened once its counts move (or agree) again."""
+        prev = self._open.get((Kind.NCCL_COLLECTIVE_STUCK, ent))
+        if prev is None or prev.evidence.get("source") != "ras":
+            return []
+        return [
+            self._emit(
+                Kind.NCCL_COLLECTIVE_STUCK,
+                ent,
+                "cleared",
+                now,
+                prev.severity,
+                f"job {job}: {comm} moving again",
+                node=prev.node,
+                evidence=dict(prev.evidence),
+            )
+        ]
+
     def _judge_counts(
         self, job: str, comm: str, sig: tuple[Any, ...], behind: list[tuple[int, str | None]], now: datetime
     ) -> list[Finding]:
@@ -363,38 +381,10 @@ class NcclFaultDetector:
         is_open = (Kind.NCCL_COLLECTIVE_STUCK, ent) in self._open
         if not sig[1]:  # every rank at the same count
             self._counts.pop((job, comm), None)
-            if is_open and self._open[(Kind.NCCL_COLLECTIVE_STUCK, ent)].evidence.get("source") == "ras":
-                prev = self._open[(Kind.NCCL_COLLECTIVE_STUCK, ent)]
-                return [
-                    self._emit(
-                        Kind.NCCL_COLLECTIVE_STUCK,
-                        ent,
-                        "cleared",
-                        now,
-                        prev.severity,
-                        f"job {job}: {comm} moving again",
-                        node=prev.node,
-                        evidence=dict(prev.evidence),
-                    )
-                ]
-            return []
+            return self._moving_again(ent, job, comm, now)
         if c is None or c.signature != sig:
             self._counts[(job, comm)] = _Counts(sig, now)
-            if is_open and self._open[(Kind.NCCL_COLLECTIVE_STUCK, ent)].evidence.get("source") == "ras":
-                prev = self._open[(Kind.NCCL_COLLECTIVE_STUCK, ent)]
-                return [
-                    self._emit(
-                        Kind.NCCL_COLLECTIVE_STUCK,
-                        ent,
-                        "cleared",
-                        now,
-                        prev.severity,
-                        f"job {job}: {comm} moving again",
-                        node=prev.node,
-                        evidence=dict(prev.evidence),
-                    )
-                ]
-            return []
+            return self._moving_again(ent, job, comm, now)
         c.views += 1
         held = (now - c.since).total_seconds()
         if is_open or c.views < self.cfg.stuck_views or held < self.cfg.stuck_seconds:
