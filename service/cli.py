@@ -344,6 +344,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
         perfquery=args.perfquery,
         nvidia_smi=None if args.nvidia_smi == "none" else args.nvidia_smi,
         topo_file=args.topo_file,
+        ncclras=args.ncclras,
+        ncclras_timeout=args.ncclras_timeout,
+        ncclras_job=args.ncclras_job,
+        ncclras_addresses=tuple(args.ncclras_address),
     )
     serve_agent(cfg, listen=args.listen, port=args.port, log_level=args.log_level)
     return 0
@@ -606,6 +610,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="nvidia-smi for `topo -m` (run only if present); none: sysfs",
     )
     s.add_argument("--topo-file", type=Path, default=None, help="serve a saved `nvidia-smi topo -m` instead")
+    s.add_argument(
+        "--ncclras",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve this host's ranks from its NCCL RAS (NCCL_RAS_ADDR, e.g. 127.0.0.1:28028); default off",
+    )
+    s.add_argument(
+        "--ncclras-timeout", type=float, default=5.0, help="seconds a RAS STATUS may take (default 5)"
+    )
+    s.add_argument("--ncclras-job", default="ncclras", help="job name of the RAS rows (default ncclras)")
+    s.add_argument(
+        "--ncclras-address",
+        action="append",
+        default=[],
+        help="this host's NCCL bootstrap address as RAS prints it (repeatable; default: the host name's)",
+    )
     s.set_defaults(func=cmd_agent)
 
     s = sub.add_parser(

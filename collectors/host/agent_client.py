@@ -21,6 +21,7 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import (
     COUNTER_BITS_KEY,
     GPU_NIC_PATH,
+    NCCL_RANK_STATE,
     PORT_COUNTERS,
     PORT_SAMPLE,
     SATURATING_KEY,
@@ -84,6 +85,11 @@ class AgentCollector:
     GPU<->NIC layout, which changes only at a reboot). Its failure costs the port samples
     nothing: that view is simply not sent, and retried next interval; an agent without the
     endpoint (404) is not asked again.
+
+    Every scrape also fetches ``/v1/nccl_rank_state`` (the host's ranks in its local NCCL RAS,
+    when the agent runs with ``--ncclras``): a live view, so every poll. An agent without the
+    endpoint (404) is not asked again; a 503 (no job, RAS not answering) or a bad stream is no
+    view this poll (not "healthy"), and the port samples stand.
     """
 
     source = SOURCE
@@ -96,6 +102,8 @@ class AgentCollector:
         self.paths_interval = paths_interval
         self._paths_next = 0.0  # monotonic time of the next gpu_nic_path fetch
         self._paths_off = False
+        self._ranks_off = False
+        self.rank_state_error: str | None = None  # why the last rank-state view was not used
 
     async def aclose(self) -> None:
         """Nothing to close: each scrape opens and closes its own client."""
@@ -123,6 +131,8 @@ class AgentCollector:
         batches: tuple[pa.RecordBatch, ...] = (batch,)
         if (paths := await self._gpu_paths()) is not None and paths.num_rows:
             batches += (paths,)
+        if (ranks := await self._rank_state()) is not None and ranks.num_rows:
+            batches += (ranks,)
         return ScrapeResult(self.source, self.target, True, batches, None, self._since(t0), skipped)
 
     async def _gpu_paths(self) -> pa.RecordBatch | None:
@@ -142,6 +152,26 @@ class AgentCollector:
             return await asyncio.to_thread(decode_gpu_paths, body)
         except Exception:  # a bad layout view is no view; the port samples stand
             return None
+
+    async def _rank_state(self) -> pa.RecordBatch | None:
+        """The agent's ``nccl_rank_state`` view; None when it has none or it is not usable."""
+        if self._ranks_off:
+            return None
+        try:
+            async with asyncio.timeout(self.timeout):
+                status, ctype, body = await self._fetch("/v1/nccl_rank_state")
+            if status == 404:
+                self._ranks_off = True
+                return None
+            if status != 200 or ctype != ARROW_STREAM:
+                self.rank_state_error = f"HTTP {status}: {body[:200].decode(errors='replace')}"
+                return None
+            batch = await asyncio.to_thread(decode_rank_state, body)
+        except Exception as e:  # a bad rank view is no view; the port samples stand
+            self.rank_state_error = f"{type(e).__name__}: {e}"
+            return None
+        self.rank_state_error = None
+        return batch
 
     async def _fetch(self, path: str = "/v1/port_sample") -> tuple[int, str, bytes]:
         """Status, content type and body, refusing a body larger than any host's batch."""
@@ -217,6 +247,28 @@ def decode_gpu_paths(body: bytes) -> pa.RecordBatch:
     if batch.num_rows and pc.count_distinct(batch.column("host").cast(pa.string())).as_py() != 1:
         raise ValueError("one agent speaks for one host")
     return pa.RecordBatch.from_arrays(list(batch.columns), schema=GPU_NIC_PATH)
+
+
+def decode_rank_state(body: bytes) -> pa.RecordBatch:
+    """An agent's ``nccl_rank_state`` stream, checked: the schema, one poll time, one host."""
+    with pa.ipc.open_stream(body) as reader:
+        batches = list(reader)
+        schema = reader.schema
+    if record_kind(schema) != "nccl_rank_state" or not schema.remove_metadata().equals(
+        NCCL_RANK_STATE.remove_metadata()
+    ):
+        raise ValueError("not a nccl_rank_state v1 stream")
+    if len(batches) != 1:
+        raise ValueError(f"expected one batch, got {len(batches)}")
+    batch = batches[0]
+    for name in ("time", "job", "host", "state", "source"):
+        if batch.column(name).null_count:
+            raise ValueError(f"null {name} values")
+    if batch.num_rows and pc.count_distinct(batch.column("time")).as_py() != 1:
+        raise ValueError("rows carry different poll times")
+    if batch.num_rows and pc.count_distinct(batch.column("host").cast(pa.string())).as_py() != 1:
+        raise ValueError("one agent speaks for one host")
+    return pa.RecordBatch.from_arrays(list(batch.columns), schema=NCCL_RANK_STATE)
 
 
 class AgentSourceConfig(BaseModel):

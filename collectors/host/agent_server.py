@@ -7,10 +7,20 @@ perfquery) and answers with one ``port_sample`` batch in the format of
 ``GET /v1/gpu_nic_path`` (where each GPU sits relative to each NIC,
 :mod:`~graywire.collectors.host.gpu_topo`) is kept for ``topo_ttl`` seconds, since the PCIe
 layout changes only at a reboot and ``nvidia-smi topo -m`` takes a good fraction of a second.
+
+With ``ncclras`` set (``host:port`` of NCCL's RAS client socket, ``127.0.0.1:28028`` unless the
+job sets ``NCCL_RAS_ADDR``), ``GET /v1/nccl_rank_state`` asks the local RAS for its ``STATUS``
+(:mod:`~graywire.collectors.nccl.ras`) and answers with the ``nccl_rank_state`` rows of this
+host's ranks: RAS reports the whole job from every host, and one agent speaks for one host, so
+rows of other nodes are left to their own agents (a row is this host's when RAS's bootstrap
+address for it is one of ``ncclras_addresses``, by default the addresses the host name resolves
+to). No job running (the socket refuses) or a timeout is a 503 naming why: no rows, never
+"healthy". Without ``ncclras`` the endpoint does not exist (404), and the service stops asking.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import shutil
@@ -28,12 +38,13 @@ import pyarrow as pa
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
-from graywire.collectors.base import Skips
+from graywire.collectors.base import MALFORMED_LINE, Skips
 from graywire.collectors.host.agent_wire import ARROW_STREAM, DEFAULT_AGENT_PORT, SKIPPED_KEY, SOURCE, to_ipc
 from graywire.collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
 from graywire.collectors.host.gpu_topo import TopoCommand, paths_to_batch, read_gpu_nic_paths
 from graywire.collectors.host.sysfs import PortReading, SysfsConfig, read_ports, read_text, readings_to_batch
 from graywire.collectors.keys import normalize_mac, port_key
+from graywire.collectors.nccl.ras import RankStateRows, parse_status, query_status
 from graywire.collectors.perfquery import PerfqueryCommand, apply_perfquery
 
 log = logging.getLogger("graywire.agent")
@@ -58,6 +69,56 @@ class AgentConfig:
     topo_file: Path | None = None
     topo_timeout: float = 10.0
     topo_ttl: float = 300.0
+    #: ``host:port`` of the local NCCL RAS client socket; None: no ``/v1/nccl_rank_state``.
+    ncclras: str | None = None
+    ncclras_timeout: float = 5.0
+    #: The job name of the RAS rows (RAS does not know the scheduler's job id).
+    ncclras_job: str = "ncclras"
+    #: RAS's bootstrap addresses of this host; empty: what the host name resolves to.
+    ncclras_addresses: tuple[str, ...] = ()
+
+
+def _own_addresses(hostname: str) -> frozenset[str]:
+    """The addresses ``hostname`` resolves to (empty when it does not resolve)."""
+    try:
+        return frozenset(str(a[4][0]) for a in socket.getaddrinfo(hostname, None))
+    except OSError:
+        return frozenset()
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"ncclras address {addr!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class RasReader:
+    """This host's ranks in the local NCCL RAS ``STATUS``, one query per call."""
+
+    def __init__(self, cfg: AgentConfig, clock: Callable[[], datetime]) -> None:
+        assert cfg.ncclras is not None
+        self.host, self.port = _split_addr(cfg.ncclras)
+        self.cfg, self.clock = cfg, clock
+        self.addresses = frozenset(cfg.ncclras_addresses) or _own_addresses(cfg.hostname)
+
+    async def batch(self) -> pa.RecordBatch:
+        """The rows of this host's ranks (``TimeoutError``, ``OSError`` or ``ValueError`` else)."""
+        async with asyncio.timeout(self.cfg.ncclras_timeout):
+            text = await query_status(self.host, self.port, self.cfg.ncclras_timeout)
+        got = RankStateRows()
+        parse_status(text, self.cfg.ncclras_job, got)
+        mine = RankStateRows(skipped=got.skipped, problems=got.problems)
+        name = self.cfg.hostname
+        mine.rows = [(*r[:4], name, *r[5:]) for r in got.rows if r[4] in self.addresses or r[4] == name]
+        batch = mine.to_batch(self.clock())
+        if mine.skipped:
+            meta = {
+                **(batch.schema.metadata or {}),
+                SKIPPED_KEY: json.dumps({MALFORMED_LINE: mine.skipped}).encode(),
+            }
+            batch = batch.replace_schema_metadata(meta)
+        return batch
 
 
 def _utcnow() -> datetime:
@@ -162,6 +223,7 @@ def create_agent_app(cfg: AgentConfig, clock: Callable[[], datetime] | None = No
     reader = HostReader(cfg, clock)
     app = FastAPI(title="graywire agent", docs_url=None, redoc_url=None)
     app.state.reader = reader
+    ras = RasReader(cfg, reader.clock) if cfg.ncclras else None
 
     @app.get("/v1/port_sample")
     def port_sample() -> Response:
@@ -185,6 +247,25 @@ def create_agent_app(cfg: AgentConfig, clock: Callable[[], datetime] | None = No
             return JSONResponse({"error": f"{type(e).__name__}: {e}"}, status_code=500)
         return Response(content=to_ipc(batch), media_type=ARROW_STREAM)
 
+    if ras is not None:
+
+        @app.get("/v1/nccl_rank_state")
+        async def nccl_rank_state() -> Response:
+            """This host's ranks as the local NCCL RAS sees them (503 when no RAS answers)."""
+            try:
+                batch = await ras.batch()
+            except TimeoutError:
+                return JSONResponse(
+                    {"error": f"NCCL RAS at {cfg.ncclras}: timed out after {cfg.ncclras_timeout:g} s"},
+                    status_code=503,
+                )
+            except (OSError, ValueError) as e:  # no job running here refuses the connection
+                return JSONResponse({"error": f"NCCL RAS at {cfg.ncclras}: {e}"}, status_code=503)
+            except Exception as e:
+                log.exception("querying NCCL RAS at %s failed", cfg.ncclras)
+                return JSONResponse({"error": f"{type(e).__name__}: {e}"}, status_code=500)
+            return Response(content=to_ipc(batch), media_type=ARROW_STREAM)
+
     @app.get("/v1/ports")
     def ports() -> list[dict[str, Any]]:
         """Each port's names (key, RDMA device, netdev, MAC), for discovery over LLDP."""
@@ -202,6 +283,7 @@ def create_agent_app(cfg: AgentConfig, clock: Callable[[], datetime] | None = No
             "hostname": cfg.hostname,
             "sysfs_root": str(cfg.sysfs_root),
             "ethtool": "directory" if cfg.ethtool_dir else ("command" if reader.ethtool else "off"),
+            "ncclras": cfg.ncclras or "off",
             "errors": reader.last_errors[:20],
         }
 

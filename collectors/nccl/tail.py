@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from graywire.collectors.base import MALFORMED_LINE, Collector, ScrapeResult, failed
 from graywire.collectors.model import Fabric
@@ -47,6 +47,7 @@ from graywire.collectors.nccl.inspector import InspectorParser, iter_json_values
 from graywire.collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
 from graywire.collectors.nccl.profiler import ProfilerParser, dump_name_parts
 from graywire.collectors.nccl.proxy import ProxyRows
+from graywire.collectors.nccl.rank_files import RankStateFiles
 from graywire.collectors.nccl.transport import layout_batch, transport_batch
 
 Format = Literal["inspector", "nccl_tests", "profiler"]
@@ -229,7 +230,10 @@ class NcclFileCollector:
     and each channel's transport, and their wiring is kept in :attr:`topology` for transport
     checks. ``gpus_per_host`` is the fallback GPU index (rank % gpus_per_host). ``clock`` is
     the time the debug lines are stamped with as they are read (NCCL's INFO lines carry none):
-    the start-up detector times a stalled init on it.
+    the start-up detector times a stalled init on it. ``flight_recorder_pattern`` (PyTorch's
+    Flight Recorder dumps) and ``watchdog_pattern`` (the job's logs, for ProcessGroupNCCL watchdog
+    timeouts) add ``nccl_rank_state`` rows (:mod:`~graywire.collectors.nccl.rank_files`), with the
+    host from ``host_regex``.
     """
 
     source = "nccl"
@@ -249,6 +253,9 @@ class NcclFileCollector:
         start_at: Literal["beginning", "end"] = "beginning",
         max_bytes_per_scrape: int = 256 * 2**20,
         clock: Callable[[], datetime] | None = None,
+        flight_recorder_pattern: str | None = None,
+        watchdog_pattern: str | None = None,
+        host_regex: str | None = None,
     ) -> None:
         if format not in DEFAULT_PATTERN:
             raise ValueError(f"unknown NCCL format {format!r}; use one of {sorted(DEFAULT_PATTERN)}")
@@ -274,6 +281,18 @@ class NcclFileCollector:
             # Always from the start: the Init lines that name GPUs and NICs come first.
             self.debug_tailer = DirectoryTailer(self.directory, debug_pattern)
         self._proc_job: dict[tuple[str, int], str] = {}
+        self.rank_files: RankStateFiles | None = None
+        if flight_recorder_pattern or watchdog_pattern:
+            self.rank_files = RankStateFiles(
+                self.directory,
+                flight_recorder_pattern,
+                DirectoryTailer(self.directory, watchdog_pattern, start_at=start_at)
+                if watchdog_pattern
+                else None,
+                self._top_job,
+                re.compile(host_regex) if host_regex else None,
+                skip_existing=start_at == "end",
+            )
         self._transport_version = -1
         self._transport_age = 0
         self._layout_version = -1
@@ -288,6 +307,28 @@ class NcclFileCollector:
 
     def _job(self, path: Path) -> str:
         return self.job or job_from_path(path, self.directory)
+
+    def _top_job(self, path: Path) -> str:
+        """The job of a dump or log: the file's top directory under ``directory`` (the same as
+        :meth:`_job` for files one level down; ``<job>/<host>/nccl_trace_rank_3`` is ``<job>``'s)."""
+        if self.job:
+            return self.job
+        try:
+            parts = path.relative_to(self.directory).parts
+        except ValueError:
+            return job_from_path(path, self.directory)
+        return job_from_path(self.directory / parts[0] / "x" if len(parts) > 1 else path, self.directory)
+
+    def collect_rank_state(self) -> pa.RecordBatch | None:
+        """Flight Recorder and watchdog rows (``nccl_rank_state``) new since the last call, stamped
+        by the clock; None without either pattern or when there are none. Call after :meth:`collect`
+        (its problems join that scrape's)."""
+        if self.rank_files is None:
+            return None
+        problems: list[str] = []
+        batch = self.rank_files.collect(self.clock(), problems)
+        self.last_problems = (self.last_problems + problems)[:5]
+        return batch
 
     def _new_state(self, path: Path) -> Any:
         if self.format == "inspector":
@@ -437,7 +478,8 @@ class NcclFileCollector:
             wiring = self.collect_transport(timing.column("time")[0].as_py() if timing is not None else None)
             init = self.collect_init()
             layout = self.collect_layout(timing.column("time")[0].as_py() if timing is not None else None)
-            return tuple(b for b in (timing, proxy, wiring, init, layout) if b is not None)
+            ranks = self.collect_rank_state()
+            return tuple(b for b in (timing, proxy, wiring, init, layout, ranks) if b is not None)
         finally:
             self._busy.release()
 
@@ -452,7 +494,9 @@ class NcclFileCollector:
             return failed(self.source, self.target, e, time.perf_counter() - t0)
         note = None
         if self.last_problems:
-            note = f"skipped malformed lines ({self.skipped_lines} so far): " + "; ".join(self.last_problems)
+            note = f"skipped malformed lines or files ({self.skipped_lines} lines so far): " + "; ".join(
+                self.last_problems
+            )
         return ScrapeResult(
             self.source,
             self.target,
@@ -574,6 +618,27 @@ class NcclSourceConfig(BaseModel):
     #: ``end`` skips what the files already hold when the service starts.
     start_at: Literal["beginning", "end"] = "beginning"
     max_bytes_per_scrape: int = Field(256 * 2**20, ge=4096)
+    #: Glob of PyTorch Flight Recorder dumps (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` prefix + rank),
+    #: e.g. ``*/*/nccl_trace_rank_*`` for ``<job>/<host>/``; each is read once per mtime and size.
+    flight_recorder_pattern: str | None = None
+    #: Glob of the job's stderr/log files, tailed for ProcessGroupNCCL watchdog timeout lines.
+    watchdog_pattern: str | None = None
+    #: Regex with a ``host`` group, matched against a dump's or log's path under ``directory``
+    #: (neither names its host): ``^[^/]+/(?P<host>[^/]+)/`` for ``<job>/<host>/``.
+    host_regex: str | None = None
+
+    @field_validator("host_regex")
+    @classmethod
+    def _host_group(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            rx = re.compile(v)
+        except re.error as e:
+            raise ValueError(f"host_regex is not a regular expression: {e}") from None
+        if "host" not in rx.groupindex:
+            raise ValueError("host_regex needs a (?P<host>...) group")
+        return v
 
 
 def build_collectors(cfg: NcclSourceConfig, fabric: Fabric | None = None) -> list[Collector]:
@@ -593,6 +658,9 @@ def build_collectors(cfg: NcclSourceConfig, fabric: Fabric | None = None) -> lis
             placement=cfg.placement,
             start_at=cfg.start_at,
             max_bytes_per_scrape=cfg.max_bytes_per_scrape,
+            flight_recorder_pattern=cfg.flight_recorder_pattern,
+            watchdog_pattern=cfg.watchdog_pattern,
+            host_regex=cfg.host_regex,
         )
     ]
 

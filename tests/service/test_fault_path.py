@@ -16,6 +16,7 @@ from graywire.collectors.nccl.ras import NcclRasCollector
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
 from graywire.service.sources import build_sources
+from tests.collectors.nccl.test_rank_files import job_files
 
 
 def test_a_dead_rank_after_its_link_failed_is_one_page_and_its_host_is_drained(
@@ -63,3 +64,35 @@ def test_an_nccl_ras_source_is_built_from_its_yaml(tmp_path: Path) -> None:
         "localhost:28100",
         {"172.16.64.1": "gpu-0000"},
     )
+
+
+def test_a_flight_recorder_dump_and_a_watchdog_line_are_a_stuck_collective_naming_the_rank_behind(
+    tmp_path: Path, db_url: str
+) -> None:
+    root = tmp_path / "nccl"
+    job_files(root)
+    settings = load_settings(
+        None,
+        data_dir=tmp_path,
+        database_url=db_url,
+        archive={"enabled": False},
+        sources=[
+            {"type": "fabricsim", "hosts": 8, "seed": 7},
+            {
+                "type": "nccl",
+                "directory": str(root),
+                "pattern": "*/*-pid*.log",
+                "flight_recorder_pattern": "*/*/nccl_trace_rank_*",
+                "watchdog_pattern": "*/*/*.err",
+                "host_regex": r"^[^/]+/(?P<host>[^/]+)/",
+            },
+        ],
+    )
+    with TestClient(create_app(settings, run_loop=False)) as c:
+        c.app.state.runner.tick()  # type: ignore[attr-defined]
+        items = c.get("/api/v1/incidents", params={"status": "open", "limit": 100}).json()["items"]
+        (stuck,) = [i for i in items if i["kind"] == "nccl_collective_stuck"]
+        assert stuck["node"] == "gpu-0005"  # the rank that never launched all_reduce #3
+        assert "job job-42" in stuck["summary"] and "rank 1" in stuck["summary"]
+        assert "timed out on 2 rank(s)" in stuck["summary"]  # the dump and the watchdog line of rank 0
+        assert not [i for i in items if i["kind"] not in ("nccl_collective_stuck",)]

@@ -44,6 +44,7 @@ def test_agent_over_http_equals_the_direct_read(real_sysfs: Path) -> None:
         "hostname": "h1",
         "sysfs_root": str(real_sysfs),
         "ethtool": "off",
+        "ncclras": "off",
         "errors": [],
     }
     assert raw.status_code == 200 and raw.headers["content-type"] == ARROW_STREAM
