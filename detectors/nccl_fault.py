@@ -134,10 +134,17 @@ class NcclFaultDetector:
         if watched:
             out += self._healthy(batch, state, watched, now)
         timed_out: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for row in bad:
+        # One judgement per rank per view: a rank listed in several communicators of one report
+        # is one view of it (its worst row), not several.
+        judged: set[str] = set()
+        for row in sorted(bad, key=lambda r: r["state"] != "dead"):
             if row["state"] == "timeout":
                 timed_out.setdefault((row["job"], str(row["communicator"])), []).append(row)
                 continue
+            ent = self.entity(row["job"], row["host"], row["device"], row["communicator"], row["rank"])
+            if ent in judged:
+                continue
+            judged.add(ent)
             out += self._rank_fault(row, now)
         out += self._stuck_from_timeouts(batch, timed_out, now)
         out += self._stuck_from_counts(batch, state, now)

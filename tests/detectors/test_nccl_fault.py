@@ -107,3 +107,18 @@ def test_a_watchdog_timeout_names_the_rank_that_never_joined() -> None:
     (f,) = det.observe(rows.to_batch(T0))
     assert f.kind == "nccl_collective_stuck" and f.node == "gpu-0003" and f.evidence["seq"] == 7
     assert "ranks that never joined it: rank 3" in f.summary
+
+
+def test_a_rank_in_two_communicators_is_one_view_of_it_not_two() -> None:
+    """RAS lists a process once per communicator it belongs to: one report is still one view."""
+    det = NcclFaultDetector()
+    rows = RankStateRows()
+    for comm in ("0xab", "0xcd"):
+        for rank in range(4):
+            state = "unresponsive" if rank == 3 else "running"
+            rows.add(job="j1", communicator=comm, rank=rank, nranks=4, host=f"gpu-000{rank // 2}",
+                     device=rank % 2, pid=100 + rank, state=state, seq=None, source="ras")  # fmt: skip
+    assert det.observe(view(0, healthy(9))) == []
+    assert det.observe(rows.to_batch(T0 + timedelta(seconds=10))) == []  # one view, not two
+    found = det.observe(rows.to_batch(T0 + timedelta(seconds=20)))
+    assert firing(found) == [("nccl_rank_unresponsive", "gpu-0001", "gpu-0001/mlx5_1")]
