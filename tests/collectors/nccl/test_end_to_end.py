@@ -40,8 +40,9 @@ def run(
         assert result.ok, result.error
         assert result.error is None
         kinds = [record_kind(b.schema) for b in result.batches]
-        # The debug lines' init views (nccl_init) come with the wiring when they changed.
-        assert kinds[0] == "nccl_timing" and set(kinds[1:]) <= {"nccl_transport", "nccl_init"}
+        # The debug lines' init views (nccl_init) and probed layouts (nccl_layout) come with the
+        # wiring when they changed.
+        assert kinds[0] == "nccl_timing" and set(kinds[1:]) <= {"nccl_transport", "nccl_init", "nccl_layout"}
         found = pipe.process_poll(list(result.batches)).findings
         store.apply(found)
         findings += found
