@@ -4,9 +4,8 @@ Pure: given the active incidents (the store's rows, with ``effects``) and what t
 says of node roles, it groups; :mod:`graywire.service.api.jobs` does the reading. The rules:
 
 - **The job of an incident** is :func:`graywire.service.alerts.events.job_of` (the rule alert
-  labels use: ``evidence.job``, or the entity of a job-wide slowdown). A job-phase kind outside
-  the ``nccl_`` kinds that names its job in ``evidence.job`` (``uplink_imbalance``: the job
-  behind the leaf) belongs to that job as well.
+  labels use, for every job-phase kind: ``evidence.job``, or the entity of a job-wide slowdown;
+  ``uplink_imbalance`` names the job behind the leaf).
 - **A job's hosts** are the hosts its own incidents name: their ``node``, ``evidence.host`` and
   ``evidence.hosts`` (names only; a count is not a host), less the switches (an uplink finding's
   node is its leaf). The service keeps no rank->host map of its own beyond these: a host of the
@@ -48,15 +47,12 @@ PHASE_LABEL: dict[Phase, str] = {
 
 def incident_job(incident: Mapping[str, Any]) -> str | None:
     """The job an incident itself names, or None (see the module's rules)."""
-    kind, evidence = str(incident.get("kind")), incident.get("evidence") or {}
-    job = job_of(kind, str(incident.get("entity") or ""), evidence)
-    if job is not None:
-        return job
-    phase = PHASE.get(kind)
-    named = evidence.get("job") if isinstance(evidence, Mapping) else None
-    if phase is not None and phase is not Phase.FABRIC and isinstance(named, str) and named:
-        return named
-    return None
+    evidence = incident.get("evidence")
+    return job_of(
+        str(incident.get("kind")),
+        str(incident.get("entity") or ""),
+        evidence if isinstance(evidence, Mapping) else None,
+    )
 
 
 def _is_host(name: str, roles: Mapping[str, str]) -> bool:

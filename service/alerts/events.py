@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
-from graywire.detectors.findings import Kind
+from graywire.detectors.findings import PHASE, Kind, Phase
 from graywire.service.models import Incident
 
 EventStatus = Literal["firing", "resolved"]
@@ -28,8 +28,9 @@ RESERVED_LABELS = frozenset(
 #: The runbooks' folder in the repository, one ``<kind>.md`` per kind; the default base of the
 #: ``runbook_url`` annotation (``alerts.runbook_base_url`` points it at where they are served).
 RUNBOOK_DIR = "docs/runbooks"
-#: Kinds about one job's collectives: their alerts carry the job as a label of its own.
-JOB_KINDS = frozenset(k.value for k in Kind if k.value.startswith("nccl_"))
+#: Kinds of a job's life (every phase but the fabric under it): their alerts carry the job, when
+#: the incident names one, as a label of its own.
+JOB_KINDS = frozenset(str(k) for k, phase in PHASE.items() if phase != Phase.FABRIC)
 
 
 def job_of(kind: str, entity: str, evidence: Mapping[str, Any] | None) -> str | None:

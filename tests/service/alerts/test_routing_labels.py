@@ -105,6 +105,7 @@ def test_the_job_of_job_scoped_kinds() -> None:
     assert job_of("nccl_job_slowdown", "train-7", {"job": None}) == "train-7"  # the entity is the job
     assert job_of("nccl_hop_slow", "comm|hop 1->2", {}) is None  # profiler dumps name no job
     assert job_of("speed_downgrade", "a<->b", {"job": "1234"}) is None  # not job-scoped
+    assert job_of("uplink_imbalance", "leaf-r2-000", {"job": "train-7"}) == "train-7"  # a phase kind
 
 
 # -- the labels and annotations an event carries --------------------------------------------
