@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -93,12 +94,26 @@ class NcclFaultDetector:
         return f"{job}:{comm}:rank{rank}"
 
     def _port(self, host: str | None, device: int | None) -> str | None:
-        if host is None or device is None:
+        """The rank's NIC: the host's port on the GPU's rail, as the inventory says (GPU g is not
+        ``mlx5_g`` on every host model). None without a fabric model or a rail: not a guess."""
+        if host is None or device is None or self.fabric is None:
             return None
-        key = f"{host}/mlx5_{device}"
-        if self.fabric is not None and self.fabric.lookup(pa.array([key]))[0] < 0:
-            return None
-        return key
+        return self._rail_ports.get((host, int(device)))
+
+    @cached_property
+    def _rail_ports(self) -> dict[tuple[str, int], str]:
+        """(host, rail) -> its one host port on that rail (hosts with two on a rail: neither)."""
+        f = self.fabric
+        assert f is not None
+        idx = np.flatnonzero(f.host_port & (f.rail >= 0))
+        out: dict[tuple[str, int], str] = {}
+        twice: set[tuple[str, int]] = set()
+        for i in idx.tolist():  # once per model, not per poll
+            k = (f.node_of(i), int(f.rail[i]))
+            if k in out:
+                twice.add(k)
+            out[k] = f.keys[i]
+        return {k: v for k, v in out.items() if k not in twice}
 
     def _emit(
         self, kind: str, ent: str, status: str, now: datetime, sev: Severity, summary: str, **kw: Any
@@ -154,13 +169,23 @@ class NcclFaultDetector:
         self, batch: pa.RecordBatch, state: pa.Array, watched: set[str], now: datetime
     ) -> list[Finding]:
         ok = pc.is_in(state, pa.array(["running", "init"]))
+        # The same key as ``entity``: by host and GPU where both are known, else by communicator
+        # and rank (a row without them must be able to clear what such a row opened).
+        job = batch.column("job").cast(pa.string())
+        host = batch.column("host").cast(pa.string())
         dev = batch.column("device").cast(pa.string())
-        keys = pc.binary_join_element_wise(
-            batch.column("job").cast(pa.string()),
-            batch.column("host").cast(pa.string()),
-            pc.binary_join_element_wise(pa.scalar("gpu"), dev, ""),
+        by_gpu = pc.binary_join_element_wise(
+            job, host, pc.binary_join_element_wise(pa.scalar("gpu"), dev, ""), ":"
+        )
+        by_rank = pc.binary_join_element_wise(
+            job,
+            pc.fill_null(batch.column("communicator").cast(pa.string()), "None"),
+            pc.binary_join_element_wise(
+                pa.scalar("rank"), pc.fill_null(batch.column("rank").cast(pa.string()), "None"), ""
+            ),
             ":",
         )
+        keys = pc.if_else(pc.and_(pc.is_valid(host), pc.is_valid(dev)), by_gpu, by_rank)
         seen = pc.and_(ok, pc.is_in(keys, pa.array(sorted(watched))))
         out = []
         for ent in set(keys.filter(pc.fill_null(seen, False)).to_pylist()):

@@ -6,8 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 from graywire.collectors.nccl.ras import RankStateRows
 from graywire.detectors.nccl_fault import NcclFaultDetector
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
+FABRIC = build_fabric(TopologySpec(hosts=4))  # GPU g's NIC is on rail g
 
 
 def view(t: float, ranks: list[tuple[int, str, int, str, int | None]], source: str = "ras") -> object:
@@ -38,7 +40,7 @@ def firing(found: list) -> list[tuple[str, str | None, str | None]]:
 
 
 def test_unresponsive_needs_two_views_then_dead_supersedes_it() -> None:
-    det = NcclFaultDetector()
+    det = NcclFaultDetector(FABRIC)
     bad = healthy(10)
     bad[3] = (3, "gpu-0001", 1, "unresponsive", None)
     assert det.observe(view(0, healthy(9))) == [] and det.observe(view(10, bad)) == []
@@ -58,7 +60,7 @@ def test_unresponsive_needs_two_views_then_dead_supersedes_it() -> None:
 
 
 def test_a_job_ending_normally_raises_nothing() -> None:
-    det = NcclFaultDetector()
+    det = NcclFaultDetector(FABRIC)
     det.observe(view(0, healthy(50)))
     ending = [(r, h, g, "finalize" if r % 2 else "nocomm", None) for r, h, g, _, _ in healthy(50)]
     for t in (10, 20, 30):
@@ -66,7 +68,7 @@ def test_a_job_ending_normally_raises_nothing() -> None:
 
 
 def test_counts_that_differ_but_move_are_racing_ranks_and_counts_that_stay_are_stuck() -> None:
-    det = NcclFaultDetector()
+    det = NcclFaultDetector(FABRIC)
     racing = healthy(0)
     for k in range(6):  # rank 0 one behind, but everyone advances
         racing = [(r, h, g, s, 10 * k + (0 if r == 0 else 1)) for r, h, g, s, _ in racing]
@@ -82,7 +84,7 @@ def test_counts_that_differ_but_move_are_racing_ranks_and_counts_that_stay_are_s
 
 
 def test_a_watchdog_timeout_names_the_rank_that_never_joined() -> None:
-    det = NcclFaultDetector()
+    det = NcclFaultDetector(FABRIC)
     rows = RankStateRows()
     for rank in (0, 1, 2):
         rows.add(
@@ -111,7 +113,7 @@ def test_a_watchdog_timeout_names_the_rank_that_never_joined() -> None:
 
 def test_a_rank_in_two_communicators_is_one_view_of_it_not_two() -> None:
     """RAS lists a process once per communicator it belongs to: one report is still one view."""
-    det = NcclFaultDetector()
+    det = NcclFaultDetector(FABRIC)
     rows = RankStateRows()
     for comm in ("0xab", "0xcd"):
         for rank in range(4):
@@ -122,3 +124,26 @@ def test_a_rank_in_two_communicators_is_one_view_of_it_not_two() -> None:
     assert det.observe(rows.to_batch(T0 + timedelta(seconds=10))) == []  # one view, not two
     found = det.observe(rows.to_batch(T0 + timedelta(seconds=20)))
     assert firing(found) == [("nccl_rank_unresponsive", "gpu-0001", "gpu-0001/mlx5_1")]
+
+
+def test_a_rank_without_a_fabric_model_names_no_nic() -> None:
+    """The NIC comes from the inventory's rails, never from the GPU's number."""
+    det = NcclFaultDetector()
+    bad = healthy(10)
+    bad[3] = (3, "gpu-0001", 1, "dead", None)
+    assert firing(det.observe(view(0, bad))) == [("nccl_rank_dead", "gpu-0001", None)]
+
+
+def test_a_rank_reported_without_its_host_clears_when_it_runs_again() -> None:
+    """A Flight Recorder or RAS row may lack host or GPU: it is keyed by communicator and rank,
+    and a later row of that rank running clears it by the same key."""
+
+    def hostless(state: str) -> object:
+        rows = RankStateRows()
+        rows.add(job="j1", communicator="0xab", rank=5, nranks=8, host=None, device=None, pid=None,
+                 state=state, seq=None, source="ras")  # fmt: skip
+        return rows.to_batch(T0 + timedelta(seconds=10 if state == "dead" else 400))
+
+    det = NcclFaultDetector(FABRIC)
+    assert [f.status for f in det.observe(hostless("dead"))] == ["firing"]
+    assert [(f.kind, f.status) for f in det.observe(hostless("running"))] == [("nccl_rank_dead", "cleared")]
