@@ -198,13 +198,15 @@ class Fabric:
         if len(keys) * 8 < self.n_ports:
             # index_in hashes the whole key set on every call (~0.2 s at half a million ports):
             # a few keys are cheaper through a dict built once.
-            index = self._key_index
+            index = self.key_index
             return np.fromiter((index.get(k, -1) for k in keys.to_pylist()), np.int32, len(keys))
         idx = pc.index_in(keys, value_set=self.key_array)
         return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
 
     @cached_property
-    def _key_index(self) -> dict[str, int]:
+    def key_index(self) -> dict[str, int]:
+        """Port key -> index, built once per model (a dict over every port is too slow to build
+        per poll at half a million ports)."""
         return {k: i for i, k in enumerate(self.keys)}
 
     def link_label(self, idx: int) -> str | None:

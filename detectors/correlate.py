@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from graywire.collectors.model import Fabric
@@ -98,7 +98,7 @@ def node_verdicts(
 ) -> list[NodeVerdict]:
     """Verdicts for every node with an open incident, switches first, then hosts by name."""
     roles = dict(zip(fabric.node_names, fabric.node_roles, strict=True))
-    key_index = {k: i for i, k in enumerate(fabric.keys)}
+    key_index = fabric.key_index
     open_ = [i for i in incidents if i.get("status") in ("open", "acknowledged")]
 
     def switch_end(port: str | None) -> tuple[str | None, str | None]:
@@ -283,22 +283,32 @@ class Cause:
     reason: str
 
 
-def _rank(inc: Mapping[str, Any]) -> tuple[int, str, int]:
+def _utc(value: Any) -> datetime | None:
+    """An incident time as an aware UTC datetime (the store's are UTC; naive ones are taken as
+    UTC); None when it is not a time."""
+    try:
+        t = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    except (TypeError, ValueError):
+        return None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+_UNDATED = datetime.max.replace(tzinfo=UTC)
+
+
+def _rank(inc: Mapping[str, Any]) -> tuple[int, datetime, int]:
     """Worst first, then oldest, then lowest id: the one incident that stands for a place."""
-    return (-SEVERITY_RANK.get(inc.get("severity", "info"), 0), str(inc.get("opened_at")), int(inc["id"]))
+    return (
+        -SEVERITY_RANK.get(inc.get("severity", "info"), 0),
+        _utc(inc.get("opened_at")) or _UNDATED,
+        int(inc["id"]),
+    )
 
 
 def _lead_s(cause: Mapping[str, Any], effect: Mapping[str, Any]) -> float | None:
     """Seconds the cause opened before the effect (negative: after); None when either is undated."""
-    a, b = cause.get("opened_at"), effect.get("opened_at")
-    try:
-        ta = a if isinstance(a, datetime) else datetime.fromisoformat(str(a))
-        tb = b if isinstance(b, datetime) else datetime.fromisoformat(str(b))
-        if (ta.tzinfo is None) != (tb.tzinfo is None):
-            ta, tb = ta.replace(tzinfo=None), tb.replace(tzinfo=None)
-        return (tb - ta).total_seconds()
-    except (TypeError, ValueError):
-        return None
+    ta, tb = _utc(cause.get("opened_at")), _utc(effect.get("opened_at"))
+    return None if ta is None or tb is None else (tb - ta).total_seconds()
 
 
 def root_causes(
@@ -327,7 +337,7 @@ def root_causes(
     """
     active = [i for i in incidents if i.get("status", "open") in ("open", "acknowledged")]
     by_id = {int(i["id"]): i for i in active}
-    key_index = {k: i for i, k in enumerate(fabric.keys)}
+    key_index = fabric.key_index
     roles = dict(zip(fabric.node_names, fabric.node_roles, strict=True))
     direct: dict[int, Cause] = {}
 

@@ -256,3 +256,14 @@ def test_a_dead_rank_folds_under_its_nics_link_failure_in_the_minutes_before_onl
     # link_missing is a host verdict of its own (its runbook); critical, so the host is drained
     assert verdict["side"] in ("host", "link") and verdict["severity"] == "critical"
     assert verdict["incident_ids"] == [1, 2]
+
+
+def test_times_in_other_zones_are_compared_as_the_instants_they_are() -> None:
+    """An offset is converted, not dropped: 12:00:40+02:00 is 40 s after 10:00Z."""
+    link = inc(1, "link_missing", "gpu-0003/mlx5_2") | {"opened_at": "2026-01-05T10:00:00+00:00"}
+    dead = nccl(2, "nccl_rank_dead", "gpu-0003/mlx5_2", "gpu-0003", job="j1") | {
+        "severity": "critical",
+        "opened_at": "2026-01-05T12:00:40+02:00",
+    }
+    causes = root_causes([link, dead], FABRIC)
+    assert causes[2].incident_id == 1 and "40 s before" in causes[2].reason
