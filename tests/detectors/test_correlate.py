@@ -259,8 +259,8 @@ def test_a_dead_rank_folds_under_its_nics_link_failure_in_the_minutes_before_onl
 
 
 def test_times_in_other_zones_are_compared_as_the_instants_they_are() -> None:
-    """An offset is converted, not dropped: 12:00:40+02:00 is 40 s after 10:00Z."""
-    link = inc(1, "link_missing", "gpu-0003/mlx5_2") | {"opened_at": "2026-01-05T10:00:00+00:00"}
+    """An offset is converted, not dropped: 12:00:40+02:00 is 40 s after a naive 10:00 (UTC)."""
+    link = inc(1, "link_missing", "gpu-0003/mlx5_2") | {"opened_at": "2026-01-05T10:00:00"}
     dead = nccl(2, "nccl_rank_dead", "gpu-0003/mlx5_2", "gpu-0003", job="j1") | {
         "severity": "critical",
         "opened_at": "2026-01-05T12:00:40+02:00",
