@@ -115,7 +115,7 @@ class AgentCollector:
                 status, ctype, body = await self._fetch()
         except TimeoutError:
             return failed(self.source, self.target, f"timed out after {self.timeout:g} s", self._since(t0))
-        except (httpx.HTTPError, ValueError) as e:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
             return failed(self.source, self.target, e, self._since(t0))
         if status != 200:
             text = body[:200].decode(errors="replace")
@@ -129,20 +129,25 @@ class AgentCollector:
         except Exception as e:  # garbage can fail in many ways; all of them are a failed scrape
             return failed(self.source, self.target, e, self._since(t0))
         batches: tuple[pa.RecordBatch, ...] = (batch,)
-        if (paths := await self._gpu_paths()) is not None and paths.num_rows:
+        # The side views share what is left of the scrape's one timeout, side by side: a slow
+        # one costs itself, never the port samples already read (the runner's own deadline
+        # would cancel the whole scrape).
+        budget = max(0.0, self.timeout - (time.perf_counter() - t0))
+        paths, ranks = await asyncio.gather(self._gpu_paths(budget), self._rank_state(budget))
+        if paths is not None and paths.num_rows:
             batches += (paths,)
-        if (ranks := await self._rank_state()) is not None and ranks.num_rows:
+        if ranks is not None and ranks.num_rows:
             batches += (ranks,)
         return ScrapeResult(self.source, self.target, True, batches, None, self._since(t0), skipped)
 
-    async def _gpu_paths(self) -> pa.RecordBatch | None:
+    async def _gpu_paths(self, budget: float) -> pa.RecordBatch | None:
         """The agent's ``gpu_nic_path`` view when one is due; None when not due or not usable."""
         now = time.monotonic()
         if self._paths_off or now < self._paths_next:
             return None
         self._paths_next = now + self.paths_interval
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(budget):
                 status, ctype, body = await self._fetch("/v1/gpu_nic_path")
             if status == 404:
                 self._paths_off = True
@@ -153,12 +158,12 @@ class AgentCollector:
         except Exception:  # a bad layout view is no view; the port samples stand
             return None
 
-    async def _rank_state(self) -> pa.RecordBatch | None:
+    async def _rank_state(self, budget: float) -> pa.RecordBatch | None:
         """The agent's ``nccl_rank_state`` view; None when it has none or it is not usable."""
         if self._ranks_off:
             return None
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(budget):
                 status, ctype, body = await self._fetch("/v1/nccl_rank_state")
             if status == 404:
                 self._ranks_off = True

@@ -124,3 +124,37 @@ def test_no_ras_is_no_view_and_an_agent_without_the_endpoint_is_not_asked_again(
     with serve(create_agent_app(AgentConfig(**base))) as url:  # type: ignore[arg-type]
         c = AgentCollector(url, timeout=5)
         assert asyncio.run(c.scrape()).ok and c._ranks_off
+
+
+@contextmanager
+def silent_ras() -> Iterator[int]:
+    """A RAS socket that accepts and never answers (a wedged job)."""
+    import socket as _socket
+
+    srv = _socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        srv.close()
+
+
+def test_a_wedged_ras_costs_its_own_view_never_the_port_samples(tmp_path: Path) -> None:
+    """A RAS that accepts and never answers ends with no rank view (and why), within the
+    scrape's one timeout the side views share; the port samples already read stand."""
+    writer, host = host_tree(tmp_path)
+    with silent_ras() as port:
+        cfg = AgentConfig(
+            sysfs_root=writer.host_root(host),
+            hostname=host,
+            ethtool_dir=writer.ethtool_dir(host),
+            ncclras=f"127.0.0.1:{port}",
+            ncclras_timeout=30.0,
+            ncclras_addresses=(ME,),
+        )
+        with serve(create_agent_app(cfg)) as url:
+            c = AgentCollector(url, timeout=2)
+            res = asyncio.run(c.scrape())
+    assert res.ok and [b.schema.metadata[b"graywire.record"] for b in res.batches] == [b"port_sample"]
+    assert c.rank_state_error is not None and "TimeoutError" in c.rank_state_error
