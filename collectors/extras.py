@@ -1,9 +1,10 @@
 """Optional dependencies: which extra brings each one, and one clear error when it is missing.
 
-``pip install graywire`` installs what the service, the demo and the host agent need. Three
+``pip install graywire`` installs what the service, the demo and the host agent need. Four
 features pull in large packages and come as extras: the multivariate detector
 (scikit-learn and scipy, ``graywire[ml]``), SNMP sources and LLDP discovery (pysnmp,
-``graywire[snmp]``), and the Kubernetes scheduler sync (the official client, ``graywire[k8s]``).
+``graywire[snmp]``), the Kubernetes scheduler sync (the official client, ``graywire[k8s]``), and PostgreSQL
+(psycopg, ``graywire[postgres]``; SQLite needs nothing).
 
 Code that needs one of them imports it with :func:`require` where it is used, never at module
 level, so nothing loads it unless that feature runs. Start-up asks :func:`available` for every
@@ -30,6 +31,7 @@ EXTRAS: dict[str, Extra] = {
     "sklearn": Extra("scikit-learn", "ml"),
     "pysnmp": Extra("pysnmp", "snmp"),
     "kubernetes": Extra("kubernetes", "k8s"),
+    "psycopg": Extra("psycopg[binary]", "postgres"),
 }
 
 

@@ -472,6 +472,8 @@ class Settings(BaseSettings):
                 out.append(("pysnmp", f"sources.{i} (type snmp: {shown})"))
         if self.multivariate_outliers:
             out.append(("sklearn", "multivariate_outliers: true"))
+        if self.database_url and self.database_url.startswith(("postgresql+psycopg", "postgresql:")):
+            out.append(("psycopg", "database_url (PostgreSQL)"))
         for t in self.auth.tokens:
             if t.scope is not None and t.scope.scheduler == "kubernetes":
                 out.append(("kubernetes", f"token {t.name!r} (scope scheduler kubernetes)"))

@@ -69,6 +69,7 @@ def test_configured_features_without_their_extras_fail_at_start_in_one_line_each
         textwrap.dedent(
             f"""
             data_dir: {tmp_path / "data"}
+            database_url: postgresql+psycopg://graywire@127.0.0.1:1/graywire
             multivariate_outliers: true
             sources:
               - type: fabricsim
@@ -88,13 +89,14 @@ def test_configured_features_without_their_extras_fail_at_start_in_one_line_each
         sys.exit(main(["serve", "--config", {str(config)!r}]))
         """,
         tmp_path,
-        blocked=("pysnmp", "sklearn", "kubernetes"),
+        blocked=("pysnmp", "sklearn", "kubernetes", "psycopg"),
     )
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     assert r.stderr.splitlines() == [
         "graywire: error: sources.1 (type snmp: leaf-01, leaf-02) needs pysnmp: pip install 'graywire[snmp]'",
         "multivariate_outliers: true needs scikit-learn: pip install 'graywire[ml]'",
+        "database_url (PostgreSQL) needs psycopg[binary]: pip install 'graywire[postgres]'",
         "token 'trainer' (scope scheduler kubernetes) needs kubernetes: pip install 'graywire[k8s]'",
     ]
     assert not (tmp_path / "data").exists()  # refused before anything started
