@@ -256,10 +256,13 @@ class UplinkBalanceDetector:
         # Peer median of the peak ratio over the other leaves of the same job.
         peer_med = np.full(leaves.size, np.nan)
         for j in np.unique(lj):  # per job, not per port
-            m = lj == j
-            if m.sum() - 1 >= cfg.min_peers:
+            m = np.flatnonzero(lj == j)
+            if m.size - 1 >= cfg.min_peers:
                 vals = peak[leaves[m]]
-                peer_med[m] = np.median(vals)
+                # Each leaf against the others only: with few peers, itself would pull the
+                # median its way.
+                others = np.broadcast_to(vals, (m.size, m.size))[~np.eye(m.size, dtype=bool)]
+                peer_med[m] = np.median(others.reshape(m.size, m.size - 1), axis=1)
         has_peers = np.isfinite(peer_med)
         leaves, lj, peer_med = leaves[has_peers], lj[has_peers], peer_med[has_peers]
         if not leaves.size:
