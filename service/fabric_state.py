@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import record_kind
@@ -53,6 +55,10 @@ class TargetStatus:
     error: str | None = None
     stale_port_count: int = 0
     stale_ports: tuple[str, ...] = ()
+
+
+#: How long a (job, host) pair seen in NCCL timings stays a job's host without new timings.
+JOB_HOSTS_TTL_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,9 @@ class FabricState:
     #: The sources' cumulative counters as last reported, by source and column, indexed by
     #: fabric port (NaN = none); empty unless per-port series and ``metrics.raw_counters`` are on.
     raw_counters: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=_empty)
+    #: The hosts each job's NCCL timings came from within ``JOB_HOSTS_TTL_S``: how a finding on
+    #: a host (a GPU's NIC affinity, a link) joins the job running there.
+    job_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=_empty)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -132,10 +141,29 @@ class StateBoard:
         self._indexer = PortIndexer(fabric)
         self._raw = RawCounterBook(fabric) if per_port and raw_counters else None
         self._state = FabricState(fabric, per_port, _frozen(leaf_of_ports(fabric)))
+        self._job_seen: dict[tuple[str, str], float] = {}  # (job, host) -> monotonic seen
 
     @property
     def current(self) -> FabricState:
         return self._state
+
+    def _job_hosts(self, nccl: list[pa.RecordBatch]) -> Mapping[str, tuple[str, ...]]:
+        """Each job's hosts, from the (job, host) pairs of this poll's timings (one group-by over
+        the batches) and those seen within ``JOB_HOSTS_TTL_S`` (an ended job's hosts age out)."""
+        now = time.monotonic()
+        for b in nccl:
+            pairs = pa.table(
+                {"job": b.column("job").cast(pa.string()), "host": b.column("host").cast(pa.string())}
+            )
+            pairs = pairs.filter(pc.and_(pc.is_valid(pairs["job"]), pc.is_valid(pairs["host"])))
+            unique = pairs.group_by(["job", "host"]).aggregate([])
+            for job, host in zip(unique["job"].to_pylist(), unique["host"].to_pylist(), strict=True):
+                self._job_seen[(job, host)] = now
+        self._job_seen = {k: t for k, t in self._job_seen.items() if now - t <= JOB_HOSTS_TTL_S}
+        out: dict[str, list[str]] = {}
+        for job, host in sorted(self._job_seen):
+            out.setdefault(job, []).append(host)
+        return MappingProxyType({j: tuple(h) for j, h in out.items()})
 
     def _publish(self, **changes: Any) -> None:
         self._state = replace(self._state, **changes)
@@ -187,6 +215,7 @@ class StateBoard:
             elif kind == "port_sample":
                 samples.append(b)
         snap = nccl_snapshot(nccl_batches)
+        job_hosts = self._job_hosts(nccl_batches)
         raw = self._raw.observe(samples) if self._raw is not None and samples else None
         idx = figures = None
         if port_rates is not None and port_rates.num_rows:
@@ -201,6 +230,7 @@ class StateBoard:
                 "poll_rows": MappingProxyType(dict(rows)),
                 "poll_batches": MappingProxyType(dict(count)),
                 "nccl": snap,
+                "job_hosts": job_hosts,
                 "rows_ingested": _plus(s.rows_ingested, ingested),
                 "rows_dropped": _plus(s.rows_dropped, dropped),
                 "rows_rejected": _plus(s.rows_rejected, rejected),

@@ -6,10 +6,10 @@ says of node roles, it groups; :mod:`graywire.service.api.jobs` does the reading
 - **The job of an incident** is :func:`graywire.service.alerts.events.job_of` (the rule alert
   labels use, for every job-phase kind: ``evidence.job``, or the entity of a job-wide slowdown;
   ``uplink_imbalance`` names the job behind the leaf).
-- **A job's hosts** are the hosts its own incidents name: their ``node``, ``evidence.host`` and
-  ``evidence.hosts`` (names only; a count is not a host), less the switches (an uplink finding's
-  node is its leaf). The service keeps no rank->host map of its own beyond these: a host of the
-  job on which nothing was found is not known here.
+- **A job's hosts** are the hosts its own incidents name (their ``node``, ``evidence.host`` and
+  ``evidence.hosts``: names only, a count is not a host, less the switches: an uplink finding's
+  node is its leaf), and the hosts its NCCL timings came from lately (``job_hosts``, kept by
+  the fabric state from every poll).
 - **Per-host findings join a job through its hosts**: a data-path finding without a job
   (``gpu_nic_affinity`` is per GPU of a host) is the job's when its node is one of the job's
   hosts; a fabric finding (link and port kinds) is "the fabric under the job" when its node, its
@@ -147,14 +147,19 @@ class JobView:
 
 
 def job_views(
-    incidents: Iterable[Mapping[str, Any]], roles: Mapping[str, str] | None = None
+    incidents: Iterable[Mapping[str, Any]],
+    roles: Mapping[str, str] | None = None,
+    job_hosts: Mapping[str, Iterable[str]] | None = None,
 ) -> list[JobView]:
-    """Every job that one of ``incidents`` names, worst first, then by name.
+    """Every job with a finding, worst first, then by name.
 
     ``incidents`` are the active ones (open and acknowledged); ``roles`` maps node names to
-    their role in the fabric model (nothing given: every node counts as a host).
+    their role in the fabric model (nothing given: every node counts as a host); ``job_hosts``
+    are the hosts each job's NCCL timings came from lately (``FabricState.job_hosts``): a
+    per-host finding there is the job's too, though no incident of the job names that host.
     """
     roles = roles or {}
+    job_hosts = job_hosts or {}
     own: dict[str, list[Mapping[str, Any]]] = {}
     by_host: dict[str, list[Mapping[str, Any]]] = {}  # per-host incidents naming no job
     for inc in incidents:
@@ -165,8 +170,11 @@ def job_views(
             for host in _where(inc):
                 by_host.setdefault(host, []).append(inc)
     views = []
-    for job, mine in own.items():
-        hosts = set().union(*(_named_hosts(i, roles) for i in mine))
+    running = {j: set(hs) for j, hs in job_hosts.items()}
+    jobs = set(own) | {j for j, hs in running.items() if hs & by_host.keys()}
+    for job in jobs:
+        mine = own.get(job, [])
+        hosts = set().union(*(_named_hosts(i, roles) for i in mine)) | running.get(job, set())
         placed: dict[Phase, dict[int, Mapping[str, Any]]] = {}
         for inc in [*mine, *(i for h in hosts for i in by_host.get(h, []))]:
             phase = PHASE.get(str(inc["kind"]))

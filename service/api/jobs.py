@@ -13,8 +13,9 @@ from fastapi import APIRouter, HTTPException, Path, Response
 from pydantic import TypeAdapter
 
 from graywire.collectors.model import Fabric
-from graywire.service.api.deps import CacheDep, FabricDep, StoreDep
+from graywire.service.api.deps import CacheDep, FabricDep, ServicesDep, StoreDep
 from graywire.service.api.schemas import ErrorOut, JobDetailOut, JobsOut
+from graywire.service.fabric_state import FabricState
 from graywire.service.job_view import JobView, job_views
 from graywire.service.store import IncidentStore
 
@@ -23,18 +24,21 @@ JobName = Annotated[str, Path(min_length=1, max_length=200, description="job id 
 _jobs = TypeAdapter(JobsOut)
 
 
-def _views(store: IncidentStore, fabric: Fabric) -> list[JobView]:
+def _views(store: IncidentStore, fabric: Fabric, state: FabricState | None) -> list[JobView]:
     active = [
         *store.list_incidents(status="open", limit=100_000),
         *store.list_incidents(status="acknowledged", limit=100_000),
     ]
-    return job_views(active, dict(zip(fabric.node_names, fabric.node_roles, strict=True)))
+    roles = dict(zip(fabric.node_names, fabric.node_roles, strict=True))
+    return job_views(active, roles, state.job_hosts if state is not None else None)
 
 
 @router.get("/jobs", response_model=JobsOut, summary="Jobs with active incidents")
-async def list_jobs(store: StoreDep, cache: CacheDep, fabric: FabricDep) -> Response:
+async def list_jobs(store: StoreDep, cache: CacheDep, fabric: FabricDep, services: ServicesDep) -> Response:
+    state = services.state.current if services.state is not None else None
+
     def render() -> bytes:
-        items = [v.summary() for v in _views(store, fabric)]
+        items = [v.summary() for v in _views(store, fabric, state)]
         return _jobs.dump_json(_jobs.validate_python({"items": items, "count": len(items)}))
 
     return await cache.json(("jobs",), render)
@@ -46,8 +50,9 @@ async def list_jobs(store: StoreDep, cache: CacheDep, fabric: FabricDep) -> Resp
     responses={404: {"model": ErrorOut, "description": "No active incident names this job"}},
     summary="One job's incidents by phase, and the fabric under it",
 )
-def get_job(store: StoreDep, fabric: FabricDep, job: JobName) -> dict[str, Any]:
-    view = next((v for v in _views(store, fabric) if v.job == job), None)
+def get_job(store: StoreDep, fabric: FabricDep, services: ServicesDep, job: JobName) -> dict[str, Any]:
+    state = services.state.current if services.state is not None else None
+    view = next((v for v in _views(store, fabric, state) if v.job == job), None)
     if view is None:
         raise HTTPException(status_code=404, detail=f"no active incident names job {job!r}")
     return view.detail()

@@ -71,3 +71,25 @@ def test_counts_add_up_across_publications() -> None:
     board.poll_failed()
     assert dict(board.current.rows_rejected) == {("nccl_timing", "unknown_host"): 5}
     assert board.current.poll_errors == 1
+
+
+def test_each_jobs_hosts_come_from_its_timings_and_age_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The (job, host) pairs of fabricsim's NCCL timings, kept for JOB_HOSTS_TTL_S."""
+    from graywire.fabricsim.sim import FabricSim, SimConfig
+    from graywire.fabricsim.topology import TopologySpec
+    from graywire.service import fabric_state
+
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=4), duration_s=20.0, seed=1, faults="none"))
+    steps = [s for s in sim.run() if s.nccl_timing is not None]
+    timing = steps[0].nccl_timing
+    expected: dict[str, set[str]] = {}
+    for row in timing.select(["job", "host"]).to_pylist():
+        expected.setdefault(row["job"], set()).add(row["host"])
+    board = StateBoard(sim.fabric)
+    clock = [1000.0]
+    monkeypatch.setattr(fabric_state.time, "monotonic", lambda: clock[0])
+    board.observe_poll([timing], None, {}, {}, {})
+    assert {j: set(h) for j, h in board.current.job_hosts.items()} == expected
+    clock[0] += fabric_state.JOB_HOSTS_TTL_S + 1
+    board.observe_poll([], None, {}, {}, {})  # no timings for longer than the TTL: gone
+    assert dict(board.current.job_hosts) == {}

@@ -75,3 +75,14 @@ def test_a_host_count_or_a_switch_is_never_taken_for_a_jobs_host() -> None:
     (view,) = job_views(rows, ROLES)
     assert view.hosts == ["gpu-0002", "gpu-0009"]
     assert view.summary()["counts"]["fabric"] == 0
+
+
+def test_a_host_finding_joins_the_job_whose_timings_come_from_that_host() -> None:
+    """No incident of j2 names gpu-0009; its NCCL timings do (``FabricState.job_hosts``)."""
+    rows = [_inc(1, "gpu_nic_affinity", node="gpu-0009", port="gpu-0009/mlx5_1")]
+    assert job_views(rows, ROLES) == []  # nothing to place it by
+    (view,) = job_views(rows, ROLES, {"j2": ["gpu-0009", "gpu-0002"]})
+    d = view.detail()
+    assert (d["job"], d["hosts"]) == ("j2", ["gpu-0002", "gpu-0009"])
+    assert [i["id"] for p in d["phases"] if p["phase"] == "data_path" for i in p["incidents"]] == [1]
+    assert job_views(rows, ROLES, {"j3": ["gpu-0001"]}) == []  # a job elsewhere gets nothing
