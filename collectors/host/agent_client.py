@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 import time
 from typing import Literal
 
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from graywire.collectors.base import SKIP_REASONS, Collector, ScrapeResult, failed, redact_url
 from graywire.collectors.host.agent_wire import ARROW_STREAM, SKIPPED_KEY, SOURCE
+from graywire.collectors.http import fetch_bounded
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import (
     COUNTER_BITS_KEY,
@@ -61,17 +61,6 @@ def _width_metadata(meta: dict[bytes, bytes]) -> dict[bytes, bytes]:
             raise ValueError(f"bad {SATURATING_KEY.decode()} metadata")
         out[SATURATING_KEY] = meta[SATURATING_KEY]
     return out
-
-
-_SSL_CONTEXT: ssl.SSLContext | None = None
-
-
-def _ssl_context() -> ssl.SSLContext:
-    """One verifying context for every scrape: building one loads the CA store (~50 ms of CPU)."""
-    global _SSL_CONTEXT
-    if _SSL_CONTEXT is None:
-        _SSL_CONTEXT = ssl.create_default_context()
-    return _SSL_CONTEXT
 
 
 class AgentCollector:
@@ -180,17 +169,7 @@ class AgentCollector:
 
     async def _fetch(self, path: str = "/v1/port_sample") -> tuple[int, str, bytes]:
         """Status, content type and body, refusing a body larger than any host's batch."""
-        async with (
-            httpx.AsyncClient(timeout=self.timeout, verify=_ssl_context()) as client,
-            client.stream("GET", f"{self.url}{path}", headers={"Accept": ARROW_STREAM}) as resp,
-        ):
-            body = bytearray()
-            async for chunk in resp.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    raise ValueError(f"response larger than {MAX_BODY_BYTES} bytes")
-            ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
-            return resp.status_code, ctype, bytes(body)
+        return await fetch_bounded(f"{self.url}{path}", ARROW_STREAM, MAX_BODY_BYTES, self.timeout)
 
     @staticmethod
     def _since(t0: float) -> float:

@@ -11,15 +11,14 @@ exporter that answers without any of the families read fails its scrape with the
 
 from __future__ import annotations
 
-import ssl
 from datetime import UTC, datetime
 from typing import Literal
 
-import httpx
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from graywire.collectors.base import Collector, KeyResolver, ScrapeResult, Skips, guarded_scrape, redact_url
+from graywire.collectors.http import fetch_bounded
 from graywire.collectors.model import Fabric
 from graywire.collectors.prometheus.parse import SOURCE, parse_exposition
 
@@ -27,16 +26,6 @@ from graywire.collectors.prometheus.parse import SOURCE, parse_exposition
 ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 #: Content types that are the text format (an empty one too: some exporters send none).
 _TEXT_TYPES = ("text/plain", "")
-
-_SSL_CONTEXT: ssl.SSLContext | None = None
-
-
-def _ssl_context() -> ssl.SSLContext:
-    """One verifying context for every scrape: building one loads the CA store."""
-    global _SSL_CONTEXT
-    if _SSL_CONTEXT is None:
-        _SSL_CONTEXT = ssl.create_default_context()
-    return _SSL_CONTEXT
 
 
 class PrometheusCollector:
@@ -70,22 +59,12 @@ class PrometheusCollector:
 
     async def _fetch(self) -> tuple[str, datetime]:
         """The body as text and when it was read; an HTTP error or a body past ``max_bytes`` raises."""
-        async with (
-            httpx.AsyncClient(timeout=self.timeout, verify=_ssl_context()) as client,
-            client.stream("GET", self.url, headers={"Accept": ACCEPT}) as resp,
-        ):
-            body = bytearray()
-            async for chunk in resp.aiter_bytes():
-                body += chunk
-                if len(body) > self.max_bytes:
-                    raise ValueError(f"response larger than {self.max_bytes} bytes")
-            ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
-            if resp.status_code != 200:
-                text = bytes(body[:200]).decode(errors="replace")
-                raise ValueError(f"HTTP {resp.status_code}: {text}")
-            if ctype not in _TEXT_TYPES:
-                raise ValueError(f"content type {ctype!r}, not the Prometheus text format")
-            return bytes(body).decode("utf-8"), datetime.now(UTC)
+        status, ctype, body = await fetch_bounded(self.url, ACCEPT, self.max_bytes, self.timeout)
+        if status != 200:
+            raise ValueError(f"HTTP {status}: {body[:200].decode(errors='replace')}")
+        if ctype not in _TEXT_TYPES:
+            raise ValueError(f"content type {ctype!r}, not the Prometheus text format")
+        return body.decode("utf-8"), datetime.now(UTC)
 
     def _parse(self, payload: tuple[str, datetime], skipped: Skips) -> tuple[pa.RecordBatch, ...]:
         text, at = payload
