@@ -10,8 +10,10 @@ entities their scores, evidence and verdicts (:class:`Scores`); the shared hyste
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import repeat
 from typing import ClassVar, Protocol
 
@@ -287,28 +289,55 @@ def _same_buffers(a: pa.Array, b: pa.Array) -> bool:
     return [x.address if x else 0 for x in a.buffers()] == [x.address if x else 0 for x in b.buffers()]
 
 
+class _PortCache:
+    """What every :class:`PortIndexer` of one fabric shares: the last dictionary's mapping and
+    the last port column's indices, so the detectors of a poll, which all read the rates
+    stage's one ``port`` column, pay for one lookup and one gather between them."""
+
+    def __init__(self) -> None:
+        self.dictionary: tuple[pa.Array, np.ndarray] | None = None
+        self.column: tuple[pa.Array, np.ndarray] | None = None
+
+
+_SHARED: weakref.WeakKeyDictionary[Fabric, _PortCache] = weakref.WeakKeyDictionary()
+
+
+def _same_column(a: pa.DictionaryArray, b: pa.DictionaryArray) -> bool:
+    return _same_buffers(a.indices, b.indices) and (
+        a.dictionary is b.dictionary or _same_buffers(a.dictionary, b.dictionary)
+    )
+
+
 class PortIndexer:
     """Maps a batch's port column to fabric port indices, caching per dictionary.
 
     Collectors reuse one dictionary every poll, so the hash lookup runs once and each later
-    poll costs a ``take``. The cached dictionary is kept alive so its buffers cannot be
-    reused by a different one at the same address.
+    poll costs a ``take``, once per poll for every detector of the fabric. The cached arrays
+    are kept alive so their buffers cannot be reused by different ones at the same address;
+    the indices returned are read-only, since they are shared.
     """
 
     def __init__(self, fabric: Fabric) -> None:
         self.fabric = fabric
-        self._cache: tuple[pa.Array, np.ndarray] | None = None
+        self._cache = _SHARED.setdefault(fabric, _PortCache())
 
     def __call__(self, ports: pa.Array | pa.ChunkedArray) -> np.ndarray:
         if isinstance(ports, pa.ChunkedArray):
             ports = ports.combine_chunks()
-        if pa.types.is_dictionary(ports.type):
-            d = ports.dictionary
-            cached = self._cache
-            if cached is None or not (cached[0] is d or _same_buffers(cached[0], d)):
-                self._cache = (d, self.fabric.lookup(d))
-            return self._cache[1][ports.indices.to_numpy(zero_copy_only=False)]
-        return self.fabric.lookup(ports)
+        if not pa.types.is_dictionary(ports.type):
+            return self.fabric.lookup(ports)
+        cache = self._cache
+        last = cache.column
+        d = ports.dictionary
+        if last is not None and (last[0] is ports or _same_column(last[0], ports)):
+            return last[1]
+        known = cache.dictionary
+        if known is None or not (known[0] is d or _same_buffers(known[0], d)):
+            cache.dictionary = known = (d, self.fabric.lookup(d))
+        idx = known[1][ports.indices.to_numpy(zero_copy_only=False)]
+        idx.flags.writeable = False
+        cache.column = (ports, idx)
+        return idx
 
 
 class LinkEntities:
@@ -343,6 +372,39 @@ class LinkEntities:
         }
 
 
+@lru_cache(maxsize=4)
+def index_range(n: int) -> np.ndarray:
+    """``arange(n)``, read-only and shared (what a full poll's port indices are)."""
+    out = np.arange(n, dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
+def judged_rows(
+    idx: np.ndarray, ok: np.ndarray, n_ports: int
+) -> tuple[np.ndarray | slice, np.ndarray | slice]:
+    """``(p, rows)``: where a poll's judged rows sit in per-port state, and which batch rows.
+
+    Normally ``p = idx[ok]`` and ``rows = ok``. When the batch is every port of the fabric in
+    index order and every row is judged (the usual full poll of one collector), both are
+    ``slice(None)``: state updates become in-place views, not gathers and scatters.
+    """
+    if idx.size == n_ports and bool(ok.all()) and np.array_equal(idx, index_range(n_ports)):
+        return slice(None), slice(None)
+    return idx[ok], ok
+
+
+def decay_add(state: np.ndarray, p: np.ndarray | slice, decay: np.ndarray, *values: np.ndarray) -> None:
+    """Exponentially weighted sums: ``state[i, p] = state[i, p] * decay + values[i]``, in place."""
+    if isinstance(p, slice):
+        for i, v in enumerate(values):
+            row = state[i, p]
+            row *= decay
+            row += v
+    else:
+        state[: len(values), p] = state[: len(values), p] * decay + np.vstack(values)
+
+
 def column(batch: pa.RecordBatch, name: str, fill: float = np.nan) -> np.ndarray:
     """A numeric column as float64 numpy, nulls (and absent columns) as ``fill``."""
     if name not in batch.schema.names:
@@ -352,4 +414,4 @@ def column(batch: pa.RecordBatch, name: str, fill: float = np.nan) -> np.ndarray
         arr = arr.cast(pa.float64())  # unsigned columns cannot hold a negative fill value
     if arr.null_count and not np.isnan(fill):
         arr = arr.fill_null(fill)
-    return arr.to_numpy(zero_copy_only=False).astype(np.float64)
+    return arr.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)

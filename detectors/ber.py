@@ -19,7 +19,17 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
+from graywire.detectors.base import (
+    Hysteresis,
+    HysteresisConfig,
+    LinkEntities,
+    PortIndexer,
+    Scores,
+    column,
+    decay_add,
+    index_range,
+    judged_rows,
+)
 from graywire.detectors.ber_thresholds import (
     GENERIC,
     LANE_CLASSES,
@@ -122,12 +132,25 @@ class BerDetector:
         self.hyst = Hysteresis(self.cfg.hysteresis, n)
         self.reported = np.zeros(n, dtype=np.int8)  # highest level reported while open
         self._cache: dict[tuple[str | None, int, str | None], BerThresholds] = {}
+        self._last_combos: tuple[np.ndarray, list[BerThresholds], np.ndarray] | None = None
         names = sorted({m for m in (fabric.media or []) if m})
         self.media_names: list[str | None] = [None, *names]
         code = {m: i + 1 for i, m in enumerate(names)}
         self.media_code = np.array(
             [code.get(m, 0) for m in (fabric.media or [None] * fabric.n_ports)], np.int64
         )
+
+    def _combos(self, key: np.ndarray) -> tuple[list[BerThresholds], np.ndarray]:
+        """The thresholds in use and each row's index into them; last poll's when the rows'
+        (speed class, FEC, media) keys are the same, as they are on almost every poll."""
+        last = self._last_combos
+        if last is not None and np.array_equal(last[0], key):
+            return last[1], last[2]
+        uniq, inv = np.unique(key, return_inverse=True)
+        table = [self._thresholds(*self._decode(int(k))) for k in uniq.tolist()]
+        combo = inv.reshape(-1)
+        self._last_combos = (key, table, combo)
+        return table, combo
 
     def _decode(self, key: int) -> tuple[str | None, int, str | None]:
         media = self.media_names[key % 1024]
@@ -157,13 +180,13 @@ class BerDetector:
             return []
         now = batch.column("time")[0].as_py()
         s = scores
-        # Per entity: the worst end's row, for the evidence.
-        worst_row: dict[int, int] = {}
-        fire_set = set(fire.tolist())
-        for j in np.flatnonzero(s.level > 0).tolist():
-            e = int(s.ent[j])
-            if e in fire_set and (e not in worst_row or s.level[j] > s.level[worst_row[e]]):
-                worst_row[e] = j
+        # Per entity: the worst end's row, for the evidence: the higher level, then the higher
+        # pre-FEC BER, then the lower port index (whatever order the rows came in).
+        rows = np.flatnonzero(s.level > 0)
+        rows = rows[np.isin(s.ent[rows], fire)]
+        pre = np.nan_to_num(s.pre[rows], nan=-1.0)
+        rows = rows[np.lexsort((-s.port[rows], pre, s.level[rows], s.ent[rows]))]
+        worst_row = dict(zip(s.ent[rows].tolist(), rows.tolist(), strict=True))  # the last wins
         out = []
         for e in fire.tolist():
             j = worst_row.get(e)
@@ -202,30 +225,33 @@ class BerDetector:
         sym = np.nan_to_num(column(batch, "symbol_errors_per_second") * dt, nan=0.0)
         sym_known = np.isfinite(column(batch, "symbol_errors_per_second"))
         ok = (idx >= 0) & np.isfinite(dt) & (dt > 0) & np.isfinite(bits)
-        p, dt_ok, src = idx[ok], dt[ok], src[ok]
+        p, rows = judged_rows(idx, ok, f.n_ports)
+        dt_ok, src, bits, corr, unc, sym = dt[rows], src[rows], bits[rows], corr[rows], unc[rows], sym[rows]
         # A port whose pre-FEC source changed (a collector swap) starts its corrected sums afresh.
         moved = (self.src[p] >= 0) & (self.src[p] != src)
         if moved.any():
-            q = p[moved]
+            q = np.flatnonzero(moved) if isinstance(p, slice) else p[moved]
             self.fast[1, q] = self.slow[1, q] = self.long[1, q] = 0.0
             self.fast[0, q] = self.slow[0, q] = self.long[0, q] = 0.0
         self.src[p] = src
-        df, ds = np.exp(-dt_ok / cfg.fast_window_s), np.exp(-dt_ok / cfg.slow_window_s)
-        dl = np.exp(-dt_ok / cfg.baseline_window_s)
-        self.fast[:, p] = self.fast[:, p] * df + np.vstack([bits[ok], corr[ok], unc[ok], sym[ok]])
-        self.slow[:, p] = self.slow[:, p] * ds + np.vstack([bits[ok], corr[ok]])
+        decay_add(self.fast, p, np.exp(-dt_ok / cfg.fast_window_s), bits, corr, unc, sym)
+        decay_add(self.slow, p, np.exp(-dt_ok / cfg.slow_window_s), bits, corr)
         # The estimate's baseline never learns from a window already well above it (a young
         # baseline would otherwise follow a ramp and hide it).
         fast_now = self.fast[1, p] / np.maximum(self.fast[0, p], 1.0)
         base_now = self.long[1, p] / np.maximum(self.long[0, p], 1.0)
         calm = (self.long[0, p] < cfg.min_bits) | (fast_now < 3.0 * base_now)
-        q = p[calm]
-        self.long[:, q] = self.long[:, q] * dl[calm] + np.vstack([bits[ok][calm], corr[ok][calm]])
-        d12, d125 = np.exp(-dt_ok / cfg.pdr_short_s), np.exp(-dt_ok / cfg.pdr_long_s)
-        self.pdr[0:2, p] = self.pdr[0:2, p] * d12 + np.vstack([bits[ok], sym[ok]])
-        self.pdr[2:4, p] = self.pdr[2:4, p] * d125 + np.vstack([bits[ok], sym[ok]])
-        self.hour[p] = self.hour[p] * np.exp(-dt_ok / 3600.0) + sym[ok]
-        sym_rate = np.where(sym_known[ok], sym[ok] / dt_ok, 0.0)
+        dl = np.exp(-dt_ok / cfg.baseline_window_s)
+        if isinstance(p, slice) and calm.all():
+            decay_add(self.long, p, dl, bits, corr)
+        else:
+            q = np.flatnonzero(calm) if isinstance(p, slice) else p[calm]
+            decay_add(self.long, q, dl[calm], bits[calm], corr[calm])
+        decay_add(self.pdr[0:2], p, np.exp(-dt_ok / cfg.pdr_short_s), bits, sym)
+        decay_add(self.pdr[2:4], p, np.exp(-dt_ok / cfg.pdr_long_s), bits, sym)
+        decay_add(self.hour[np.newaxis], p, np.exp(-dt_ok / 3600.0), sym)
+        sym_rate = np.where(sym_known[rows], sym / dt_ok, 0.0)
+        m = dt_ok.size
 
         enough = self.fast[0, p] >= cfg.min_bits
         has_pre = src < 3
@@ -234,16 +260,14 @@ class BerDetector:
         long_pre = self.long[1, p] / np.maximum(self.long[0, p], 1.0)
         sym_ber = np.where(enough, self.fast[3, p] / np.maximum(self.fast[0, p], 1.0), np.nan)
         # Thresholds per row: by speed class (from the reading, else expected), FEC mode, media.
-        speed = column(batch, "speed_bps", 0)[ok]
-        width = column(batch, "width", 0)[ok]
+        speed = column(batch, "speed_bps", 0)[rows]
+        width = column(batch, "width", 0)[rows]
         speed = np.where(speed > 0, speed, f.expected_speed_bps[p])
         width = np.where(width > 0, width, f.expected_width[p])
-        fec = column(batch, "fec_mode", -1)[ok].astype(np.int64)
+        fec = column(batch, "fec_mode", -1)[rows].astype(np.int64)
         cls_code = lane_class_codes(speed, width)
         key = (cls_code * 1024 + (fec + 1)) * 1024 + self.media_code[p]
-        uniq, inv = np.unique(key, return_inverse=True)
-        table = [self._thresholds(*self._decode(int(k))) for k in uniq.tolist()]
-        combo = inv.reshape(-1)
+        table, combo = self._combos(key)
 
         def level_of(get: Callable[[BerThresholds], float]) -> np.ndarray:
             return np.array([get(t) for t in table])[combo]
@@ -252,8 +276,8 @@ class BerDetector:
             level_of(lambda t, a=a: getattr(t.pre_fec, a)) for a in ("error", "warning", "normal")
         )
         s_err, s_warn = (level_of(lambda t, a=a: getattr(t.symbol, a)) for a in ("error", "warning"))
-        level = np.zeros(p.size, dtype=np.int8)
-        rule = np.zeros(p.size, dtype=np.int8)
+        level = np.zeros(m, dtype=np.int8)
+        rule = np.zeros(m, dtype=np.int8)
 
         def raise_to(mask: np.ndarray, lv: int, code: int) -> None:
             hit = mask & (lv >= level)
@@ -267,8 +291,8 @@ class BerDetector:
         # generic rule (its levels are too loose to see a link start to degrade).
         generic = level_of(lambda t: float(t.generic)) > 0
         est_ok = enough & has_pre & ((src > 0) | generic) & (self.fast[1, p] >= cfg.min_estimate_events)
-        peer_med = self._peer_median(p, pre, est_ok)
         est_rising = est_ok & (pre >= cfg.estimate_ratio * np.maximum(long_pre, 1e-18))
+        peer_med = self._peer_median(p, pre, est_ok, est_rising)
         est_rising &= pre >= cfg.peer_ratio * np.maximum(peer_med, 1e-18)
         raise_to(est_rising, 1, 2)
         # Symbol BER near 1e-14 needs more bits than a minute holds: judge it on a few errors.
@@ -287,20 +311,27 @@ class BerDetector:
         raise_to(self.fast[2, p] >= 0.5, 3, 9)
         ent = self.links.of_port[p]
         ent_level = np.zeros(f.n_ports, dtype=np.int8)
-        np.maximum.at(ent_level, ent, level)
+        hot = np.flatnonzero(level)
+        np.maximum.at(ent_level, ent[hot], level[hot])
         judged = np.zeros(f.n_ports, dtype=bool)
         judged[ent[enough | (self.fast[2, p] >= 0.5) | (level > 0)]] = True
         ids = np.flatnonzero(judged)
-        return _BerScores(ids=ids, bad=ent_level[ids] > 0, level_of_id=ent_level[ids], port=p, ent=ent,
+        ports = index_range(m) if isinstance(p, slice) else p
+        return _BerScores(ids=ids, bad=ent_level[ids] > 0, level_of_id=ent_level[ids], port=ports, ent=ent,
                           level=level, rule=rule, pre=pre, slow_pre=slow_pre, long_pre=long_pre,
                           sym_ber=sym_ber, pdr12=pdr12, pdr125=pdr125, peer_med=peer_med,
                           thresholds=table, combo=combo)  # fmt: skip
 
-    def _peer_median(self, p: np.ndarray, pre: np.ndarray, use: np.ndarray) -> np.ndarray:
-        """Per row, the median pre-FEC estimate of the poll's ports of the same role."""
-        out = np.full(p.size, np.nan)
+    def _peer_median(
+        self, p: np.ndarray | slice, pre: np.ndarray, use: np.ndarray, want: np.ndarray
+    ) -> np.ndarray:
+        """Per row, the median pre-FEC estimate of the poll's ports of the same role, for the
+        roles of the rows in ``want`` (the ones the median can still judge; NaN elsewhere)."""
+        out = np.full(pre.size, np.nan)
+        if not want.any():
+            return out
         role = self.role[p]
-        for r in np.unique(role[use]).tolist():
+        for r in np.unique(role[want]).tolist():
             peers = use & (role == r)
             if peers.sum() >= 4:
                 out[role == r] = float(np.median(pre[peers]))
