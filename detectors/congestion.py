@@ -30,7 +30,7 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
 from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
 from graywire.detectors.findings import Finding, Kind
-from graywire.detectors.robust import MAD_TO_SIGMA
+from graywire.detectors.robust import MAD_TO_SIGMA, median_through
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +78,23 @@ class PfcStormDetector:
         if batch.num_rows == 0:
             return None
         idx = self.port_index(batch.column("port"))
-        shares = np.vstack([column(batch, f"pfc{p}_tx_pause_seconds_per_second") for p in PFC_PRIORITIES])
-        judged = (idx >= 0) & np.isfinite(shares).any(axis=0)
+        # One pass per priority: the worst share so far and its priority (the first on a tie).
+        n = batch.num_rows
+        share = np.full(n, -1.0)
+        prio = np.zeros(n, dtype=np.int8)
+        read = np.zeros(n, dtype=bool)
+        for p in PFC_PRIORITIES:
+            v = column(batch, f"pfc{p}_tx_pause_seconds_per_second")
+            finite = np.isfinite(v)
+            read |= finite
+            worse = finite & (v > share)
+            np.copyto(share, v, where=worse)
+            prio[worse] = p
+        judged = (idx >= 0) & read
         if not judged.any():
             return None
-        share = np.nanmax(np.where(np.isfinite(shares[:, judged]), shares[:, judged], -1.0), axis=0)
-        prio = np.nanargmax(np.where(np.isfinite(shares[:, judged]), shares[:, judged], -1.0), axis=0)
+        if not judged.all():
+            share, prio = share[judged], prio[judged]
         return _StormScores(ids=idx[judged], bad=share >= self.cfg.storm_share, share=share, prio=prio)
 
     def _finding(self, port: int, status: str, now: datetime, share: float, prio: int) -> Finding:
@@ -139,6 +150,14 @@ class _HotspotScores(Scores):
     marks: np.ndarray  # marked packets per second
 
 
+def _log_fraction(frac: np.ndarray) -> np.ndarray:
+    return np.log10(frac + 1e-12)
+
+
+def _log_wait(rate: np.ndarray) -> np.ndarray:
+    return np.log10(rate + 1.0)
+
+
 class EcnHotspotDetector:
     name = "ecn_hotspot"
     version = "1"
@@ -151,6 +170,7 @@ class EcnHotspotDetector:
         self.port_index = PortIndexer(fabric)
         self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
         self.role_of_port = fabric.port_role_code
+        self.roles = np.unique(self.role_of_port).tolist()
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         scores = self._score(batch)
@@ -180,21 +200,20 @@ class EcnHotspotDetector:
         ports, m = idx[ok], marks[ok]
         frac = m / pkts[ok]
         # Peers: same role. A fabric that marks nothing has a zero median: no baseline, no verdict.
-        x = np.log10(frac + 1e-12)
+        x = _log_fraction(frac)
         role = self.role_of_port[ports]
         bad = np.zeros(ports.size, dtype=bool)
         judged = np.zeros(ports.size, dtype=bool)  # roles with a baseline; others say nothing
         z = np.zeros(ports.size)
         ratio = np.zeros(ports.size)
         med_of = np.zeros(ports.size)
-        for r in np.unique(role):
+        for r in self.roles:
             sel = role == r
             if sel.sum() < cfg.min_peers:
                 continue
-            med_frac = float(np.median(frac[sel]))
+            med_frac, med = median_through(frac[sel], _log_fraction)
             if med_frac <= 0:
                 continue
-            med = np.median(x[sel])
             mad = np.median(np.abs(x[sel] - med))
             scale = max(MAD_TO_SIGMA * mad, 0.05)
             z[sel] = (x[sel] - med) / scale
@@ -291,6 +310,7 @@ class XmitWaitDetector:
         self.links = LinkEntities(fabric)
         self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
         self.role_of_port = fabric.port_role_code
+        self.roles = np.unique(self.role_of_port).tolist()
 
     def _pause(self, batch: pa.RecordBatch, idx: np.ndarray) -> np.ndarray:
         """Per fabric port, whether PFC pauses explain its waiting this poll."""
@@ -350,19 +370,18 @@ class XmitWaitDetector:
         if ok.sum() < cfg.min_peers:
             return None
         ports, w = idx[ok], wait[ok]
-        x = np.log10(w + 1.0)
+        x = _log_wait(w)
         role = self.role_of_port[ports]
         bad = np.zeros(ports.size, dtype=bool)
         judged = np.zeros(ports.size, dtype=bool)
         z = np.zeros(ports.size)
         ratio = np.zeros(ports.size)
         med_of = np.zeros(ports.size)
-        for r in np.unique(role):
+        for r in self.roles:
             sel = role == r
             if sel.sum() < cfg.min_peers:
                 continue
-            med_rate = float(np.median(w[sel]))
-            med = np.median(x[sel])
+            med_rate, med = median_through(w[sel], _log_wait)
             scale = max(MAD_TO_SIGMA * float(np.median(np.abs(x[sel] - med))), 0.1)
             z[sel] = (x[sel] - med) / scale
             ratio[sel] = (w[sel] + 1.0) / (med_rate + 1.0)
@@ -378,8 +397,10 @@ class XmitWaitDetector:
         # One entity per link: either end waiting is one finding about that cable and its ends.
         ent = self.links.of_port[ports[judged]]
         ent_bad = np.zeros(self.fabric.n_ports, dtype=bool)
-        np.logical_or.at(ent_bad, ent, bad[judged])
-        ids = np.unique(ent)
+        ent_bad[ent[bad[judged]]] = True
+        seen = np.zeros(self.fabric.n_ports, dtype=bool)
+        seen[ent] = True
+        ids = np.flatnonzero(seen)  # np.unique without the sort
         return _WaitScores(ids=ids, bad=ent_bad[ids], rows=np.flatnonzero(ok)[judged], ent=ent,
                            port=ports[judged], wait=w[judged], med=med_of[judged], z=z[judged],
                            ratio=ratio[judged])  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
@@ -27,3 +29,14 @@ def group_median_mad(values: np.ndarray, groups: np.ndarray, n_groups: int) -> t
     med = group_median(values, groups, n_groups)
     mad = group_median(np.abs(values - med[groups]), groups, n_groups)
     return med, mad
+
+
+def median_through(values: np.ndarray, transform: Callable[[np.ndarray], np.ndarray]) -> tuple[float, float]:
+    """``median(values)`` and ``median(transform(values))`` for an increasing ``transform``,
+    from one partition: the middle elements are the same ones either way (``values`` finite,
+    at least one)."""
+    n = values.size
+    lo, hi = (n - 1) // 2, n // 2
+    part = np.partition(values, (lo, hi) if lo != hi else lo)
+    mid = part[[lo, hi]]
+    return float(mid.mean()), float(transform(mid).mean())

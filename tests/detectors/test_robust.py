@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
+from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad, median_through
 
 
 def per_group(values: np.ndarray, groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,3 +85,12 @@ def test_mad_to_sigma_recovers_a_normal_standard_deviation() -> None:
     values = rng.normal(10.0, 2.0, 200_000)
     _, mad = group_median_mad(values, np.zeros(values.size, dtype=np.int64), 1)
     assert MAD_TO_SIGMA * mad[0] == pytest.approx(2.0, rel=0.01)
+
+
+def test_median_through_matches_numpy_for_odd_and_even_sizes() -> None:
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 10):
+        v = rng.exponential(1e3, n)
+        med, log_med = median_through(v, lambda x: np.log10(x + 1.0))
+        assert med == np.median(v)
+        assert log_med == np.median(np.log10(v + 1.0))
