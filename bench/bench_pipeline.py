@@ -11,11 +11,13 @@ detector (``default_detectors``: rates, then every port detector); a few links d
 speed mid-run so findings are built too. Batch construction is not timed.
 
 The limit each poll is held to is measured on the same batches in the same run: one numpy pass
-over the schema's counters (each column to numpy, the delta from the last poll over the time
-step, one threshold test folded into a mask), the least any rate-then-detect design must do.
-The ratio printed is the pipeline's time over that limit's. The NCCL line times the ``nccl_timing`` detectors (channel
-outlier, straggler, step time) on ranks x channels rows per poll, one collective instance per
-poll, in communicators of 256 ranks, with one slow channel.
+over the schema's counters (each column to float64, the delta from the last poll times 1/dt,
+one threshold test folded into a mask), the least any rate-then-detect design must do.
+The ratio printed is the pipeline's time over that limit's.
+
+The NCCL line times the ``nccl_timing`` detectors (channel outlier, straggler, step time) on
+ranks x channels rows per poll, one collective instance per poll, in communicators of 256
+ranks, with one slow channel.
 """
 
 from __future__ import annotations
@@ -129,12 +131,12 @@ class NumpyLimit:
 
     def observe(self, batch: pa.RecordBatch) -> int:
         t = batch.column("time").cast(pa.int64()).to_numpy().astype(np.float64) * 1e-6
-        dt = t - self.t_last if self.t_last is not None else None
+        per_s = 1.0 / (t - self.t_last) if self.t_last is not None else None
         flagged = np.zeros(batch.num_rows, bool)
         for c in PORT_COUNTERS:
             v = batch.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
-            if dt is not None:
-                rate = (v - self.last[c]) / dt
+            if per_s is not None:
+                rate = (v - self.last[c]) * per_s
                 flagged |= rate > 1e12
             self.last[c] = v
         self.t_last = t
