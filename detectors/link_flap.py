@@ -73,6 +73,7 @@ class LinkFlapDetector:
         self.episodes: dict[int, tuple[float, int, dict[tuple[int, str, int], int]]] = {}
         self.events = np.full((n, HISTORY), -np.inf)  # outage times (unix s) per link entity
         self.head = np.zeros(n, dtype=np.int64)
+        self.last_event = np.full(n, -np.inf)  # the latest of each entity's outage times
         self.open_sev = np.zeros(n, dtype=np.int8)  # 0 closed, 1 warning, 2 critical
         #: Outages the open finding last reported: a growing count fires again (the incident
         #: then says 4, not the 3 it opened with).
@@ -111,7 +112,9 @@ class LinkFlapDetector:
         score every link with data or open: its outages within ``window_s``."""
         cfg = self.cfg
         idx = self.port_index(batch.column("port"))
-        known = idx >= 0
+        known: np.ndarray | slice = idx >= 0
+        if known.all():  # type: ignore[union-attr]
+            known = slice(None)  # views, not copies
         p = idx[known]
         phys = column(batch, "phys_state")[known]
         dt = column(batch, "interval_seconds")[known]
@@ -142,9 +145,15 @@ class LinkFlapDetector:
             for _ in range(total - counted):
                 self.events[e, self.head[e] % HISTORY] = t
                 self.head[e] += 1
+                self.last_event[e] = t
             self.episodes[e] = (t + cfg.merge_s, max(total, counted), sig)
-        touched = np.unique(np.concatenate([ent, np.flatnonzero(self.open_sev)]))
-        recent = (self.events[touched] >= t - cfg.window_s).sum(axis=1)
+        # Judged: the links with data this poll and an outage in the window, and the open ones
+        # (a link with neither has no outage to count: nothing to open, nothing to close).
+        data = np.zeros(self.fabric.n_ports, dtype=bool)
+        data[ent] = True
+        since = t - cfg.window_s
+        touched = np.flatnonzero((data & (self.last_event >= since)) | (self.open_sev > 0))
+        recent = (self.events[touched] >= since).sum(axis=1)
         return _FlapScores(ids=touched, bad=recent >= cfg.flaps_to_open, recent=recent)
 
     def _slots(self, source: pa.Array | pa.ChunkedArray) -> np.ndarray:
