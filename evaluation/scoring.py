@@ -5,7 +5,8 @@ of its link, or its node) while that fault is active (plus a grace period for wi
 detectors); a finding near a benign event is a *benign alarm* (the worst kind of false alarm:
 on-call was paged for a checkpoint); anything else is *false*. A fault is *detected* when a
 finding of a kind that names it arrives at its place; *localized* when the first finding of
-that kind anywhere in the fault's window is at its place.
+that kind anywhere in the fault's window, leaving out those at other faults of its kind active
+then, is at its place.
 """
 
 from __future__ import annotations
@@ -159,9 +160,16 @@ def score(
         if hits:
             s.detected += 1
             s.delays_s.append(max(0.0, rel(hits[0]) - fault["start_s"]))
-        if in_window:
+        # A finding at another fault of the same kind, active then, is that fault's: it says
+        # nothing about where this one was placed (two hosts with the same fault at once).
+        twins = [x for x in real if x is not fault and x["kind"] == fault["kind"]]
+        candidates = [
+            f for f in in_window
+            if _where(f) & places or not any(_where(f) & _fault_places(x) and near(x, rel(f)) for x in twins)
+        ]  # fmt: skip
+        if candidates:
             s.with_candidates += 1
-            s.localized += bool(_where(in_window[0]) & places)
+            s.localized += bool(_where(candidates[0]) & places)
 
     true = false = benign_alarms = 0
     examples: list[dict[str, Any]] = []

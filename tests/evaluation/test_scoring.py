@@ -159,6 +159,21 @@ def test_localization_uses_first_finding_in_window() -> None:
     assert r.precision == 0.5
 
 
+def test_a_finding_at_another_fault_of_the_kind_does_not_count_against_localization() -> None:
+    """Two hosts degrade at once: the first finding is at the other one, which is its own fault's
+    finding, not a wrong place for this one; a finding at neither still is."""
+    other = {**SPEED, "id": "f009", "port": "gpu-0002/mlx5_1", "peer": "leaf-r1-000/p3", "node": "gpu-0002"}
+    findings = [
+        finding("speed_downgrade", 110, port="gpu-0002/mlx5_1"),
+        finding("speed_downgrade", 120, port="gpu-0001/mlx5_2"),
+    ]
+    s = score(findings, truth(SPEED, other), ["speed_downgrade"]).by_fault["speed_downgrade"]
+    assert (s.detected, s.localized, s.with_candidates) == (2, 2, 2)
+    stray = [finding("speed_downgrade", 105, port="gpu-0007/mlx5_0"), *findings]
+    s = score(stray, truth(SPEED, other), ["speed_downgrade"]).by_fault["speed_downgrade"]
+    assert (s.detected, s.localized, s.with_candidates) == (2, 0, 2)
+
+
 def test_timing_window_and_grace() -> None:
     # Grace: max(60 s, 6 polls) = 60 s after the end; a true finding may lead by one poll.
     findings = [
