@@ -193,6 +193,7 @@ class CounterRates:
         self._wide: dict[str, np.ndarray] = {}  # a declared-narrow column seen above its width
         self._moving = np.zeros(0, dtype=bool)  # the previous interval moved a traffic counter
         self._dict_cache: OrderedDict[tuple[int, ...], tuple[pa.Array, np.ndarray]] = OrderedDict()
+        self._work: dict[tuple[int, np.dtype], np.ndarray] = {}
 
     @property
     def keys(self) -> pa.Array:
@@ -262,6 +263,15 @@ class CounterRates:
         if port.null_count:
             raise ValueError("port keys must not be null")
         return hit[1][port.indices.to_numpy()]
+
+    def _scratch(self, slot: int, dtype: type | np.dtype, n: int) -> np.ndarray:
+        """A reused work array of ``n`` values: fresh memory per column per poll costs page
+        faults that outweigh the arithmetic at fabric scale."""
+        key = (slot, np.dtype(dtype))
+        buf = self._work.get(key)
+        if buf is None or buf.size < n:
+            buf = self._work[key] = np.empty(max(n, 1024), dtype=dtype)
+        return buf[:n]
 
     def _state(self, col: str, is_float: bool) -> tuple[np.ndarray, np.ndarray]:
         if col not in self._vals:
@@ -448,7 +458,7 @@ class CounterRates:
             finite = np.isfinite(cur)
             cur_valid = finite if cur_valid is None else cur_valid & finite
         prev = vals[sel]
-        ok = dt_ok & valid[sel]
+        ok = np.logical_and(dt_ok, valid[sel], out=self._scratch(0, bool, n))
         if cur_valid is not None:
             ok &= cur_valid
         narrow = not is_float and bits is not None and bits < 64
@@ -475,11 +485,19 @@ class CounterRates:
             return pa.nulls(n, pa.float64()), stuck_now
 
         # uint64 subtraction is exact where cur >= prev (and modulo 2**64 elsewhere, judged below).
-        rate = np.subtract(cur, prev) * per_s  # the product casts to float64 in its one pass
-        out_valid = ok & (rate <= limit)  # NaN and absurd forward steps fail this test
-
-        back = np.flatnonzero(ok & (cur < prev))
+        # Scratch arrays for what stays here; the rate is new, it leaves with the batch.
+        diff = np.subtract(cur, prev, out=self._scratch(1, cur.dtype, n))
+        rate = np.multiply(diff, per_s)  # the product casts to float64 in its one pass
+        # NaN and absurd forward steps fail this test; so does every backward integer step
+        # (modulo 2**64 it is absurd), and backward float steps fail the second.
+        out_valid = np.less_equal(rate, limit, out=self._scratch(2, bool, n))
+        if is_float:
+            out_valid &= np.greater_equal(rate, 0.0, out=self._scratch(3, bool, n))
+        out_valid &= ok
+        # Every judged row valid (the usual poll): no backward step to look for.
+        back = np.flatnonzero(ok & (cur < prev)) if np.count_nonzero(out_valid) < np.count_nonzero(ok) else ()
         if len(back):
+            assert isinstance(back, np.ndarray)
             c, p = cur[back], prev[back]
             lim = limit[back] if isinstance(limit, np.ndarray) else limit
             wrapped = np.zeros(len(back), dtype=bool)
