@@ -746,8 +746,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from graywire.service import logs
+    from graywire.service.allocator import keep_freed_memory
 
     logs.configure(args.verbose)
+    keep_freed_memory()
     try:
         return int(args.func(args) or 0)
     except ValueError as e:
