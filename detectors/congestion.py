@@ -44,7 +44,7 @@ class PfcStormConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _StormScores(Scores):
     share: np.ndarray  # the worst priority's share of the poll spent pausing the peer
-    prio: np.ndarray  # that priority
+    rows: np.ndarray  # the batch row of each judged port
 
 
 class PfcStormDetector:
@@ -67,8 +67,9 @@ class PfcStormDetector:
         if not decision:
             return []
         now = batch.column("time")[0].as_py()
+        s = scores
         return [
-            self._finding(p, status, now, scores.share[j], int(scores.prio[j]))
+            self._finding(p, status, now, s.share[j], self._worst_priority(batch, int(s.rows[j]), s.share[j]))
             for status, p, j in decision.changes()
         ]
 
@@ -78,24 +79,30 @@ class PfcStormDetector:
         if batch.num_rows == 0:
             return None
         idx = self.port_index(batch.column("port"))
-        # One pass per priority: the worst share so far and its priority (the first on a tie).
+        # One pass per priority: the worst share so far (fmax passes over nulls, as NaN).
         n = batch.num_rows
         share = np.full(n, -1.0)
-        prio = np.zeros(n, dtype=np.int8)
         read = np.zeros(n, dtype=bool)
         for p in PFC_PRIORITIES:
             v = column(batch, f"pfc{p}_tx_pause_seconds_per_second")
-            finite = np.isfinite(v)
-            read |= finite
-            worse = finite & (v > share)
-            np.copyto(share, v, where=worse)
-            prio[worse] = p
+            read |= np.isfinite(v)
+            np.fmax(share, v, out=share)
         judged = (idx >= 0) & read
         if not judged.any():
             return None
-        if not judged.all():
-            share, prio = share[judged], prio[judged]
-        return _StormScores(ids=idx[judged], bad=share >= self.cfg.storm_share, share=share, prio=prio)
+        rows = np.flatnonzero(judged)
+        if rows.size < n:
+            share = share[rows]
+        return _StormScores(ids=idx[rows], bad=share >= self.cfg.storm_share, share=share, rows=rows)
+
+    @staticmethod
+    def _worst_priority(batch: pa.RecordBatch, row: int, share: float) -> int:
+        """The first priority pausing ``share`` of the time on ``row`` (for a finding only)."""
+        for p in PFC_PRIORITIES:
+            v = column(batch.slice(row, 1), f"pfc{p}_tx_pause_seconds_per_second")[0]
+            if v == share:
+                return p
+        return 0
 
     def _finding(self, port: int, status: str, now: datetime, share: float, prio: int) -> Finding:
         f = self.fabric
