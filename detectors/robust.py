@@ -10,8 +10,15 @@ MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard
 
 
 def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
-    """Median of ``values`` within each group id in ``0..n_groups-1`` (NaN for empty groups)."""
-    order = np.lexsort((values, groups))
+    """Median of ``values`` within each group id in ``0..n_groups-1`` (NaN for empty groups).
+
+    Sorted by value, then stably by group: the values come out as ``lexsort((values, groups))``
+    orders them (equal values in another order, which no median sees), several times faster,
+    the group pass a radix sort when the ids fit 16 bits.
+    """
+    by_value = np.argsort(values)
+    narrow = np.uint16 if n_groups <= 2**16 else np.int64
+    order = by_value[np.argsort(groups[by_value].astype(narrow, copy=False), kind="stable")]
     g_sorted = groups[order]
     v_sorted = values[order]
     counts = np.bincount(g_sorted, minlength=n_groups)
