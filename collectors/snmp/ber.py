@@ -170,28 +170,51 @@ def decode_pdu(buf: bytes, pos: int, end: int) -> Pdu:
     pos, end = expect(buf, pos, end, SEQUENCE)
     out: list[tuple[Oid, int, Value]] = []
     append = out.append
-    while pos < end:
-        # Inline TLV reads: this loop runs once per var-bind, the hot path of a walk.
-        vb_tag, pos, vb_end = header(buf, pos, end)
-        if vb_tag != SEQUENCE:
-            raise BerError("var-bind is not a SEQUENCE")
-        t, start, stop = header(buf, pos, vb_end)
-        if t != OBJECT_ID:
-            raise BerError("var-bind name is not an OID")
-        oid = decode_oid(buf[start:stop])
-        t, start, stop = header(buf, stop, vb_end)
-        if t in _INTEGERS:
-            if start == stop:
-                raise BerError("empty INTEGER")
-            value: Value = int.from_bytes(buf[start:stop], "big", signed=True)
-        elif t in _STRINGS:
-            value = buf[start:stop]
-        elif t == OBJECT_ID:
-            value = decode_oid(buf[start:stop])
-        else:  # NULL, the exceptions, and types SNMPv2 does not define: no value
-            value = None
-        append((oid, t, value))
-        pos = vb_end
+    try:
+        while pos < end:
+            # Once per var-bind, the hot path of a walk: short-form lengths (under 128 bytes,
+            # every OID and nearly every value) are read inline, long ones by header().
+            if buf[pos] != SEQUENCE:
+                raise BerError("var-bind is not a SEQUENCE")
+            n = buf[pos + 1]
+            if n < 0x80:
+                pos, vb_end = pos + 2, pos + 2 + n
+                if vb_end > end:
+                    raise BerError("truncated")
+            else:
+                _, pos, vb_end = header(buf, pos, end)
+            if buf[pos] != OBJECT_ID:
+                raise BerError("var-bind name is not an OID")
+            n = buf[pos + 1]
+            if n < 0x80:
+                start, stop = pos + 2, pos + 2 + n
+            else:
+                _, start, stop = header(buf, pos, vb_end)
+            if stop > vb_end:
+                raise BerError("truncated")
+            oid = decode_oid(buf[start:stop])
+            t = buf[stop]
+            n = buf[stop + 1]
+            if n < 0x80:
+                start, stop = stop + 2, stop + 2 + n
+            else:
+                t, start, stop = header(buf, stop, vb_end)
+            if stop > vb_end:
+                raise BerError("truncated")
+            if t in _INTEGERS:
+                if start == stop:
+                    raise BerError("empty INTEGER")
+                value: Value = int.from_bytes(buf[start:stop], "big", signed=True)
+            elif t in _STRINGS:
+                value = buf[start:stop]
+            elif t == OBJECT_ID:
+                value = decode_oid(buf[start:stop])
+            else:  # NULL, the exceptions, and types SNMPv2 does not define: no value
+                value = None
+            append((oid, t, value))
+            pos = vb_end
+    except IndexError:  # a length that points past the datagram
+        raise BerError("truncated") from None
     return Pdu(tag, request_id, error_status, error_index, out)
 
 

@@ -161,3 +161,15 @@ def test_a_65_bit_counter_is_counted_where_it_is_nulled() -> None:
     rows = build_batch(t, "sw", ports, NOW, CFG, skipped=skipped).to_pylist()
     assert rows[0]["rx_bytes"] is None and rows[1]["rx_bytes"] is not None
     assert skipped == {OUT_OF_RANGE: 1}
+
+
+def test_a_counter32_past_32_bits_is_nulled_and_counted() -> None:
+    """No Counter32 holds 2^32: the 32-bit fallback cell is unknown, not a 33-bit count."""
+    t = tables_of(RECORDINGS["arista"])  # no ifXTable: octets come from the Counter32 ifTable
+    ports = PortSelector(CFG).ports(t)
+    first = (ports[0][0],)
+    t[O.IF_IN_OCTETS][first] = 2**32
+    skipped: Counter[str] = Counter()
+    rows = build_batch(t, "sw", ports, NOW, CFG, skipped=skipped).to_pylist()
+    assert rows[0]["rx_bytes"] is None and rows[1]["rx_bytes"] is not None
+    assert skipped == {OUT_OF_RANGE: 1}
