@@ -9,6 +9,7 @@ directly, ~2 us a var-bind. Anything malformed raises :class:`BerError`, never a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -67,21 +68,24 @@ def sequence(*parts: bytes) -> bytes:
     return tlv(SEQUENCE, b"".join(parts))
 
 
+@functools.lru_cache(maxsize=4096)
+def _arc(arc: int) -> bytes:
+    """One OID arc in base 128, high bit set on all but the last byte (X.690 8.19.2)."""
+    out = bytearray((arc & 0x7F,))
+    arc >>= 7
+    while arc:
+        out.append((arc & 0x7F) | 0x80)
+        arc >>= 7
+    return bytes(out[::-1])
+
+
 def object_id(oid: Oid) -> bytes:
     if len(oid) < 2 or oid[0] > 2 or (oid[0] < 2 and oid[1] > 39) or min(oid) < 0:
         raise BerError(f"cannot encode OID {oid!r}")
-    out = bytearray()
-    for arc in (oid[0] * 40 + oid[1], *oid[2:]):
-        if arc < 0x80:
-            out.append(arc)
-            continue
-        chunk = bytearray()
-        while arc:
-            chunk.append((arc & 0x7F) | 0x80)
-            arc >>= 7
-        chunk[0] &= 0x7F
-        out += chunk[::-1]
-    return tlv(OBJECT_ID, bytes(out))
+    first, rest = oid[0] * 40 + oid[1], oid[2:]
+    if first < 0x80 and (not rest or max(rest) < 0x80):  # one byte an arc: the common case
+        return tlv(OBJECT_ID, bytes((first, *rest)))
+    return tlv(OBJECT_ID, b"".join(map(_arc, (first, *rest))))
 
 
 _NULL = b"\x05\x00"
