@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,12 +103,22 @@ def snmpsim_binary() -> str:
     return found
 
 
+#: An SNMPv3 USM user snmpsim accepts: (user, auth protocol, auth key, priv protocol, priv key).
+V3User = tuple[str, str, str, str | None, str | None]
+
+
 @contextlib.contextmanager
-def run_snmpsim(data_dir: Path, port: int, log: Path) -> Iterator[None]:
+def run_snmpsim(data_dir: Path, port: int, log: Path, v3_users: Iterable[V3User] = ()) -> Iterator[None]:
     cache = data_dir.parent / "snmpsim-cache"
     cache.mkdir(parents=True, exist_ok=True)
-    cmd = [snmpsim_binary(), f"--data-dir={data_dir}", f"--cache-dir={cache}", "--log-level=error",
+    # snmpsim reads its options in order: an engine id comes before the endpoints it serves.
+    engine = ["--v3-engine-id=auto"] if v3_users else []
+    cmd = [snmpsim_binary(), f"--cache-dir={cache}", "--log-level=error", *engine, f"--data-dir={data_dir}",
            f"--agent-udpv4-endpoint=127.0.0.1:{port}"]  # fmt: skip
+    for user, auth_proto, auth_key, priv_proto, priv_key in v3_users:
+        cmd += [f"--v3-user={user}", f"--v3-auth-key={auth_key}", f"--v3-auth-proto={auth_proto}"]
+        if priv_key:
+            cmd += [f"--v3-priv-key={priv_key}", f"--v3-priv-proto={priv_proto}"]
     env = {**os.environ, "SNMPSIM_ALLOW_ROOT": "true"}  # snmpsim refuses root unless told
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)

@@ -1,4 +1,4 @@
-"""The SNMP collector: one per switch, sharing an engine and a concurrency bound per source."""
+"""The SNMP collector: one per switch, sharing a session (concurrency bound, SNMPv3 engines) per source."""
 
 from __future__ import annotations
 
@@ -17,15 +17,7 @@ from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
 from graywire.collectors.snmp.lldp import LLDP_COLUMNS, parse_lldp
 from graywire.collectors.snmp.oids import Oid
 from graywire.collectors.snmp.parse import PortSelector, build_batch, columns_to_walk, sys_name
-from graywire.collectors.snmp.walk import (
-    ContextData,
-    SnmpError,
-    SnmpSession,
-    Tables,
-    UdpTransportTarget,
-    auth_data,
-    walk_columns,
-)
+from graywire.collectors.snmp.walk import SnmpError, SnmpSession, Tables, auth_data, walk_columns
 
 SOURCE = "snmp"
 
@@ -38,7 +30,7 @@ class SnmpCollector:
     """Polls one switch: bulk walks of IF-MIB and PFC tables -> one ``port_sample`` batch.
 
     A poll waits for a slot of the source's concurrency bound, then must finish within
-    ``timeout_s``; pysnmp never retries (``retries=0``), the service runner does. With ``lldp``
+    ``timeout_s``; a request is never retried, the service runner retries the poll. With ``lldp``
     the first poll, and then the first one ``lldp_every`` after the last that read it, also walks
     LLDP-MIB in the same requests and adds a ``link`` batch of the switch's cables (none when the
     agent has no LLDP-MIB: that is not news that every cable is gone).
@@ -60,7 +52,6 @@ class SnmpCollector:
         where = f"{target.host}:{target.port}"
         self.target = f"{target.name}@{where}" if target.name else where
         self._auth = auth_data(cfg, target)
-        self._context = ContextData(contextName=target.context)
         self._columns = columns_to_walk(cfg, need_sys_name=target.name is None)
         self._lldp_columns = sorted({*self._columns, *LLDP_COLUMNS})
         self._lldp_at: datetime | None = None
@@ -77,21 +68,19 @@ class SnmpCollector:
         return self._lldp_at is None or now - self._lldp_at >= self.cfg.lldp_every or now < self._lldp_at
 
     async def _walk(self, columns: list[Oid] | None = None) -> Tables:
-        transport = await UdpTransportTarget.create(
-            (self.spec.host, self.spec.port), timeout=self.cfg.request_timeout_s, retries=0
-        )
-        return await walk_columns(
-            self.session.engine(),
-            self._auth,
-            transport,
-            self._context,
-            self._columns if columns is None else columns,
-            max_repetitions=self.cfg.max_repetitions,
-            max_varbinds=self.cfg.max_varbinds,
-        )
+        spec = self.spec
+        async with self.session.open(
+            spec.host, spec.port, self._auth, spec.context, self.cfg.request_timeout_s
+        ) as agent:
+            return await walk_columns(
+                agent.bulk,
+                self._columns if columns is None else columns,
+                max_repetitions=self.cfg.max_repetitions,
+                max_varbinds=self.cfg.max_varbinds,
+            )
 
     async def aclose(self) -> None:
-        """Close the SNMP engines; the session is shared, and closing it again is a no-op."""
+        """Forget the session's SNMPv3 engines; it is shared, and closing it again is a no-op."""
         self.session.close()
 
     async def scrape(self) -> ScrapeResult:
@@ -141,7 +130,7 @@ class SnmpCollector:
 
 
 def build_collectors(cfg: SnmpSourceConfig, fabric: Fabric | None = None) -> list[SnmpCollector]:
-    """One collector per switch; they share one pysnmp engine and the concurrency bound.
+    """One collector per switch; they share one session (SNMPv3 engines, the concurrency bound).
 
     ``fabric`` is not needed: switch ports are named ``<switch>/<ifName>`` directly, which is
     how the inventory names Ethernet switch ports.

@@ -83,7 +83,7 @@ class SnmpSourceConfig(BaseModel):
     v3: SnmpV3User | None = None
     #: Whole-switch limit: every request of one poll of one switch must fit in it.
     timeout_s: float = Field(5.0, gt=0)
-    #: Limit for one request; pysnmp itself never retries (the service runner does).
+    #: Limit for one request; a request is never retried (the service runner retries the poll).
     request_timeout_s: float = Field(2.0, gt=0)
     #: Switches polled at once by this source.
     max_concurrency: int = Field(32, ge=1)

@@ -53,16 +53,7 @@ from graywire.collectors.schemas import LINK, make_batch
 from graywire.collectors.snmp import oids as O
 from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
 from graywire.collectors.snmp.parse import PortSelector, sys_name
-from graywire.collectors.snmp.walk import (
-    ContextData,
-    SnmpError,
-    SnmpSession,
-    Tables,
-    UdpTransportTarget,
-    Value,
-    auth_data,
-    walk_columns,
-)
+from graywire.collectors.snmp.walk import SnmpError, SnmpSession, Tables, Value, auth_data, walk_columns
 
 SOURCE = "lldp"
 
@@ -402,16 +393,16 @@ async def walk_lldp_async(cfg: SnmpSourceConfig) -> LldpDiscovery:
         label = f"{target.name}@{where}" if target.name else where
         skips: Skips = Counter()
         try:
-            async with session.semaphore():
-                async with asyncio.timeout(cfg.timeout_s):
-                    transport = await UdpTransportTarget.create(
-                        (target.host, target.port), timeout=cfg.request_timeout_s, retries=0
-                    )
-                    tables = await walk_columns(
-                        session.engine(), auth_data(cfg, target), transport,
-                        ContextData(contextName=target.context), lldp_columns(target.name is None),
-                        max_repetitions=cfg.max_repetitions, max_varbinds=cfg.max_varbinds,
-                    )  # fmt: skip
+            auth = auth_data(cfg, target)
+            async with (
+                session.semaphore(),
+                asyncio.timeout(cfg.timeout_s),
+                session.open(target.host, target.port, auth, target.context, cfg.request_timeout_s) as agent,
+            ):
+                tables = await walk_columns(
+                    agent.bulk, lldp_columns(target.name is None),
+                    max_repetitions=cfg.max_repetitions, max_varbinds=cfg.max_varbinds,
+                )  # fmt: skip
         except TimeoutError:
             return label, f"no complete answer within {cfg.timeout_s:g} s", skips
         except SnmpError as e:

@@ -85,12 +85,12 @@ def _int(value: Value) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _counter(value: Value, skipped: Skips | None = None) -> int | None:
-    """A counter value, or None for one no Counter32/Counter64 can hold (a negative or a
+def _counter(value: Value, skipped: Skips | None = None, bits: int = 64) -> int | None:
+    """A counter value, or None for one no counter of ``bits`` can hold (a negative or a
     65-bit number from a broken agent): that cell is unknown (counted as ``out_of_range`` in
     ``skipped``), the rest of the switch is not."""
     v = _int(value)
-    if v is not None and 0 <= v < 2**64:
+    if v is not None and 0 <= v < 1 << bits:
         return v
     if value is not None and skipped is not None:
         skipped[OUT_OF_RANGE] += 1
@@ -187,7 +187,7 @@ def build_batch(
         narrow_used = False
         for j, v in enumerate(vals):
             if v is None:
-                v32 = _counter(narrow.get(idx[j]), skipped)
+                v32 = _counter(narrow.get(idx[j]), skipped, 32)
                 if v32 is not None:
                     vals[j], narrow_used = v32, True
         cols[name] = _u64(vals)
@@ -220,7 +220,7 @@ def _pfc(
                     if v is not None:
                         break
                 if v is None and p == ieee_prio:
-                    v = _counter(tables.get(PFC_COLUMNS["ieee"][d], {}).get(k), skipped)
+                    v = _counter(tables.get(PFC_COLUMNS["ieee"][d], {}).get(k), skipped, 32)
                     ieee_used = ieee_used or v is not None
                 vals.append(v)
             if any(v is not None for v in vals):

@@ -1,188 +1,276 @@
-"""GETBULK walks of several table columns at once, over pysnmp's asyncio API.
+"""GETBULK walks of several table columns at once, over SNMP v2c or v3 on UDP.
 
 A switch's ifTable, ifXTable and PFC tables are walked together: one GETBULK carries every
 column still in progress, so a 64-port switch costs a few round trips, not one per column.
 Agents truncate bulk responses (to their message size or a var-bind limit), so a response is
 read repetition by repetition and each column resumes from the last OID it got.
 
-pysnmp engines are bound to the event loop they first ran on, so :class:`SnmpSession` keeps
-one engine (and one concurrency bound) per loop, shared by every switch of a source: creating
-an engine per scrape costs ~80 ms of CPU, which a fleet of switches at a 10 s poll cannot pay.
+The messages are encoded and decoded by :mod:`~graywire.collectors.snmp.ber` and
+:mod:`~graywire.collectors.snmp.usm` rather than by pysnmp's engine: pysnmp spent ~200 ms of
+CPU on a 64-port walk (pyasn1 objects for every var-bind, a MIB lookup for every OID), ten
+times the budget of a switch at a 10 s poll with hundreds of switches per source. pysnmp still
+provides the SNMPv3 key localization and ciphers, and this module is the one that imports it,
+so a missing ``graywire[snmp]`` extra is one line wherever SNMP is first used.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import socket
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from graywire.collectors.extras import missing_import
 
-# pysnmp (and its pyasn1) is the optional extra graywire[snmp]; this is the one module that
-# imports it, so a missing extra is one line wherever SNMP is first used.
 try:
-    from pyasn1.type import univ
-    from pysnmp.hlapi.v3arch.asyncio import (
-        USM_AUTH_HMAC96_MD5,
-        USM_AUTH_HMAC96_SHA,
-        USM_AUTH_HMAC128_SHA224,
-        USM_AUTH_HMAC192_SHA256,
-        USM_AUTH_HMAC256_SHA384,
-        USM_AUTH_HMAC384_SHA512,
-        USM_AUTH_NONE,
-        USM_PRIV_CBC56_DES,
-        USM_PRIV_CBC168_3DES,
-        USM_PRIV_CFB128_AES,
-        USM_PRIV_CFB192_AES,
-        USM_PRIV_CFB256_AES,
-        USM_PRIV_NONE,
-        CommunityData,
-        ContextData,
-        ObjectIdentity,
-        ObjectType,
-        SnmpEngine,
-        UdpTransportTarget,
-        UsmUserData,
-        bulk_cmd,
-    )
-    from pysnmp.proto.rfc1902 import ObjectName
-    from pysnmp.smi import builder, view
+    from graywire.collectors.snmp import usm
 except ImportError as e:
     raise missing_import("pysnmp", "SNMP (polling, LLDP discovery)", e) from None
 
-
+from graywire.collectors.snmp import ber
+from graywire.collectors.snmp.ber import END_TAGS, GET, GETBULK, REPORT, RESPONSE, BerError, Pdu, Value
 from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
 from graywire.collectors.snmp.oids import Oid, oid_text
 
-Value = int | bytes | tuple[int, ...] | None
+__all__ = ["SnmpError", "SnmpSession", "Tables", "Value", "auth_data", "walk_columns"]
+
 #: column OID -> {instance suffix (table index): value}
 Tables = dict[Oid, dict[Oid, Value]]
-
-AUTH_PROTOCOLS = {
-    "MD5": USM_AUTH_HMAC96_MD5,
-    "SHA": USM_AUTH_HMAC96_SHA,
-    "SHA224": USM_AUTH_HMAC128_SHA224,
-    "SHA256": USM_AUTH_HMAC192_SHA256,
-    "SHA384": USM_AUTH_HMAC256_SHA384,
-    "SHA512": USM_AUTH_HMAC384_SHA512,
-}
-PRIV_PROTOCOLS = {
-    "DES": USM_PRIV_CBC56_DES,
-    "3DES": USM_PRIV_CBC168_3DES,
-    "AES": USM_PRIV_CFB128_AES,
-    "AES128": USM_PRIV_CFB128_AES,
-    "AES192": USM_PRIV_CFB192_AES,
-    "AES256": USM_PRIV_CFB256_AES,
-}
+#: One GETBULK: (OIDs to resume after, max-repetitions) -> the agent's response.
+Bulk = Callable[[list[Oid], int], Awaitable[Pdu]]
 
 #: A walk that needs more requests than this is an agent looping, not a switch.
 MAX_REQUESTS = 10_000
+TIMEOUT = "No SNMP response received before timeout"
+#: error-status names (RFC 3416 3).
+ERROR_STATUS = (
+    "noError", "tooBig", "noSuchName", "badValue", "readOnly", "genErr", "noAccess", "wrongType",
+    "wrongLength", "wrongEncoding", "wrongValue", "noCreation", "inconsistentValue",
+    "resourceUnavailable", "commitFailed", "undoFailed", "authorizationError", "notWritable",
+    "inconsistentName",
+)  # fmt: skip
+
+T = TypeVar("T")
 
 
 class SnmpError(Exception):
     """The agent answered with an error, or not at all."""
 
 
-def auth_data(cfg: SnmpSourceConfig, target: SnmpTarget) -> CommunityData | UsmUserData:
-    """pysnmp credentials for one switch."""
+@dataclass(frozen=True)
+class Community:
+    """SNMPv2c credentials."""
+
+    community: bytes = field(repr=False)
+
+
+Credentials = Community | usm.UsmUser
+
+
+def auth_data(cfg: SnmpSourceConfig, target: SnmpTarget) -> Credentials:
+    """The credentials for one switch."""
     if cfg.version == "2c":
         community = target.community or cfg.community
-        return CommunityData(community.get_secret_value(), mpModel=1)
+        return Community(community.get_secret_value().encode())
     user = cfg.v3
     assert user is not None  # the config validator guarantees it
-    auth_key = user.auth_key.get_secret_value() if user.auth_key else None
-    priv_key = user.priv_key.get_secret_value() if user.priv_key else None
-    return UsmUserData(
-        user.user,
-        authKey=auth_key,
-        privKey=priv_key,
-        authProtocol=AUTH_PROTOCOLS[user.auth_protocol] if auth_key else USM_AUTH_NONE,
-        privProtocol=PRIV_PROTOCOLS[user.priv_protocol] if priv_key else USM_PRIV_NONE,
+    auth_key = user.auth_key.get_secret_value().encode() if user.auth_key else None
+    priv_key = user.priv_key.get_secret_value().encode() if user.priv_key else None
+    return usm.UsmUser(
+        user.user.encode(),
+        usm.AUTH_PROTOCOLS[user.auth_protocol] if auth_key else None,
+        auth_key,
+        usm.PRIV_PROTOCOLS[user.priv_protocol] if priv_key else None,
+        priv_key,
     )
 
 
-_MIB_VIEW: view.MibViewController | None = None
-
-
-def _shared_mib_view() -> view.MibViewController:
-    """One MIB view for every engine: building it costs ~0.5 s, and it is only read."""
-    global _MIB_VIEW
-    if _MIB_VIEW is None:
-        _MIB_VIEW = view.MibViewController(builder.MibBuilder())
-    return _MIB_VIEW
-
-
-@dataclass
-class _LoopState:
-    loop: weakref.ref[asyncio.AbstractEventLoop]
-    engine: SnmpEngine
-    semaphore: asyncio.Semaphore
-
-
 class SnmpSession:
-    """The pysnmp engine and the concurrency bound shared by the switches of one source."""
+    """What the switches of one source share: the concurrency bound, and for SNMPv3 each
+    agent's engine id and clock and each user's keys (hashing a passphrase costs ~5 ms, a
+    discovery one round trip: once per session, not per poll)."""
 
     def __init__(self, max_concurrency: int) -> None:
         self.max_concurrency = max_concurrency
-        self._states: dict[int, _LoopState] = {}
-
-    def _state(self) -> _LoopState:
-        loop = asyncio.get_running_loop()
-        self._prune()
-        state = self._states.get(id(loop))
-        if state is None or state.loop() is not loop:
-            engine = SnmpEngine()
-            engine.cache["mibViewController"] = _shared_mib_view()
-            state = _LoopState(weakref.ref(loop), engine, asyncio.Semaphore(self.max_concurrency))
-            self._states[id(loop)] = state
-        return state
-
-    def engine(self) -> SnmpEngine:
-        return self._state().engine
+        # asyncio primitives bind to the loop that first waits on them: one bound per loop.
+        self._semaphores: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], asyncio.Semaphore]] = {}
+        self._engines: dict[tuple[str, int], usm.Engine] = {}
+        self._keys: dict[usm.UsmUser, usm.Keys] = {}
+        self._ids = random.randrange(1, 2**30)
 
     def semaphore(self) -> asyncio.Semaphore:
-        return self._state().semaphore
+        loop = asyncio.get_running_loop()
+        self._semaphores = {k: v for k, v in self._semaphores.items() if v[0]() is not None}
+        entry = self._semaphores.get(id(loop))
+        if entry is None or entry[0]() is not loop:
+            entry = (weakref.ref(loop), asyncio.Semaphore(self.max_concurrency))
+            self._semaphores[id(loop)] = entry
+        return entry[1]
 
-    def _prune(self) -> None:
-        """Close engines whose event loop has ended (their sockets would leak otherwise)."""
-        for key, state in list(self._states.items()):
-            loop = state.loop()
-            if loop is None or loop.is_closed():
-                del self._states[key]
-                _close_engine(state.engine)
+    def next_id(self) -> int:
+        """Request and message ids: unique within the session, positive 31-bit."""
+        self._ids = self._ids % (2**31 - 1) + 1
+        return self._ids
+
+    def keys(self, user: usm.UsmUser) -> usm.Keys:
+        keys = self._keys.get(user)
+        if keys is None:
+            keys = self._keys[user] = usm.Keys(user)
+        return keys
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self, host: str, port: int, credentials: Credentials, context: str, timeout_s: float
+    ) -> AsyncIterator[Agent]:
+        """A UDP endpoint talking to one agent, for one walk."""
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_DGRAM)
+        except OSError as e:
+            raise SnmpError(f"bad IPv4/UDP transport address {host}:{port}: {e.strerror or e}") from None
+        addr = infos[0][4]
+        transport, protocol = await loop.create_datagram_endpoint(_Datagrams, family=socket.AF_INET)
+        try:
+            yield Agent(self, transport, protocol, addr, credentials, context.encode(), timeout_s)
+        finally:
+            transport.close()
 
     def close(self) -> None:
-        """Close every engine (call from the loop that used it, or after that loop ended)."""
-        states, self._states = self._states, {}
-        for state in states.values():
-            _close_engine(state.engine)
+        """Forget the SNMPv3 engines and keys (sockets live only as long as a walk)."""
+        self._engines.clear()
+        self._keys.clear()
 
 
-def _close_engine(engine: SnmpEngine) -> None:
-    # A dispatcher whose loop has already closed cannot be closed cleanly; its sockets go with it.
-    with contextlib.suppress(Exception):
-        engine.close_dispatcher()
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def datagram_received(self, data: bytes, addr: object) -> None:
+        self.queue.put_nowait(data)
+
+    def error_received(self, exc: Exception) -> None:
+        """An ICMP error (port unreachable): the request times out as a lost datagram would."""
 
 
-def _py(value: Any) -> Value:
-    """A pyasn1 value as plain Python: counters and integers as int, strings as bytes."""
-    if isinstance(value, univ.Integer):  # Integer32, Counter32/64, Gauge32, TimeTicks
-        return int(value)
-    if isinstance(value, univ.OctetString):  # OCTET STRING, IpAddress, Opaque
-        return bytes(value)
-    if isinstance(value, univ.ObjectIdentifier):
-        return tuple(value)
-    return None
+class Agent:
+    """One agent, one walk: sends GETBULKs and matches their answers by id."""
+
+    def __init__(
+        self,
+        session: SnmpSession,
+        transport: asyncio.DatagramTransport,
+        protocol: _Datagrams,
+        addr: tuple[str, int],
+        credentials: Credentials,
+        context: bytes,
+        timeout_s: float,
+    ) -> None:
+        self.session = session
+        self.transport = transport
+        self.queue = protocol.queue
+        self.addr = addr
+        self.credentials = credentials
+        self.context = context
+        self.timeout_s = timeout_s
+
+    async def bulk(self, oids: list[Oid], max_repetitions: int) -> Pdu:
+        def body(request_id: int) -> bytes:
+            return ber.pdu(GETBULK, request_id, 0, max_repetitions, oids)
+
+        if isinstance(self.credentials, Community):
+            return await self._v2c(self.credentials.community, body)
+        return await self._v3(self.credentials, body)
+
+    async def _exchange(self, message: bytes, accept: Callable[[bytes], T | None]) -> T:
+        """Send one request and wait for the datagram ``accept`` takes as its answer; others
+        (late answers to an earlier request, garbage, forgeries) are dropped."""
+        loop = asyncio.get_running_loop()
+        self.transport.sendto(message, self.addr)
+        deadline = loop.time() + self.timeout_s
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    data = await self.queue.get()
+            except TimeoutError:
+                raise SnmpError(TIMEOUT) from None
+            try:
+                answer = accept(data)
+            except (BerError, usm.UsmError):
+                continue
+            if answer is not None:
+                return answer
+
+    async def _v2c(self, community: bytes, body: Callable[[int], bytes]) -> Pdu:
+        request_id = self.session.next_id()
+
+        def accept(data: bytes) -> Pdu | None:
+            _, pdu = ber.decode_v2c(data)
+            return pdu if pdu.tag == RESPONSE and pdu.request_id == request_id else None
+
+        return await self._exchange(ber.v2c_message(community, body(request_id)), accept)
+
+    async def _v3(self, user: usm.UsmUser, body: Callable[[int], bytes]) -> Pdu:
+        session, loop = self.session, asyncio.get_running_loop()
+        keys = session.keys(user)
+        where = (self.addr[0], self.addr[1])
+        engine = session._engines.get(where)
+        if engine is None:
+            engine = await self._discover(where)
+        for attempt in range(2):
+            msg_id, request_id = session.next_id(), session.next_id()
+            try:
+                message = usm.encode(msg_id, keys, engine, self.context, body(request_id), loop.time())
+            except usm.UsmError as e:
+                raise SnmpError(str(e)) from None
+
+            def accept(data: bytes, msg_id: int = msg_id, request_id: int = request_id) -> usm.Message | None:
+                m = usm.decode(data, keys, loop.time())
+                if m.msg_id != msg_id:
+                    return None
+                secured = m.flags & (usm.AUTH_FLAG | usm.PRIV_FLAG)
+                if m.pdu.tag == RESPONSE and (secured != user.flags or m.pdu.request_id != request_id):
+                    return None  # a response must be as secured as its request
+                return m
+
+            m = await self._exchange(message, accept)
+            if m.pdu.tag == REPORT:
+                oid = m.pdu.varbinds[0][0] if m.pdu.varbinds else ()
+                if attempt == 0 and oid == usm.NOT_IN_TIME_WINDOW and m.flags & usm.AUTH_FLAG:
+                    engine = session._engines[where] = m.engine  # the agent's clock, authenticated
+                    continue
+                if attempt == 0 and oid == usm.UNKNOWN_ENGINE_ID:  # the agent was replaced
+                    engine = await self._discover(where)
+                    continue
+                raise SnmpError(usm.REPORTS.get(oid, f"Remote SNMP engine reported {oid_text(oid)}"))
+            if m.flags & usm.AUTH_FLAG:
+                session._engines[where] = m.engine
+            return m.pdu
+        raise SnmpError(usm.REPORTS[usm.NOT_IN_TIME_WINDOW])
+
+    async def _discover(self, where: tuple[str, int]) -> usm.Engine:
+        """Learn the agent's engine id and clock from the report an empty request gets
+        (RFC 3414 4)."""
+        session, loop = self.session, asyncio.get_running_loop()
+        msg_id = session.next_id()
+        request = usm.encode(msg_id, None, usm.Engine(), b"", ber.pdu(GET, session.next_id(), 0, 0, []), 0.0)
+
+        def accept(data: bytes) -> usm.Message | None:
+            m = usm.decode(data, None, loop.time())
+            return m if m.msg_id == msg_id else None
+
+        m = await self._exchange(request, accept)
+        if not m.engine.engine_id:
+            raise SnmpError("agent reported no SNMP engine ID")
+        session._engines[where] = m.engine
+        return m.engine
 
 
 async def walk_columns(
-    engine: SnmpEngine,
-    auth: CommunityData | UsmUserData,
-    transport: UdpTransportTarget,
-    context: ContextData,
+    bulk: Bulk,
     columns: Sequence[Oid],
     *,
     max_repetitions: int,
@@ -200,32 +288,28 @@ async def walk_columns(
         if not active:
             return out
         reps = max(1, min(max_repetitions, max_varbinds // len(active)))
-        request = [ObjectType(ObjectIdentity(ObjectName(cursor[c]))) for c in active]
-        err_ind, err_status, err_index, varbinds = await bulk_cmd(
-            engine, auth, transport, context, 0, reps, *request, lookupMib=False
-        )
-        if err_ind:
-            raise SnmpError(str(err_ind))
-        if err_status and int(err_status):
-            at = oid_text(cursor[active[int(err_index) - 1]]) if 0 < int(err_index) <= len(active) else "?"
-            status = err_status.prettyPrint() if hasattr(err_status, "prettyPrint") else str(err_status)
-            raise SnmpError(f"agent error {status} at {at}")
-        if not varbinds:
+        pdu = await bulk([cursor[c] for c in active], reps)
+        if pdu.error_status:
+            i, code = pdu.error_index, pdu.error_status
+            at = oid_text(cursor[active[i - 1]]) if 0 < i <= len(active) else "?"
+            raise SnmpError(
+                f"agent error {ERROR_STATUS[code] if 0 < code < len(ERROR_STATUS) else code} at {at}"
+            )
+        if not pdu.varbinds:
             raise SnmpError("empty GETBULK response")
         n = len(active)
         done: set[Oid] = set()
-        for i, (name, value) in enumerate(varbinds):
+        for i, (o, tag, value) in enumerate(pdu.varbinds):
             col = active[i % n]
             if col in done:
                 continue
-            o = tuple(name)
-            if o[: len(col)] != col or isinstance(value, univ.Null):  # left the column, or endOfMibView
+            if o[: len(col)] != col or tag in END_TAGS:  # left the column, or endOfMibView
                 done.add(col)
                 continue
             if o <= cursor[col]:
                 prev = oid_text(cursor[col])
                 raise SnmpError(f"agent returned non-increasing OID {oid_text(o)} after {prev}")
-            out[col][o[len(col) :]] = _py(value)
+            out[col][o[len(col) :]] = value
             cursor[col] = o
         active = [c for c in active if c not in done]
     raise SnmpError(f"walk did not end after {MAX_REQUESTS} requests")

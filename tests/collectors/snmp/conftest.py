@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyasn1.codec.ber import encoder
 from pysnmp.hlapi.v3arch.asyncio import (
     CommunityData,
     ContextData,
@@ -29,7 +31,10 @@ from pysnmp.hlapi.v3arch.asyncio import (
     UdpTransportTarget,
     get_cmd,
 )
+from pysnmp.proto import api
 from pysnmp.smi import builder, view
+
+from graywire.collectors.snmp import ber
 
 BINARY = "snmpsim-command-responder"
 
@@ -75,6 +80,23 @@ def free_udp_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pysnmp_response(varbinds: list[tuple[Any, Any]], error_status: int = 0, error_index: int = 0) -> ber.Pdu:
+    """A v2c Response carrying ``varbinds`` (pysnmp values), encoded by pysnmp and decoded by
+    graywire's decoder: what the walker sees of an agent that answered so."""
+    v2c = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
+    pdu = v2c.ResponsePDU()
+    v2c.apiPDU.set_defaults(pdu)
+    v2c.apiPDU.set_request_id(pdu, 7)
+    v2c.apiPDU.set_error_status(pdu, error_status)
+    v2c.apiPDU.set_error_index(pdu, error_index)
+    v2c.apiPDU.set_varbinds(pdu, varbinds)
+    msg = v2c.Message()
+    v2c.apiMessage.set_defaults(msg)
+    v2c.apiMessage.set_community(msg, "public")
+    v2c.apiMessage.set_pdu(msg, pdu)
+    return ber.decode_v2c(encoder.encode(msg))[1]
+
+
 _MIB_VIEW: list[view.MibViewController] = []
 
 
@@ -105,6 +127,8 @@ class SnmpsimServer:
     work_dir: Path
     port: int = field(default_factory=free_udp_port)
     command: list[str] = field(default_factory=list)
+    #: SNMPv3 users the agent knows, besides V3_PRIV and V3_AUTH.
+    users: tuple[tuple[str, str, str, str | None, str | None], ...] = ()
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -122,7 +146,7 @@ class SnmpsimServer:
             f"--data-dir={self.data_dir}",
             f"--agent-udpv4-endpoint=127.0.0.1:{self.port}",
         ]
-        for user, auth_proto, auth_key, priv_proto, priv_key in (V3_PRIV, V3_AUTH):
+        for user, auth_proto, auth_key, priv_proto, priv_key in (V3_PRIV, V3_AUTH, *self.users):
             self.command += [f"--v3-user={user}", f"--v3-auth-key={auth_key}"]
             self.command += [f"--v3-auth-proto={auth_proto}"]
             if priv_key:
@@ -158,13 +182,13 @@ class SnmpsimServer:
 
 
 @pytest.fixture
-def start_snmpsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path, str], SnmpsimServer]]:
+def start_snmpsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., SnmpsimServer]]:
     """Start an agent on a data directory (``probe_community`` must be one of its files)."""
     binary = snmpsim_binary()
     servers: list[SnmpsimServer] = []
 
-    def start(data_dir: Path, probe_community: str) -> SnmpsimServer:
-        server = SnmpsimServer(data_dir, tmp_path_factory.mktemp("snmpsim"))
+    def start(data_dir: Path, probe_community: str, users: tuple[Any, ...] = ()) -> SnmpsimServer:
+        server = SnmpsimServer(data_dir, tmp_path_factory.mktemp("snmpsim"), users=users)
         servers.append(server)
         server.start(binary, probe_community)
         return server

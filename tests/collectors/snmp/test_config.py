@@ -31,7 +31,8 @@ def test_defaults_and_build_collectors() -> None:
 def test_secrets_do_not_leak_into_reprs() -> None:
     cfg = SnmpSourceConfig(targets=[{"host": "h", "community": "s3cret-community"}], community="other-s3cret")
     assert "s3cret" not in repr(cfg) and "s3cret" not in str(cfg.model_dump())
-    assert auth_data(cfg, cfg.targets[0]).communityName == "s3cret-community"  # per-switch community wins
+    auth = auth_data(cfg, cfg.targets[0])
+    assert auth.community == b"s3cret-community" and "s3cret" not in repr(auth)  # per-switch community wins
 
 
 @pytest.mark.parametrize(
@@ -48,7 +49,8 @@ def test_secrets_do_not_leak_into_reprs() -> None:
 def test_v3_security_levels(v3: dict[str, str], level: str) -> None:
     cfg = SnmpSourceConfig(targets=TARGETS, version="3", v3=v3)
     assert cfg.v3 is not None and cfg.v3.security_level == level
-    assert auth_data(cfg, cfg.targets[0]).userName == "u"
+    auth = auth_data(cfg, cfg.targets[0])
+    assert auth.name == b"u" and "12345678" not in repr(auth) and "abcdefgh" not in repr(auth)
 
 
 @pytest.mark.parametrize(

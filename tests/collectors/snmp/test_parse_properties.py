@@ -22,11 +22,10 @@ from pyasn1.type import univ
 from graywire.collectors.base import OUT_OF_RANGE
 from graywire.collectors.schemas import PORT_SAMPLE
 from graywire.collectors.snmp import oids as O
-from graywire.collectors.snmp import walk as walk_mod
 from graywire.collectors.snmp.config import SnmpSourceConfig
 from graywire.collectors.snmp.parse import PortSelector, build_batch, columns_to_walk
 from graywire.collectors.snmp.walk import SnmpError, Tables, Value, walk_columns
-from tests.collectors.snmp.conftest import REAL
+from tests.collectors.snmp.conftest import REAL, pysnmp_response
 from tests.conftest import REAL_FIXTURES
 from tests.strategies import PROPERTY
 
@@ -107,16 +106,12 @@ def _varbind(o: tuple[int, ...], v: Value) -> tuple[Any, Any]:
 
 
 @pytest.mark.parametrize("switch", ["nxos", "arista"])
-def test_a_walk_of_a_lying_agent_is_tables_or_an_snmp_error(
-    switch: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_walk_of_a_lying_agent_is_tables_or_an_snmp_error(switch: str) -> None:
     """An agent serving the recording with one value swapped and, in one answer, one OID
     replaced (going back, leaving the column, repeating): tables or SnmpError, never a loop."""
     recs = RECORDINGS[switch]
     keys = [o for o, _ in recs]
-    oids = st.lists(st.integers(0, 2**32), min_size=1, max_size=14).map(tuple)
-    for name in ("ObjectType", "ObjectIdentity", "ObjectName"):  # requests as plain OID tuples
-        monkeypatch.setattr(walk_mod, name, lambda x: x)
+    oids = st.lists(st.integers(0, 2**32), min_size=1, max_size=14).map(lambda o: (1, 3, *o))
 
     @PROPERTY
     @given(
@@ -131,8 +126,7 @@ def test_a_walk_of_a_lying_agent_is_tables_or_an_snmp_error(
         served[i] = (served[i][0], value)
         calls = [0]
 
-        async def bulk_cmd(*args: Any, **kw: Any) -> Any:
-            reps, req = args[5], args[6:]
+        async def bulk(req: list[tuple[int, ...]], reps: int) -> Any:
             cols = []
             for start in req:  # each column resumes after its cursor, truncated like a real agent
                 at = bisect.bisect_right(keys, tuple(start))
@@ -144,13 +138,10 @@ def test_a_walk_of_a_lying_agent_is_tables_or_an_snmp_error(
             if calls[0] == lie_at:
                 rows[0] = _varbind(oid, rows[0][1] if isinstance(rows[0][1], univ.Integer) else 0)
             calls[0] += 1
-            return None, 0, 0, rows
+            return pysnmp_response(rows)
 
-        monkeypatch.setattr(walk_mod, "bulk_cmd", bulk_cmd)
         try:
-            tables = asyncio.run(
-                walk_columns(None, None, None, None, COLUMNS, max_repetitions=25, max_varbinds=200)  # type: ignore[arg-type]
-            )
+            tables = asyncio.run(walk_columns(bulk, COLUMNS, max_repetitions=25, max_varbinds=200))
         except SnmpError:
             return
         ports = PortSelector(CFG).ports(tables)
@@ -166,6 +157,18 @@ def test_a_65_bit_counter_is_counted_where_it_is_nulled() -> None:
     first = (ports[0][0],)
     t[O.IF_HC_IN_OCTETS][first] = 2**64
     t[O.IF_IN_OCTETS].pop(first, None)  # no Counter32 twin to fall back on
+    skipped: Counter[str] = Counter()
+    rows = build_batch(t, "sw", ports, NOW, CFG, skipped=skipped).to_pylist()
+    assert rows[0]["rx_bytes"] is None and rows[1]["rx_bytes"] is not None
+    assert skipped == {OUT_OF_RANGE: 1}
+
+
+def test_a_counter32_past_32_bits_is_nulled_and_counted() -> None:
+    """No Counter32 holds 2^32: the 32-bit fallback cell is unknown, not a 33-bit count."""
+    t = tables_of(RECORDINGS["arista"])  # no ifXTable: octets come from the Counter32 ifTable
+    ports = PortSelector(CFG).ports(t)
+    first = (ports[0][0],)
+    t[O.IF_IN_OCTETS][first] = 2**32
     skipped: Counter[str] = Counter()
     rows = build_batch(t, "sw", ports, NOW, CFG, skipped=skipped).to_pylist()
     assert rows[0]["rx_bytes"] is None and rows[1]["rx_bytes"] is not None
