@@ -1,6 +1,6 @@
 """SNMPv3 messages with the User-based Security Model (RFC 3412 framing, RFC 3414 USM).
 
-The framing is written here, over :mod:`graywire.collectors.snmp.ber`, and so is the HMAC
+The framing is written here, over :mod:`graywire.collectors.snmp.asn1`, and so is the HMAC
 (the standard library's); key localization and the DES/3DES/AES ciphers are pysnmp's own USM
 services, called with the protocol identifiers of its high-level API, so every protocol graywire
 offers derives the keys it always did, including the AES-192/256 key extension, where agents
@@ -32,8 +32,8 @@ from pysnmp.hlapi.v3arch.asyncio import (
 from pysnmp.proto import error as pysnmp_error
 from pysnmp.proto.secmod.rfc3414.service import SnmpUSMSecurityModel
 
-from graywire.collectors.snmp import ber
-from graywire.collectors.snmp.ber import OCTET_STRING, SEQUENCE, BerError, Oid, Pdu
+from graywire.collectors.snmp import asn1
+from graywire.collectors.snmp.asn1 import OCTET_STRING, SEQUENCE, BerError, Oid, Pdu
 
 #: The configuration's protocol names -> pysnmp's protocol identifiers.
 AUTH_PROTOCOLS = {
@@ -160,7 +160,7 @@ def encode(
     flags = user.flags if keys is not None else 0
     boots, etime = engine.now(clock) if flags else (0, 0)
     auth_key, priv_key = keys.local(engine.engine_id) if keys is not None and flags else (b"", None)
-    scoped = ber.sequence(ber.octets(engine.engine_id), ber.octets(context), body)
+    scoped = asn1.sequence(asn1.octets(engine.engine_id), asn1.octets(context), body)
     priv_params = b""
     if flags & PRIV_FLAG:
         assert user.priv_protocol is not None
@@ -168,19 +168,19 @@ def encode(
             data, salt = _priv(user.priv_protocol).encrypt_data(priv_key, (boots, etime, None), scoped)
         except pysnmp_error.StatusInformation as e:
             raise UsmError(str(e["errorIndication"])) from None
-        msg_data = ber.octets(bytes(data))
+        msg_data = asn1.octets(bytes(data))
         priv_params = bytes(salt)
     else:
         msg_data = scoped
     digest_len = _auth(user.auth_protocol).digest_length if flags & AUTH_FLAG and user.auth_protocol else 0
-    head = ber.integer(boots) + ber.integer(etime) + ber.octets(user.name)
-    sec_tail = ber.octets(bytes(digest_len)) + ber.octets(priv_params)
-    sec = ber.sequence(ber.octets(engine.engine_id), head, sec_tail)
-    glob = ber.sequence(
-        ber.integer(msg_id), ber.integer(MAX_SIZE), ber.octets(bytes((flags | REPORTABLE_FLAG,))),
-        ber.integer(USM_MODEL),
+    head = asn1.integer(boots) + asn1.integer(etime) + asn1.octets(user.name)
+    sec_tail = asn1.octets(bytes(digest_len)) + asn1.octets(priv_params)
+    sec = asn1.sequence(asn1.octets(engine.engine_id), head, sec_tail)
+    glob = asn1.sequence(
+        asn1.integer(msg_id), asn1.integer(MAX_SIZE), asn1.octets(bytes((flags | REPORTABLE_FLAG,))),
+        asn1.integer(USM_MODEL),
     )  # fmt: skip
-    message = ber.sequence(ber.integer(3), glob, ber.octets(sec), msg_data)
+    message = asn1.sequence(asn1.integer(3), glob, asn1.octets(sec), msg_data)
     if not digest_len:
         return message
     # The digest covers the whole message with its own place zeroed: it is the last-but-one
@@ -212,23 +212,23 @@ def decode(message: bytes, keys: Keys | None, clock: float) -> Message:
     authentication or decryption (a forged or garbled datagram: the caller drops it).
     """
     end = len(message)
-    pos, end = ber.expect(message, 0, end, SEQUENCE)
-    version, pos = ber.read_int(message, pos, end)
+    pos, end = asn1.expect(message, 0, end, SEQUENCE)
+    version, pos = asn1.read_int(message, pos, end)
     if version != 3:
         raise BerError(f"not an SNMPv3 message (version {version})")
-    g, pos = ber.expect(message, pos, end, SEQUENCE)
-    msg_id, g = ber.read_int(message, g, pos)
-    _max_size, g = ber.read_int(message, g, pos)
-    flags_b, g = ber.read_octets(message, g, pos)
+    g, pos = asn1.expect(message, pos, end, SEQUENCE)
+    msg_id, g = asn1.read_int(message, g, pos)
+    _max_size, g = asn1.read_int(message, g, pos)
+    flags_b, g = asn1.read_octets(message, g, pos)
     flags = flags_b[0] if flags_b else 0
-    s, pos = ber.expect(message, pos, end, OCTET_STRING)
-    s, s_end = ber.expect(message, s, pos, SEQUENCE)
-    engine_id, s = ber.read_octets(message, s, s_end)
-    boots, s = ber.read_int(message, s, s_end)
-    etime, s = ber.read_int(message, s, s_end)
-    user, s = ber.read_octets(message, s, s_end)
-    a_start, a_end = ber.expect(message, s, s_end, OCTET_STRING)
-    salt, _ = ber.read_octets(message, a_end, s_end)
+    s, pos = asn1.expect(message, pos, end, OCTET_STRING)
+    s, s_end = asn1.expect(message, s, pos, SEQUENCE)
+    engine_id, s = asn1.read_octets(message, s, s_end)
+    boots, s = asn1.read_int(message, s, s_end)
+    etime, s = asn1.read_int(message, s, s_end)
+    user, s = asn1.read_octets(message, s, s_end)
+    a_start, a_end = asn1.expect(message, s, s_end, OCTET_STRING)
+    salt, _ = asn1.read_octets(message, a_end, s_end)
     engine = Engine(engine_id, boots, etime, clock)
     if flags & AUTH_FLAG:
         if keys is None or not keys.user.auth_key:
@@ -240,7 +240,7 @@ def decode(message: bytes, keys: Keys | None, clock: float) -> Message:
     if flags & PRIV_FLAG:
         if keys is None or not keys.user.priv_key or not flags & AUTH_FLAG:
             raise UsmError("encrypted message for a user without a privacy key")
-        data, _ = ber.read_octets(message, pos, end)
+        data, _ = asn1.read_octets(message, pos, end)
         try:
             plain = bytes(
                 _priv(keys.user.priv_protocol).decrypt_data(  # type: ignore[arg-type]
@@ -253,7 +253,7 @@ def decode(message: bytes, keys: Keys | None, clock: float) -> Message:
         s = 0
     else:
         scoped, s, s_end = message, pos, end
-    s, s_end = ber.expect(scoped, s, s_end, SEQUENCE)
-    _ctx_engine, s = ber.read_octets(scoped, s, s_end)
-    _ctx_name, s = ber.read_octets(scoped, s, s_end)
-    return Message(msg_id, flags, engine, user, ber.decode_pdu(scoped, s, s_end))
+    s, s_end = asn1.expect(scoped, s, s_end, SEQUENCE)
+    _ctx_engine, s = asn1.read_octets(scoped, s, s_end)
+    _ctx_name, s = asn1.read_octets(scoped, s, s_end)
+    return Message(msg_id, flags, engine, user, asn1.decode_pdu(scoped, s, s_end))

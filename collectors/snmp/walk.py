@@ -5,7 +5,7 @@ column still in progress, so a 64-port switch costs a few round trips, not one p
 Agents truncate bulk responses (to their message size or a var-bind limit), so a response is
 read repetition by repetition and each column resumes from the last OID it got.
 
-The messages are encoded and decoded by :mod:`~graywire.collectors.snmp.ber` and
+The messages are encoded and decoded by :mod:`~graywire.collectors.snmp.asn1` and
 :mod:`~graywire.collectors.snmp.usm` rather than by pysnmp's engine: pysnmp spent ~200 ms of
 CPU on a 64-port walk (pyasn1 objects for every var-bind, a MIB lookup for every OID), ten
 times the budget of a switch at a 10 s poll with hundreds of switches per source. pysnmp still
@@ -31,8 +31,8 @@ try:
 except ImportError as e:
     raise missing_import("pysnmp", "SNMP (polling, LLDP discovery)", e) from None
 
-from graywire.collectors.snmp import ber
-from graywire.collectors.snmp.ber import END_TAGS, GET, GETBULK, REPORT, RESPONSE, BerError, Pdu, Value
+from graywire.collectors.snmp import asn1
+from graywire.collectors.snmp.asn1 import END_TAGS, GET, GETBULK, REPORT, RESPONSE, BerError, Pdu, Value
 from graywire.collectors.snmp.config import SnmpSourceConfig, SnmpTarget
 from graywire.collectors.snmp.oids import Oid, oid_text
 
@@ -179,7 +179,7 @@ class Agent:
 
     async def bulk(self, oids: list[Oid], max_repetitions: int) -> Pdu:
         def body(request_id: int) -> bytes:
-            return ber.pdu(GETBULK, request_id, 0, max_repetitions, oids)
+            return asn1.pdu(GETBULK, request_id, 0, max_repetitions, oids)
 
         if isinstance(self.credentials, Community):
             return await self._v2c(self.credentials.community, body)
@@ -208,10 +208,10 @@ class Agent:
         request_id = self.session.next_id()
 
         def accept(data: bytes) -> Pdu | None:
-            _, pdu = ber.decode_v2c(data)
+            _, pdu = asn1.decode_v2c(data)
             return pdu if pdu.tag == RESPONSE and pdu.request_id == request_id else None
 
-        return await self._exchange(ber.v2c_message(community, body(request_id)), accept)
+        return await self._exchange(asn1.v2c_message(community, body(request_id)), accept)
 
     async def _v3(self, user: usm.UsmUser, body: Callable[[int], bytes]) -> Pdu:
         session, loop = self.session, asyncio.get_running_loop()
@@ -256,7 +256,7 @@ class Agent:
         (RFC 3414 4)."""
         session, loop = self.session, asyncio.get_running_loop()
         msg_id = session.next_id()
-        request = usm.encode(msg_id, None, usm.Engine(), b"", ber.pdu(GET, session.next_id(), 0, 0, []), 0.0)
+        request = usm.encode(msg_id, None, usm.Engine(), b"", asn1.pdu(GET, session.next_id(), 0, 0, []), 0.0)
 
         def accept(data: bytes) -> usm.Message | None:
             m = usm.decode(data, None, loop.time())

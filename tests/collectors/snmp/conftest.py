@@ -34,7 +34,7 @@ from pysnmp.hlapi.v3arch.asyncio import (
 from pysnmp.proto import api
 from pysnmp.smi import builder, view
 
-from graywire.collectors.snmp import ber
+from graywire.collectors.snmp import asn1
 
 BINARY = "snmpsim-command-responder"
 
@@ -80,7 +80,7 @@ def free_udp_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pysnmp_response(varbinds: list[tuple[Any, Any]], error_status: int = 0, error_index: int = 0) -> ber.Pdu:
+def pysnmp_response(varbinds: list[tuple[Any, Any]], error_status: int = 0, error_index: int = 0) -> asn1.Pdu:
     """A v2c Response carrying ``varbinds`` (pysnmp values), encoded by pysnmp and decoded by
     graywire's decoder: what the walker sees of an agent that answered so."""
     v2c = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
@@ -94,7 +94,7 @@ def pysnmp_response(varbinds: list[tuple[Any, Any]], error_status: int = 0, erro
     v2c.apiMessage.set_defaults(msg)
     v2c.apiMessage.set_community(msg, "public")
     v2c.apiMessage.set_pdu(msg, pdu)
-    return ber.decode_v2c(encoder.encode(msg))[1]
+    return asn1.decode_v2c(encoder.encode(msg))[1]
 
 
 _MIB_VIEW: list[view.MibViewController] = []

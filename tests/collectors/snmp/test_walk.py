@@ -18,7 +18,7 @@ from pysnmp.proto.rfc1905 import EndOfMibView
 
 import graywire.collectors.snmp.walk as walk
 from graywire.collectors.snmp import oids as O
-from graywire.collectors.snmp.ber import Pdu
+from graywire.collectors.snmp.asn1 import Pdu
 from tests.collectors.snmp.conftest import pysnmp_response
 
 Agent = dict[tuple[int, ...], Any]
