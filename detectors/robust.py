@@ -16,14 +16,16 @@ def group_median(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.nd
     orders them (equal values in another order, which no median sees), several times faster,
     the group pass a radix sort when the ids fit 16 bits.
     """
+    counts = np.bincount(groups, minlength=n_groups)
+    out = np.full(n_groups, np.nan)
+    if values.size and counts.max() == 1:  # one value a group (a rank's one channel): itself
+        out[groups] = (values + values) / 2  # as the general case computes it, NaN and all
+        return out
     by_value = np.argsort(values)
     narrow = np.uint16 if n_groups <= 2**16 else np.int64
     order = by_value[np.argsort(groups[by_value].astype(narrow, copy=False), kind="stable")]
-    g_sorted = groups[order]
     v_sorted = values[order]
-    counts = np.bincount(g_sorted, minlength=n_groups)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    out = np.full(n_groups, np.nan)
     has = counts > 0
     lo = starts[has] + (counts[has] - 1) // 2
     hi = starts[has] + counts[has] // 2

@@ -94,3 +94,10 @@ def test_median_through_matches_numpy_for_odd_and_even_sizes() -> None:
         med, log_med = median_through(v, lambda x: np.log10(x + 1.0))
         assert med == np.median(v)
         assert log_med == np.median(np.log10(v + 1.0))
+
+
+def test_group_median_of_single_value_groups_is_the_value() -> None:
+    values = np.array([3.0, np.nan, -1.5, 7.0])
+    groups = np.array([2, 0, 3, 1])
+    assert np.array_equal(group_median(values, groups, 5), [np.nan, 7.0, 3.0, -1.5, np.nan], equal_nan=True)
+    assert np.array_equal(group_median(values, groups, 5), per_group(values, groups, 5)[0], equal_nan=True)
