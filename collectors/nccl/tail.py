@@ -364,11 +364,11 @@ class NcclFileCollector:
         chunks = self.tailer.poll()  # every file's offset is past its chunk from here on
         restart = self.format != "inspector"
         for chunk in chunks:
-            mark = len(rows.rows)
+            mark = len(rows)
             try:
                 skipped += self._parse(chunk, rows, problems)
             except Exception as e:  # rows not delivered keep their offset: read again next poll
-                del rows.rows[mark:]
+                rows.truncate(mark)
                 self.tailer.rewind(chunk, restart)
                 problems.insert(0, f"{chunk.file.path.name}: {type(e).__name__}: {e}; read again next scrape")
         skipped += self.tailer.dropped_lines - dropped_before
