@@ -90,15 +90,16 @@ class RowBuffer:
 
     Subclasses name their ``FIELDS`` (tuple order) and the type each is fitted to (``TYPES``):
     a value that does not fit (an integer past the type's range, a float past 1.8e308) becomes
-    null, as :func:`~graywire.collectors.schemas.fitted_array` does for tuples. The ``AS_GIVEN``
-    fields (names, keys) are taken as they are: a non-string there is a parser's bug and fails
-    the batch. ``rows`` holds the tuples added since the last block.
+    null, as :func:`~graywire.collectors.schemas.fitted_array` does for tuples. The
+    ``DICTIONARY`` fields (names, keys) are strings taken as they are (a non-string there is a
+    parser's bug and fails the batch) and come out dictionary-encoded; a block may give them
+    dictionary-encoded too. ``rows`` holds the tuples added since the last block.
     """
 
     __slots__ = ("_parts", "rows")
     FIELDS: ClassVar[tuple[str, ...]] = ()
     TYPES: ClassVar[dict[str, pa.DataType]] = {}
-    AS_GIVEN: ClassVar[frozenset[str]] = frozenset()
+    DICTIONARY: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
@@ -171,24 +172,58 @@ class RowBuffer:
         return max(seen) if seen else None
 
     def columns(self) -> dict[str, pa.Array]:
-        """Every field as one fitted array over all rows."""
+        """Every field as one fitted array over all rows (``DICTIONARY`` fields encoded)."""
         chunks: dict[str, list[pa.Array]] = {f: [] for f in self.FIELDS}
         for part in self._all():
             if isinstance(part, list):
                 cols = list(zip(*part, strict=True))
                 for f, values in zip(self.FIELDS, cols, strict=True):
                     typ = self.TYPES[f]
-                    fit = pa.array if f in self.AS_GIVEN else fitted_array
-                    chunks[f].append(fit(values, typ))
+                    chunks[f].append(
+                        pa.array(values, type=typ) if f in self.DICTIONARY else fitted_array(values, typ)
+                    )
             else:
                 n = _block_len(part)
                 for f in self.FIELDS:
                     col, typ = part.get(f), self.TYPES[f]
-                    chunks[f].append(pa.nulls(n, typ) if col is None else fit_arrow(col, typ))
-        return {
-            f: pa.concat_arrays(c) if len(c) > 1 else c[0] if c else pa.array([], type=self.TYPES[f])
-            for f, c in chunks.items()
-        }
+                    if col is None:
+                        col = pa.nulls(n, typ)
+                    elif not (f in self.DICTIONARY and pa.types.is_dictionary(col.type)):
+                        col = fit_arrow(col, typ)
+                    chunks[f].append(col)
+        out = {}
+        for f, c in chunks.items():
+            if f in self.DICTIONARY:
+                out[f] = dictionary_in_order(c, self.TYPES[f])
+            else:
+                out[f] = (
+                    pa.concat_arrays(c) if len(c) > 1 else c[0] if c else pa.array([], type=self.TYPES[f])
+                )
+        return out
+
+
+def dictionary_in_order(chunks: list[pa.Array], typ: pa.DataType) -> pa.DictionaryArray:
+    """Arrays of ``typ`` (or dictionary-encoded ones) as one dictionary array, encoded as
+    ``dictionary_encode`` encodes the plain column: codes in order of first appearance."""
+    if not chunks:
+        return pc.dictionary_encode(pa.array([], type=typ))
+    encoded = [c if pa.types.is_dictionary(c.type) else pc.dictionary_encode(c) for c in chunks]
+    if len(encoded) == 1 and all(not pa.types.is_dictionary(c.type) for c in chunks):
+        return encoded[0]
+    whole = pa.chunked_array(encoded).unify_dictionaries().combine_chunks()
+    if isinstance(whole, pa.ChunkedArray):
+        whole = whole.chunk(0) if whole.num_chunks == 1 else pa.concat_arrays(whole.chunks)
+    codes = np.asarray(whole.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    seen = codes >= 0
+    first = np.full(len(whole.dictionary), len(codes), np.int64)
+    at = np.flatnonzero(seen)
+    first[codes[at][::-1]] = at[::-1]  # repeated codes: the last write, the earliest row, wins
+    order = np.argsort(first, kind="stable")[: int(np.count_nonzero(first < len(codes)))]
+    remap = np.zeros(len(whole.dictionary), np.int32)
+    remap[order] = np.arange(len(order), dtype=np.int32)
+    mapped = remap[np.maximum(codes, 0)] if len(remap) else np.zeros(len(codes), np.int32)
+    indices = pa.array(mapped, type=pa.int32(), mask=~seen)
+    return pa.DictionaryArray.from_arrays(indices, whole.dictionary.take(pa.array(order)).cast(typ))
 
 
 def _block_len(block: dict[str, pa.Array]) -> int:
@@ -237,7 +272,7 @@ class TimingRows(RowBuffer):
 
     __slots__ = ()
     FIELDS = ROW_FIELDS
-    AS_GIVEN = frozenset(("job", "communicator", "host", "collective", "transport"))
+    DICTIONARY = frozenset(("job", "communicator", "host", "collective", "transport"))
     TYPES: ClassVar[dict[str, pa.DataType]] = {
         "job": pa.string(), "communicator": pa.string(), "rank": pa.int32(), "nranks": pa.int32(),
         "host": pa.string(), "device": pa.int16(), "collective": pa.string(), "seq": pa.int64(),
@@ -291,20 +326,20 @@ class TimingRows(RowBuffer):
         start = pc.if_else(pc.and_(pc.greater(start, 0), pc.less(start, _MAX_US)), start, None)
         cols = {
             "time": pa.array(np.full(n, ts), type=TS),
-            "job": c["job"].dictionary_encode(),
-            "communicator": c["communicator"].dictionary_encode(),
+            "job": c["job"],
+            "communicator": c["communicator"],
             "rank": c["rank"],
             "nranks": c["nranks"],
-            "host": c["host"].dictionary_encode(),
+            "host": c["host"],
             "device": c["device"],
-            "collective": c["collective"].dictionary_encode(),
+            "collective": c["collective"],
             "seq": c["seq"],
             "message_bytes": c["message_bytes"],
             "channel": c["channel"],
             "start_time": start.cast(TS),
             "duration_seconds": c["duration_seconds"],
             "bus_bandwidth_bps": bw,
-            "transport": c["transport"].dictionary_encode(),
+            "transport": c["transport"],
         }
         # A row whose rank or duration did not fit says nothing: it is left out, not nulled.
         keep = pc.and_(

@@ -320,17 +320,15 @@ def test_a_parse_that_raises_keeps_its_files_offset_and_loses_no_row(
     (tmp_path / "a-pid1.log").write_text(inspector_line(real_fixtures, coll_sn=1) + "\n")
     (tmp_path / "b-pid2.log").write_text(inspector_line(real_fixtures, coll_sn=2) + "\n")
     col = NcclFileCollector(tmp_path, job="j")
-    feed, failures = InspectorParser.feed_lines, [1]
+    feed, failures = InspectorParser.feed_data, [1]
 
-    def flaky(
-        self: InspectorParser, lines: list[bytes], rows: TimingRows, prefix: str = "", first: int = 1
-    ) -> None:
-        feed(self, lines, rows, prefix, first)
+    def flaky(self: InspectorParser, data: bytes, rows: TimingRows, prefix: str = "", first: int = 1) -> None:
+        feed(self, data, rows, prefix, first)
         if prefix.startswith("a-pid1") and failures:
             failures.pop()
             raise RuntimeError("parser bug")
 
-    monkeypatch.setattr(InspectorParser, "feed_lines", flaky)
+    monkeypatch.setattr(InspectorParser, "feed_data", flaky)
     res = asyncio.run(col.scrape())
     assert res.ok and "parser bug" in (res.error or "")
     assert set(res.batches[0].column("seq").to_pylist()) == {2}
