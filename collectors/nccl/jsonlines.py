@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ CHUNK_BYTES = 4 * 2**20
 #: per-line parser whole rather than being halved again.
 _SMALL = 4
 _ROW = re.compile(r"\bin row (\d+)")
-_NEWLINE, _OPEN, _SPACE = 10, ord("{"), ord(" ")
+_NEWLINE, _OPEN, _SPACE, _CR, _COMMA = 10, ord("{"), ord(" "), 13, ord(",")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +83,11 @@ def valid_utf8(data: bytes) -> bytes:
     it is valid, the common case, checked without a copy when it is ASCII."""
     if not data or int(np.frombuffer(data, np.uint8).max()) < 0x80:
         return data
+    offsets = pa.py_buffer(np.array([0, len(data)], np.int64))
     try:
-        data.decode("utf-8")
+        pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(data)]).validate(full=True)
         return data
-    except UnicodeDecodeError:
+    except pa.ArrowInvalid:
         return data.decode("utf-8", "replace").encode("utf-8")
 
 
@@ -104,28 +106,32 @@ Token = tuple[bytes, int | None]
 
 
 def lines_holding(lines: Lines, tokens: Iterable[Token]) -> np.ndarray:
-    """The lines in which any of ``tokens`` occurs (one search per such line, not per occurrence)."""
+    """The lines in which any of ``tokens`` occurs: one scan per anchor byte (for all the tokens
+    that share it) or per whole token, one search per line that holds one."""
     data, found = lines.data, []
+    by_anchor: dict[bytes, list[tuple[bytes, int]]] = {}
+    whole: list[bytes] = []
     for tok, anchor in tokens:
-        budget = len(lines) + 16  # anchor bytes that start no token, before searching whole tokens
-        if anchor is not None:
-            byte = tok[anchor : anchor + 1]
-            i = data.find(byte, anchor)
-            while i >= 0 and budget:
-                at = i - anchor
-                if data[at : at + len(tok)] == tok:
-                    line = int(lines.line_of(np.array([at]))[0])
-                    found.append(line)
-                    i = data.find(byte, int(lines.ends[line]) + anchor)
-                else:
-                    budget -= 1
-                    i = data.find(byte, i + 1)
-            if i < 0:
-                continue
-            start = max(i - anchor, 0)
+        if anchor is None:
+            whole.append(tok)
         else:
-            start = 0
-        i = data.find(tok, start)
+            by_anchor.setdefault(tok[anchor : anchor + 1], []).append((tok, anchor))
+    for byte, toks in by_anchor.items():
+        budget = len(lines) + 16  # anchor bytes that start no token, before searching whole tokens
+        i = data.find(byte)
+        while i >= 0 and budget:
+            hit = next((i - a for t, a in toks if data[i - a : i - a + len(t)] == t and i >= a), None)
+            if hit is None:
+                budget -= 1
+                i = data.find(byte, i + 1)
+                continue
+            line = int(lines.line_of(np.array([hit]))[0])
+            found.append(line)
+            i = data.find(byte, int(lines.ends[line]))
+        if i >= 0:  # the anchor byte is common in this buffer after all
+            whole.extend(t for t, _ in toks)
+    for tok in whole:
+        i = data.find(tok)
         while i >= 0:
             line = int(lines.line_of(np.array([i]))[0])
             found.append(line)
@@ -139,6 +145,8 @@ def read_lines(
     *,
     hold: Iterable[Token] = (),
     substitute: Sequence[tuple[bytes, bytes]] = (),
+    trailing_comma: bool = False,
+    suspect: Sequence[bytes] = (),
 ) -> Read:
     """Read the lines of ``lines`` that pyarrow reads as ``json.loads`` would, with ``schema``
     (fields it does not name are ignored).
@@ -147,6 +155,9 @@ def read_lines(
     reads differently, or one whose presence the columns cannot show, such as ``null``).
     ``substitute`` pairs of equal length are replaced in what pyarrow reads (a spelling it cannot
     read, where the replacement means the same to the caller); the offsets stay those of ``lines``.
+    ``trailing_comma`` blanks one comma ending a line (before a carriage return), as in the
+    elements of a JSON array printed one per line. ``suspect`` tokens mark lines pyarrow is
+    likely to refuse: a chunk that fails sets them aside before reading around the rest.
     """
     data, starts, ends = lines.data, lines.starts, lines.ends
     n = len(lines)
@@ -164,22 +175,32 @@ def read_lines(
     # the substitutions made, in one copy (none in the common case).
     between = slow[0][(slow[0] > cand[0]) & (slow[0] < cand[-1])]
     subs = [(pos, new) for old, new in substitute for pos in _positions(data, old, new)]
-    if len(between) or subs:
+    commas = np.empty(0, np.int64)
+    if trailing_comma:
+        last = ends[cand] - 1
+        last = np.where((raw[last] == _CR) & (last > starts[cand]), last - 1, last)
+        commas = last[raw[last] == _COMMA]
+    if len(between) or subs or len(commas):
         buf = bytearray(data)
         for i in between.tolist():
             buf[starts[i] : ends[i]] = b" " * int(ends[i] - starts[i])
         for pos, new in subs:
             buf[pos : pos + len(new)] = new
+        np.frombuffer(buf, np.uint8)[commas] = _SPACE
         data = buf  # type: ignore[assignment]
-    reader = _Reader(pa.py_buffer(data), starts[cand], ends[cand], schema)
+    reader = _Reader(data, starts[cand], ends[cand], schema, suspect)
     bounds = np.unique(np.searchsorted(starts[cand], np.arange(CHUNK_BYTES, len(data), CHUNK_BYTES)))
     edges = [0, *bounds[(bounds > 0) & (bounds < len(cand))].tolist(), len(cand)]
-    for lo, hi in itertools.pairwise(edges):
-        reader.read(lo, hi)
-    got = sorted(reader.tables, key=lambda x: x[0])
-    table = pa.concat_tables([t for _, _, t in got]) if got else schema.empty_table()
-    line = np.concatenate([cand[lo:hi] for lo, hi, _ in got]) if got else np.empty(0, np.int64)
-    slow.append(cand[np.array(reader.refused, np.int64)])
+    chunks = list(itertools.pairwise(edges))
+    if len(chunks) > 1 and pa.cpu_count() > 1:  # read_json releases the GIL: chunks side by side
+        with ThreadPoolExecutor(min(pa.cpu_count(), len(chunks))) as pool:
+            results = list(pool.map(lambda c: reader.read(*c), chunks))
+    else:
+        results = [reader.read(lo, hi) for lo, hi in chunks]
+    got = sorted((t for tables, _ in results for t in tables), key=lambda x: int(x[0][0]))
+    table = pa.concat_tables([t for _, t in got]) if got else schema.empty_table()
+    line = np.concatenate([cand[ids] for ids, _ in got]) if got else np.empty(0, np.int64)
+    slow.append(cand[np.array([i for _, refused in results for i in refused], np.int64)])
     return Read(table, line.astype(np.int64), np.unique(np.concatenate(slow)).astype(np.int64))
 
 
@@ -194,47 +215,95 @@ def _positions(data: bytes, old: bytes, new: bytes) -> list[int]:
 
 
 class _Reader:
-    """Reads ranges of candidate lines, reading around the ones pyarrow refuses."""
+    """Reads chunks of candidate lines, reading around the ones pyarrow refuses.
 
-    def __init__(self, buf: pa.Buffer, starts: np.ndarray, ends: np.ndarray, schema: pa.Schema) -> None:
-        self.buf, self.starts, self.ends = buf, starts, ends
+    A chunk that fails and holds ``suspect`` tokens (spellings the format is known to print
+    that pyarrow refuses) has those lines set aside first, so a trace full of them costs one
+    search, not one failed read per line."""
+
+    def __init__(
+        self, data: bytes | bytearray, starts: np.ndarray, ends: np.ndarray, schema: pa.Schema,
+        suspect: Sequence[bytes],
+    ) -> None:  # fmt: skip
+        self.data, self.buf, self.starts, self.ends, self.suspect = (
+            data,
+            pa.py_buffer(data),
+            starts,
+            ends,
+            suspect,
+        )
         self.parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-        self.tables: list[tuple[int, int, pa.Table]] = []
-        self.refused: list[int] = []  # candidate indices
 
-    def read(self, lo: int, hi: int) -> None:
-        todo = [(lo, hi)]
+    def read(self, lo: int, hi: int) -> tuple[list[tuple[np.ndarray, pa.Table]], list[int]]:
+        """The tables of candidates ``lo:hi`` (each with the candidates it holds) and the
+        candidates refused."""
+        tables: list[tuple[np.ndarray, pa.Table]] = []
+        refused: list[int] = []
+        ids, buf, base = np.arange(lo, hi), self.buf, 0
+        todo, set_aside = [(0, len(ids))], not self.suspect
         while todo:
-            lo, hi = todo.pop()
-            if lo >= hi:
+            i0, i1 = todo.pop()
+            if i0 >= i1:
                 continue
-            b0, b1 = int(self.starts[lo]), int(self.ends[hi - 1])
+            b0, b1 = int(self.starts[ids[i0]]), int(self.ends[ids[i1 - 1]])
             try:
                 table = pj.read_json(
-                    pa.BufferReader(self.buf.slice(b0, b1 - b0)),
+                    pa.BufferReader(buf.slice(b0 - base, b1 - b0)),
                     read_options=pj.ReadOptions(use_threads=False, block_size=b1 - b0 + 1),
                     parse_options=self.parse,
                 )
             except pa.ArrowInvalid as e:
+                if not set_aside:  # the chunk's first failure, before anything was read
+                    set_aside = True
+                    bad = self._suspects(ids)
+                    if bad.any():
+                        refused.extend(ids[bad].tolist())
+                        buf, base = self._blanked(ids, bad)
+                        ids = ids[~bad]
+                        todo = [(0, len(ids))]
+                        continue
                 m = _ROW.search(str(e))
                 row = int(m.group(1)) if m else -1
-                if 0 <= row < hi - lo:  # usually right; when not, the ranges around it fail again
-                    self.refused.append(lo + row)
-                    todo += [(lo + row + 1, hi), (lo, lo + row)]
+                if 0 <= row < i1 - i0:  # usually right; when not, the ranges around it fail again
+                    refused.append(int(ids[i0 + row]))
+                    todo += [(i0 + row + 1, i1), (i0, i0 + row)]
                 else:
-                    self._split(lo, hi, todo)
+                    self._split(ids, i0, i1, todo, refused)
                 continue
-            if table.num_rows == hi - lo:
-                self.tables.append((lo, hi, table))
+            if table.num_rows == i1 - i0:
+                tables.append((ids[i0:i1], table))
             else:  # a line held two objects: pyarrow's rows no longer match the lines
-                self._split(lo, hi, todo)
+                self._split(ids, i0, i1, todo, refused)
+        return tables, refused
 
-    def _split(self, lo: int, hi: int, todo: list[tuple[int, int]]) -> None:
-        if hi - lo <= _SMALL:
-            self.refused.extend(range(lo, hi))
+    def _suspects(self, ids: np.ndarray) -> np.ndarray:
+        """Which of the candidates ``ids`` (one chunk, ascending) hold a suspect token."""
+        b0, b1 = int(self.starts[ids[0]]), int(self.ends[ids[-1]])
+        bad = np.zeros(len(ids), bool)
+        for tok in self.suspect:
+            i = self.data.find(tok, b0, b1)
+            while i >= 0:
+                j = int(np.searchsorted(self.starts[ids], i, side="right")) - 1
+                bad[j] = True
+                i = self.data.find(tok, int(self.ends[ids[j]]), b1)
+        return bad
+
+    def _blanked(self, ids: np.ndarray, bad: np.ndarray) -> tuple[pa.Buffer, int]:
+        """A copy of the chunk with the ``bad`` candidates' lines blanked, and its offset."""
+        b0, b1 = int(self.starts[ids[0]]), int(self.ends[ids[-1]])
+        local = bytearray(self.data[b0:b1])
+        for i in ids[bad].tolist():
+            s, e = int(self.starts[i]) - b0, int(self.ends[i]) - b0
+            local[s:e] = b" " * (e - s)
+        return pa.py_buffer(local), b0
+
+    @staticmethod
+    def _split(ids: np.ndarray, i0: int, i1: int, todo: list[tuple[int, int]], refused: list[int]) -> None:
+        if i1 - i0 <= _SMALL:
+            refused.extend(ids[i0:i1].tolist())
         else:
-            mid = (lo + hi) // 2
-            todo += [(mid, hi), (lo, mid)]
+            mid = (i0 + i1) // 2
+            todo += [(mid, i1), (i0, mid)]
 
 
 #: Integers past 2**53 do not survive as float64: a column value that large is not trusted.

@@ -28,6 +28,11 @@ counted. Association is by nesting in file order (a step belongs to the innermos
 ``Progress`` op of its direction, a QP event to the innermost open step), which is how the
 plugin prints them.
 
+A trace is read as columns (:mod:`graywire.collectors.nccl.profiler_columns`: pyarrow reads the
+lines that are JSON, the others are repaired one by one, and the nesting is resolved for all
+events at once); a read whose nesting the column pass does not model goes on event by event
+(:mod:`graywire.collectors.nccl.profiler_events`). Both give the same tables and rows.
+
 :meth:`ProfilerParser.proxy_rows` turns each finished ProxyOp into one ``nccl_proxy`` row: its
 steps' seconds per wait state summed, the bytes and steps it moved, and the QP it used.
 """
@@ -35,13 +40,18 @@ steps' seconds per wait state summed, the bytes and steps it moved, and the QP i
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import Any
 
+import pyarrow as pa
+
+from graywire.collectors.nccl.common import TimingRows
+from graywire.collectors.nccl.profiler_columns import TraceColumns
 from graywire.collectors.nccl.profiler_events import WAIT_COLUMN, DeviceOf, EventParser, PortOf, lenient_event
+from graywire.collectors.nccl.proxy import ProxyRows
 
 __all__ = [
     "WAIT_COLUMN",
-    "DeviceOf",
-    "PortOf",
     "ProfilerParser",
     "dump_name_parts",
     "host_from_dump_name",
@@ -50,8 +60,124 @@ __all__ = [
 ]
 
 
-class ProfilerParser(EventParser):
-    """Stateful parser of one trace file (events may arrive across many reads)."""
+class ProfilerParser:
+    """Stateful parser of one trace file (events may arrive across many reads).
+
+    Reads go through the column pass (:class:`~graywire.collectors.nccl.profiler_columns.TraceColumns`);
+    the first read it cannot follow hands the file's state to the per-event parser
+    (:class:`~graywire.collectors.nccl.profiler_events.EventParser`), which reads it from then on.
+    Both give the same tables and rows.
+    """
+
+    def __init__(self) -> None:
+        self._state: TraceColumns | EventParser = TraceColumns()
+
+    def feed(self, lines: Iterable[str | bytes]) -> None:
+        lines = list(lines)
+        if isinstance(self._state, TraceColumns):
+            if self._state.feed(lines):
+                return
+            self._state = self._state.to_events()
+        self._state.feed(lines)
+
+    def feed_data(self, data: bytes) -> None:
+        """The lines of a buffer (joined by newlines, as a file holds them)."""
+        if isinstance(self._state, TraceColumns):
+            if self._state.feed_data(data):
+                return
+            self._state = self._state.to_events()
+        self._state.feed(data.split(b"\n"))
+
+    @property
+    def columnar(self) -> bool:
+        """Whether every read so far went through the column pass."""
+        return isinstance(self._state, TraceColumns)
+
+    @property
+    def skipped(self) -> int:
+        """Lines that look like events but do not parse."""
+        return self._state.skipped
+
+    @property
+    def problems(self) -> list[str]:
+        return self._state.problems
+
+    @property
+    def colls(self) -> list[dict[str, Any]]:
+        s = self._state
+        return s.coll_dicts() if isinstance(s, TraceColumns) else s.colls
+
+    @property
+    def kernels(self) -> list[dict[str, Any]]:
+        s = self._state
+        return s.kernel_dicts() if isinstance(s, TraceColumns) else s.kernels
+
+    @property
+    def proxy_ops(self) -> list[dict[str, Any]]:
+        s = self._state
+        return s.op_dicts() if isinstance(s, TraceColumns) else s.proxy_ops
+
+    @property
+    def proxy_steps(self) -> list[dict[str, Any]]:
+        s = self._state
+        return s.step_dicts() if isinstance(s, TraceColumns) else s.proxy_steps
+
+    @property
+    def net_events(self) -> list[dict[str, Any]]:
+        s = self._state
+        return s.net_dicts() if isinstance(s, TraceColumns) else s.net_events
+
+    def kernel_table(self) -> pa.Table:
+        """One row per KernelCh: the channel's GPU time and the collective it belongs to."""
+        return self._state.kernel_table()
+
+    def proxy_op_table(self) -> pa.Table:
+        """One row per ProxyOp phase: channel, peer, direction and its CPU time."""
+        return self._state.proxy_op_table()
+
+    def proxy_step_table(self) -> pa.Table:
+        """One row per network step state: which peer and channel waited, and how long."""
+        return self._state.proxy_step_table()
+
+    def net_table(self) -> pa.Table:
+        """One row per network-plugin event: the QP (IB) or socket that carried a step."""
+        return self._state.net_table()
+
+    def timing_rows(
+        self,
+        rows: TimingRows,
+        *,
+        job: str,
+        host: str | None = None,
+        device: int | None = None,
+        observed_us: int | None = None,
+        start: int = 0,
+    ) -> int:
+        """Add one nccl_timing row per complete KernelCh from ``kernels[start:]``; returns the
+        new start. The communicator is the CommHash as ``0x%x`` (how the Inspector names it)."""
+        return self._state.timing_rows(
+            rows, job=job, host=host, device=device, observed_us=observed_us, start=start
+        )
+
+    def proxy_rows(
+        self,
+        rows: ProxyRows,
+        *,
+        job: str,
+        host: str | None = None,
+        device_of: DeviceOf | None = None,
+        port_of: PortOf | None = None,
+        observed_us: int | None = None,
+    ) -> int:
+        """Add one nccl_proxy row per finished ``Progress`` op not added before; returns how many.
+
+        An op is finished when its end was printed or its collective closed (a dump cut inside
+        an op still gives the steps it has). ``device_of(host, pid, rank)`` and ``port_of(host,
+        pid, rank, channel, peer, direction)`` resolve the GPU and NIC from NCCL_DEBUG lines.
+        """
+        return self._state.proxy_rows(
+            rows, job=job, host=host, device_of=device_of, port_of=port_of, observed_us=observed_us
+        )
 
 
 def host_from_dump_name(name: str) -> str | None:

@@ -30,7 +30,7 @@ class ProxyRows(RowBuffer):
 
     __slots__ = ()
     FIELDS = PROXY_FIELDS
-    AS_GIVEN = frozenset(_DICT)
+    DICTIONARY = frozenset(_DICT)
     TYPES: ClassVar[dict[str, pa.DataType]] = {
         **{f: pa.string() for f in _DICT},
         **{f.name: f.type for f in NCCL_PROXY if f.name in PROXY_FIELDS and f.name not in _DICT},
@@ -80,7 +80,7 @@ class ProxyRows(RowBuffer):
         c = self.columns()
         cols: dict[str, pa.Array] = {"time": pa.array(np.full(n, ts), type=TS)}
         for name in PROXY_FIELDS[:-1]:
-            cols[name] = c[name].dictionary_encode() if name in _DICT else c[name]
+            cols[name] = c[name]
         required = [f.name for f in NCCL_PROXY if not f.nullable and f.name in cols]
         keep = pa.array(np.ones(n, dtype=bool))
         for name in required:  # a row whose rank, channel or peer did not fit is left out

@@ -454,7 +454,8 @@ class NcclFileCollector:
             return st.skipped - before
         assert isinstance(st, ProfilerParser)
         before, seen = st.skipped, len(st.problems)
-        st.feed(chunk.lines)
+        if chunk.data is not None:
+            st.feed_data(chunk.data)
         problems.extend(f"{name} {p}" for p in st.problems[seen:])
         del st.problems[:]
         mtime = int(tf.path.stat().st_mtime * 1e6) if tf.path.exists() else None
