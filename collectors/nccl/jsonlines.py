@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -103,6 +103,8 @@ class Read:
 #: A token to hold back, with the index of the byte to look for first (memchr-fast when that
 #: byte is rare in the format), or None to search for the whole token.
 Token = tuple[bytes, int | None]
+#: Byte offsets, in a chunk's bytes, of spellings pyarrow will refuse.
+Suspect = Callable[[np.ndarray], np.ndarray]
 
 
 def lines_holding(lines: Lines, tokens: Iterable[Token]) -> np.ndarray:
@@ -146,7 +148,7 @@ def read_lines(
     hold: Iterable[Token] = (),
     substitute: Sequence[tuple[bytes, bytes]] = (),
     trailing_comma: bool = False,
-    suspect: Sequence[bytes] = (),
+    suspect: Suspect | None = None,
 ) -> Read:
     """Read the lines of ``lines`` that pyarrow reads as ``json.loads`` would, with ``schema``
     (fields it does not name are ignored).
@@ -156,8 +158,9 @@ def read_lines(
     ``substitute`` pairs of equal length are replaced in what pyarrow reads (a spelling it cannot
     read, where the replacement means the same to the caller); the offsets stay those of ``lines``.
     ``trailing_comma`` blanks one comma ending a line (before a carriage return), as in the
-    elements of a JSON array printed one per line. ``suspect`` tokens mark lines pyarrow is
-    likely to refuse: a chunk that fails sets them aside before reading around the rest.
+    elements of a JSON array printed one per line. ``suspect`` finds, in a chunk's bytes, the
+    offsets of what pyarrow is likely to refuse: a chunk that fails sets those lines aside before
+    reading around the rest.
     """
     data, starts, ends = lines.data, lines.starts, lines.ends
     n = len(lines)
@@ -217,21 +220,20 @@ def _positions(data: bytes, old: bytes, new: bytes) -> list[int]:
 class _Reader:
     """Reads chunks of candidate lines, reading around the ones pyarrow refuses.
 
-    A chunk that fails and holds ``suspect`` tokens (spellings the format is known to print
-    that pyarrow refuses) has those lines set aside first, so a trace full of them costs one
-    search, not one failed read per line."""
+    A chunk that fails and holds ``suspect`` bytes (spellings the format is known to print that
+    pyarrow refuses) has those lines set aside first, so a trace full of them costs one search,
+    not one failed read per line."""
 
     def __init__(
-        self, data: bytes | bytearray, starts: np.ndarray, ends: np.ndarray, schema: pa.Schema,
-        suspect: Sequence[bytes],
-    ) -> None:  # fmt: skip
-        self.data, self.buf, self.starts, self.ends, self.suspect = (
-            data,
-            pa.py_buffer(data),
-            starts,
-            ends,
-            suspect,
-        )
+        self,
+        data: bytes | bytearray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        schema: pa.Schema,
+        suspect: Suspect | None,
+    ) -> None:
+        self.data, self.buf, self.starts, self.ends = data, pa.py_buffer(data), starts, ends
+        self.suspect = suspect
         self.parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
 
     def read(self, lo: int, hi: int) -> tuple[list[tuple[np.ndarray, pa.Table]], list[int]]:
@@ -240,7 +242,7 @@ class _Reader:
         tables: list[tuple[np.ndarray, pa.Table]] = []
         refused: list[int] = []
         ids, buf, base = np.arange(lo, hi), self.buf, 0
-        todo, set_aside = [(0, len(ids))], not self.suspect
+        todo, set_aside = [(0, len(ids))], self.suspect is None
         while todo:
             i0, i1 = todo.pop()
             if i0 >= i1:
@@ -277,15 +279,13 @@ class _Reader:
         return tables, refused
 
     def _suspects(self, ids: np.ndarray) -> np.ndarray:
-        """Which of the candidates ``ids`` (one chunk, ascending) hold a suspect token."""
+        """Which of the candidates ``ids`` (one chunk, ascending) hold something suspect."""
+        assert self.suspect is not None
         b0, b1 = int(self.starts[ids[0]]), int(self.ends[ids[-1]])
+        at = self.suspect(np.frombuffer(self.data, np.uint8)[b0:b1]) + b0
         bad = np.zeros(len(ids), bool)
-        for tok in self.suspect:
-            i = self.data.find(tok, b0, b1)
-            while i >= 0:
-                j = int(np.searchsorted(self.starts[ids], i, side="right")) - 1
-                bad[j] = True
-                i = self.data.find(tok, int(self.ends[ids[j]]), b1)
+        j = np.searchsorted(self.starts[ids], at, side="right") - 1
+        bad[j[(j >= 0) & (at < self.ends[ids[np.maximum(j, 0)]])]] = True
         return bad
 
     def _blanked(self, ids: np.ndarray, bad: np.ndarray) -> tuple[pa.Buffer, int]:

@@ -99,9 +99,25 @@ _HOLD: tuple[Token, ...] = (
     (b"Inf", 2),
     *((q.encode(), 0) for q in ("\u201c", "\u201d", "\u201e", "\u2033")),
 )
-#: What older plugins printed unquoted (pointers, ``(nil)``, data types, NaN): lines pyarrow
-#: refuses, set aside in one search once a chunk fails.
-_SUSPECT = (b": 0x", b":0x", b"(nil)", b": nccl", b":nccl", b": nan", b": -nan", b": inf", b": -inf")
+_COLON, _SPACE, _QUOTE = ord(":"), ord(" "), ord('"')
+#: Bytes a JSON value may start with after a colon (a string, a number, an object or array,
+#: true, false, null, NaN, Infinity); any other is a bare value older plugins printed.
+_VALUE_START = np.zeros(256, bool)
+_VALUE_START[[_QUOTE, *b"-0123456789{[tfnNI"]] = True
+
+
+def _bare_values(chunk: np.ndarray) -> np.ndarray:
+    """Offsets of values printed unquoted (``"Stream": 0x5020000567d0``, ``"datatype":
+    ncclFloat32``, ``(nil)``): after a colon and at most one space, a byte no JSON value starts
+    with, or ``0x``. Colons inside strings may count too: those lines are only repaired one by
+    one, which reads them exactly."""
+    colon = np.flatnonzero(chunk == _COLON)
+    colon = colon[colon + 3 < len(chunk)]
+    at = colon + 1 + (chunk[colon + 1] == _SPACE)
+    first, second = chunk[at], chunk[at + 1]
+    return at[~_VALUE_START[first] | ((first == ord("0")) & ((second == ord("x")) | (second == ord("X"))))]
+
+
 _SKIP_LINES = ("[", "]", "{}]", "{}", "{},")
 _WAIT_COLUMNS = tuple(NCCL_PROXY_WAITS)
 _NONE = -1
@@ -337,7 +353,7 @@ class TraceColumns:
         return self._feed(split_lines(valid_utf8(data)))
 
     def _feed(self, lines: Lines) -> bool:
-        read = read_lines(lines, SCHEMA, hold=_HOLD, trailing_comma=True, suspect=_SUSPECT)
+        read = read_lines(lines, SCHEMA, hold=_HOLD, trailing_comma=True, suspect=_bare_values)
         fast, slow = self._fast_events(read.table, read.line)
         extra, skipped, problems = [], 0, []
         for i in sorted({*read.slow.tolist(), *slow.tolist()}):
