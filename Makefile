@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_rates.py
 	$(BIN)/python bench/bench_pipeline.py
 	$(BIN)/python bench/bench_metrics.py
+	$(BIN)/python bench/bench_nccl_parse.py
 
 clean:
 	rm -rf $(VENV) graywire-data .pytest_cache .ruff_cache

@@ -45,6 +45,21 @@ def test_partial_lines_wait_for_their_newline(tmp_path: Path) -> None:
     assert lines_of(t.poll()) == {"a.log": [b'{"x": 3}']}
 
 
+def test_a_chunk_holds_the_bytes_read_and_costs_what_its_lines_do(tmp_path: Path) -> None:
+    """Parsers that read whole buffers take the bytes as read; the lines (and the poll budget)
+    are still those without carriage returns."""
+    (tmp_path / "a.log").write_bytes(b'{"x": 1}\r\n\r\n{"x": 2}\n{"x": 3}\n')
+    (tmp_path / "b.log").write_bytes(b"one\ntwo\n")
+    t = DirectoryTailer(tmp_path, "*.log", max_bytes_per_poll=4096)
+    a, b = t.poll()
+    assert a.data == b'{"x": 1}\r\n\r\n{"x": 2}\n{"x": 3}'
+    assert a.lines == [b'{"x": 1}', b"", b'{"x": 2}', b'{"x": 3}'] and a.size == sum(
+        len(x) + 1 for x in a.lines
+    )
+    assert (b.data, b.lines, b.size, b.first_line) == (b"one\ntwo", [b"one", b"two"], 8, 1)
+    assert t.files[next(iter(t.files))].line_no == 4
+
+
 def test_new_files_are_picked_up_and_deleted_ones_forgotten(tmp_path: Path) -> None:
     (tmp_path / "a.log").write_text("1\n")
     t = DirectoryTailer(tmp_path, "*.log")
