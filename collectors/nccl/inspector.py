@@ -33,6 +33,11 @@ when the record is verbose, else the dump time. The JSON has no GPU index and no
 GPU comes from a resolver (the process's NCCL_DEBUG log, see :mod:`graywire.collectors.nccl.debug_log`)
 or from ``gpus_per_host`` (rank % gpus_per_host, only where the communicator spans whole
 hosts), and the job from configuration. P2P and proxy records are counted, not made rows.
+
+Buffers of JSON lines are read as columns: pyarrow reads the records and one pass over whole
+columns does what :meth:`InspectorParser.feed_record` does to each, for every record it can
+decide exactly; the others (bad lines, problems to report, values a float64 column cannot hold
+exactly) go through ``feed_record`` in line order. Small buffers go line by line throughout.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graywire.collectors.nccl import jsonlines
 from graywire.collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, in_range, plausible_us
 from graywire.collectors.nccl.jsonlines import (
     Lines,
@@ -111,7 +117,7 @@ class InspectorParser:
         """Parse complete JSON lines (blank lines are fine); ``first_line`` numbers them in messages.
 
         The lines are read as columns (:meth:`feed_data`); a list whose items hold newlines
-        themselves is parsed one item at a time."""
+        themselves is parsed one item at a time, as is a buffer under ``SMALL_BYTES``."""
         lines = list(lines)
         data = join_lines(lines)
         split = split_lines(valid_utf8(data)) if data is not None else None
@@ -141,6 +147,11 @@ class InspectorParser:
     def _feed_split(
         self, lines: Lines, rows: TimingRows, where: str, first_line: int, strict_json: bool
     ) -> None:
+        if len(lines.data) < jsonlines.SMALL_BYTES:
+            for i in range(len(lines)):
+                value = _decode_line(lines[i], strip=not strict_json)
+                self._feed_value(value, rows, f"{where}line {first_line + i}", strict_json)
+            return
         read = read_lines(lines, SCHEMA, hold=_HOLD, substitute=_SUBSTITUTE)
         values: dict[int, Any] = {}
         for i in read.slow.tolist():
@@ -157,7 +168,7 @@ class InspectorParser:
             data = text.encode("utf-8")
         except UnicodeEncodeError:
             data = None
-        if data is not None:
+        if data is not None and len(data) >= jsonlines.SMALL_BYTES:
             lines = split_lines(data)
             read = read_lines(lines, SCHEMA, hold=_HOLD, substitute=_SUBSTITUTE)
             if not any(lines[i].strip(b" \t\r") for i in read.slow.tolist()):

@@ -26,6 +26,10 @@ import pyarrow.json as pj
 #: Bytes given to one ``read_json`` call: big enough to amortize it, small enough that a line
 #: pyarrow refuses costs little to read around.
 CHUNK_BYTES = 4 * 2**20
+#: Below this, a buffer goes to the parsers' per-line paths: reading columns costs a few ms
+#: however few the lines (pyarrow's setup, a few dozen whole-column steps), which json.loads
+#: line by line beats up to about this size (measured on Inspector records and trace events).
+SMALL_BYTES = 128 * 2**10
 #: A range with this many lines or fewer that pyarrow refuses without naming a row goes to the
 #: per-line parser whole rather than being halved again.
 _SMALL = 4

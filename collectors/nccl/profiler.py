@@ -45,6 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from graywire.collectors.nccl import jsonlines
 from graywire.collectors.nccl.common import TimingRows
 from graywire.collectors.nccl.profiler_columns import TraceColumns
 from graywire.collectors.nccl.profiler_events import WAIT_COLUMN, DeviceOf, EventParser, PortOf, lenient_event
@@ -65,15 +66,17 @@ class ProfilerParser:
 
     Reads go through the column pass (:class:`~graywire.collectors.nccl.profiler_columns.TraceColumns`);
     the first read it cannot follow hands the file's state to the per-event parser
-    (:class:`~graywire.collectors.nccl.profiler_events.EventParser`), which reads it from then on.
-    Both give the same tables and rows.
+    (:class:`~graywire.collectors.nccl.profiler_events.EventParser`), which reads it from then on,
+    as it does a trace whose first read is under ``SMALL_BYTES``. Both give the same tables and rows.
     """
 
     def __init__(self) -> None:
         self._state: TraceColumns | EventParser = TraceColumns()
+        self._read = False
 
     def feed(self, lines: Iterable[str | bytes]) -> None:
         lines = list(lines)
+        self._first_read(sum(len(x) + 1 for x in lines))
         if isinstance(self._state, TraceColumns):
             if self._state.feed(lines):
                 return
@@ -82,11 +85,19 @@ class ProfilerParser:
 
     def feed_data(self, data: bytes) -> None:
         """The lines of a buffer (joined by newlines, as a file holds them)."""
+        self._first_read(len(data))
         if isinstance(self._state, TraceColumns):
             if self._state.feed_data(data):
                 return
             self._state = self._state.to_events()
         self._state.feed(data.split(b"\n"))
+
+    def _first_read(self, size: int) -> None:
+        """A trace whose first read is small is read event by event (faster at that size): the
+        plugin writes its dump once, at finalize, so that read is most of it."""
+        if not self._read and size < jsonlines.SMALL_BYTES:
+            self._state = EventParser()
+        self._read = True
 
     @property
     def columnar(self) -> bool:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from graywire.collectors.nccl import jsonlines
 from graywire.collectors.nccl.common import TimingRows
 from graywire.collectors.nccl.debug_log import NcclTopology
 from graywire.collectors.nccl.inspector import InspectorParser, iter_json_values, parse_inspector_text
@@ -32,6 +33,29 @@ from tests.strategies import JSON_VALUES, PROPERTY
 WHEN = datetime(2026, 1, 1, tzinfo=UTC)
 NCCL = REAL_FIXTURES / "nccl"
 needs_fixtures = pytest.mark.skipif(not NCCL.is_dir(), reason=f"real fixtures not found at {NCCL}")
+
+
+@pytest.fixture(autouse=True)
+def columns_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The column pass for every buffer, however small: these lines are few."""
+    monkeypatch.setattr(jsonlines, "SMALL_BYTES", 0)
+
+
+def test_small_buffers_go_line_by_line_and_large_ones_as_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsonlines, "SMALL_BYTES", 4096)
+    line = (
+        b'{"header":{"id":"0x1","rank":0},"metadata":{"pid":1},'
+        + b'"coll_perf":{"coll":"X","coll_exec_time_us":5}}'
+    )
+    per_record: list[Any] = []
+    feed = InspectorParser.feed_record
+    monkeypatch.setattr(InspectorParser, "feed_record", lambda *a: per_record.append(a) or feed(*a))
+    small, large = TimingRows(), TimingRows()
+    InspectorParser("j").feed_data(b"\n".join([line] * 10), small)
+    assert len(per_record) == 10
+    InspectorParser("j").feed_data(b"\n".join([line] * 100), large)
+    assert len(per_record) == 10 and len(large) == 100
+    assert small.to_batch(WHEN).to_pylist() == large.to_batch(WHEN).to_pylist()[:10]
 
 
 def per_line(

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from graywire.collectors.nccl import jsonlines
 from graywire.collectors.nccl.common import TimingRows
 from graywire.collectors.nccl.profiler import ProfilerParser
 from graywire.collectors.nccl.profiler_events import EventParser
@@ -74,6 +75,23 @@ def assert_same(
     parser = ProfilerParser()
     assert run(parser, lines, pieces, host) == run(EventParser(), lines, pieces, host)
     return parser
+
+
+@pytest.fixture(autouse=True)
+def columns_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The column pass for every trace, however small: these are."""
+    monkeypatch.setattr(jsonlines, "SMALL_BYTES", 0)
+
+
+def test_a_trace_whose_first_read_is_small_is_read_event_by_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = dump_lines(DUMPS[0])
+    size = len("\n".join(lines))
+    monkeypatch.setattr(jsonlines, "SMALL_BYTES", size)
+    parser = assert_same(lines[:10], pieces=(5,))
+    assert not parser.columnar
+    parser = ProfilerParser()
+    parser.feed(lines + lines[1:])  # big enough
+    assert parser.columnar
 
 
 def dump_lines(path: Path) -> list[str]:
