@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_pipeline.py
 	$(BIN)/python bench/bench_metrics.py
 	$(BIN)/python bench/bench_snmp.py
+	$(BIN)/python bench/bench_nccl_parse.py
 
 clean:
 	rm -rf $(VENV) graywire-data .pytest_cache .ruff_cache

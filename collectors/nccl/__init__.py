@@ -3,7 +3,10 @@
 - :mod:`graywire.collectors.nccl.inspector`: Inspector JSON lines -> nccl_timing (whole collective and
   per channel); its Prometheus textfile -> an aggregate table.
 - :mod:`graywire.collectors.nccl.profiler`: example-plugin Chrome traces -> per-channel kernel times
-  and per-peer proxy steps.
+  and per-peer proxy steps (read as columns by ``profiler_columns``, event by event by
+  ``profiler_events`` where the columns cannot follow).
+- :mod:`graywire.collectors.nccl.jsonlines`: JSON lines read into columns by pyarrow, the lines it
+  cannot read handed back to the parsers' per-line paths.
 - :mod:`graywire.collectors.nccl.nccl_tests`: nccl-tests output -> result table, summary, timing rows.
 - :mod:`graywire.collectors.nccl.debug_log`: NCCL_DEBUG=INFO lines -> ranks, channels, NICs, and
   transport fallbacks.

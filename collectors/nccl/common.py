@@ -1,17 +1,16 @@
 """Shared pieces of the NCCL parsers: nccl_timing rows gathered in one pass, built into Arrow once.
 
-NCCL sources are text (JSON lines, log lines, tables), so parsing is per line by nature; what
-is not per line is turning the rows into Arrow. Each parser appends one tuple per row to a
-:class:`TimingRows` and the batch is built from whole columns at the end.
+NCCL sources are text (JSON lines, log lines, tables). The line-oriented parsers append one
+tuple per row to a :class:`TimingRows`; the JSON parsers read whole columns with pyarrow and
+append them as blocks. Either way the batch is built from whole columns at the end.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -85,27 +84,202 @@ def busbw_factor(collective: str, nranks: int) -> float:
     return f(nranks) if f is not None and nranks > 0 else 1.0
 
 
+class RowBuffer:
+    """Rows gathered in arrival order, one tuple per :meth:`add` or a whole block of columns at
+    once (:meth:`add_block`, from a parser that builds columns), fitted to their types once.
+
+    Subclasses name their ``FIELDS`` (tuple order) and the type each is fitted to (``TYPES``):
+    a value that does not fit (an integer past the type's range, a float past 1.8e308) becomes
+    null, as :func:`~graywire.collectors.schemas.fitted_array` does for tuples. The
+    ``DICTIONARY`` fields (names, keys) are strings taken as they are (a non-string there is a
+    parser's bug and fails the batch) and come out dictionary-encoded; a block may give them
+    dictionary-encoded too. ``rows`` holds the tuples added since the last block.
+    """
+
+    __slots__ = ("_parts", "rows")
+    FIELDS: ClassVar[tuple[str, ...]] = ()
+    TYPES: ClassVar[dict[str, pa.DataType]] = {}
+    DICTIONARY: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+        self._parts: list[list[tuple[Any, ...]] | dict[str, pa.Array]] = []
+
+    def __len__(self) -> int:
+        return sum(len(p) if isinstance(p, list) else _block_len(p) for p in self._all())
+
+    def _all(self) -> list[list[tuple[Any, ...]] | dict[str, pa.Array]]:
+        return [*self._parts, self.rows] if self.rows else list(self._parts)
+
+    def add_block(self, columns: dict[str, pa.Array]) -> None:
+        """Append whole columns (any subset of ``FIELDS``, equal lengths; the rest are null)."""
+        if not columns or not _block_len(columns):
+            return
+        if self.rows:
+            self._parts.append(self.rows)
+            self.rows = []
+        self._parts.append(columns)
+
+    def extend(self, other: RowBuffer) -> None:
+        for part in other._all():
+            if isinstance(part, list):
+                self.rows.extend(part)
+            else:
+                self.add_block(part)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` rows (a caller undoing what a failed parse added)."""
+        kept: list[list[tuple[Any, ...]] | dict[str, pa.Array]] = []
+        for part in self._all():
+            size = len(part) if isinstance(part, list) else _block_len(part)
+            if n <= 0:
+                break
+            if size > n:
+                part = part[:n] if isinstance(part, list) else {k: v.slice(0, n) for k, v in part.items()}
+            kept.append(part)
+            n -= size
+        self.rows = kept.pop() if kept and isinstance(kept[-1], list) else []
+        self._parts = kept
+
+    def column(self, name: str) -> list[Any]:
+        """One column as Python values, in row order (tuple values as added, block values as stored)."""
+        i = self.FIELDS.index(name)
+        out: list[Any] = []
+        for part in self._all():
+            if isinstance(part, list):
+                out.extend(r[i] for r in part)
+            else:
+                col = part.get(name)
+                out.extend(col.to_pylist() if col is not None else [None] * _block_len(part))
+        return out
+
+    def latest_observed_us(self, name: str = "observed_us") -> int | None:
+        """The newest plausible row time (after 1970, before 2262), or None."""
+        i = self.FIELDS.index(name)
+        seen: list[int] = []
+        for part in self._all():
+            if isinstance(part, list):
+                v = latest_plausible_us(r[i] for r in part)
+            else:
+                col = part.get(name)
+                v = None
+                if col is not None:
+                    col = col.cast(pa.int64())
+                    ok = pc.and_(pc.greater(col, 0), pc.less(col, _MAX_US))
+                    v = pc.max(col.filter(ok)).as_py()
+            if v is not None:
+                seen.append(v)
+        return max(seen) if seen else None
+
+    def columns(self) -> dict[str, pa.Array]:
+        """Every field as one fitted array over all rows (``DICTIONARY`` fields encoded)."""
+        chunks: dict[str, list[pa.Array]] = {f: [] for f in self.FIELDS}
+        for part in self._all():
+            if isinstance(part, list):
+                cols = list(zip(*part, strict=True))
+                for f, values in zip(self.FIELDS, cols, strict=True):
+                    typ = self.TYPES[f]
+                    chunks[f].append(
+                        pa.array(values, type=typ) if f in self.DICTIONARY else fitted_array(values, typ)
+                    )
+            else:
+                n = _block_len(part)
+                for f in self.FIELDS:
+                    col, typ = part.get(f), self.TYPES[f]
+                    if col is None:
+                        col = pa.nulls(n, typ)
+                    elif not (f in self.DICTIONARY and pa.types.is_dictionary(col.type)):
+                        col = fit_arrow(col, typ)
+                    chunks[f].append(col)
+        out = {}
+        for f, c in chunks.items():
+            if f in self.DICTIONARY:
+                out[f] = dictionary_in_order(c, self.TYPES[f])
+            else:
+                out[f] = (
+                    pa.concat_arrays(c) if len(c) > 1 else c[0] if c else pa.array([], type=self.TYPES[f])
+                )
+        return out
+
+
+def dictionary_in_order(chunks: list[pa.Array], typ: pa.DataType) -> pa.DictionaryArray:
+    """Arrays of ``typ`` (or dictionary-encoded ones) as one dictionary array, encoded as
+    ``dictionary_encode`` encodes the plain column: codes in order of first appearance."""
+    if not chunks:
+        return pc.dictionary_encode(pa.array([], type=typ))
+    encoded = [c if pa.types.is_dictionary(c.type) else pc.dictionary_encode(c) for c in chunks]
+    if len(encoded) == 1 and all(not pa.types.is_dictionary(c.type) for c in chunks):
+        return encoded[0]
+    whole = pa.chunked_array(encoded).unify_dictionaries().combine_chunks()
+    if isinstance(whole, pa.ChunkedArray):
+        whole = whole.chunk(0) if whole.num_chunks == 1 else pa.concat_arrays(whole.chunks)
+    codes = np.asarray(whole.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    seen = codes >= 0
+    first = np.full(len(whole.dictionary), len(codes), np.int64)
+    at = np.flatnonzero(seen)
+    first[codes[at][::-1]] = at[::-1]  # repeated codes: the last write, the earliest row, wins
+    order = np.argsort(first, kind="stable")[: int(np.count_nonzero(first < len(codes)))]
+    remap = np.zeros(len(whole.dictionary), np.int32)
+    remap[order] = np.arange(len(order), dtype=np.int32)
+    mapped = remap[np.maximum(codes, 0)] if len(remap) else np.zeros(len(codes), np.int32)
+    indices = pa.array(mapped, type=pa.int32(), mask=~seen)
+    return pa.DictionaryArray.from_arrays(indices, whole.dictionary.take(pa.array(order)).cast(typ))
+
+
+def _block_len(block: dict[str, pa.Array]) -> int:
+    return len(next(iter(block.values()))) if block else 0
+
+
+def fit_arrow(arr: pa.Array, typ: pa.DataType) -> pa.Array:
+    """An Arrow column as ``typ``, fitted as :func:`fitted_array` fits Python values: an integer
+    outside ``typ``'s range becomes null (floats and strings are cast)."""
+    if arr.type == typ:
+        return arr
+    if pa.types.is_integer(typ) and pa.types.is_integer(arr.type):
+        (lo, hi), (src_lo, src_hi) = _int_range(typ), _int_range(arr.type)
+        ok = None
+        if lo > src_lo:
+            ok = pc.greater_equal(arr, pa.scalar(lo, arr.type))
+        if hi < src_hi:
+            below = pc.less_equal(arr, pa.scalar(hi, arr.type))
+            ok = below if ok is None else pc.and_(ok, below)
+        if ok is not None:
+            arr = pc.if_else(ok, arr, pa.scalar(None, arr.type))
+    return arr.cast(typ)
+
+
+def _int_range(typ: pa.DataType) -> tuple[int, int]:
+    bits = typ.bit_width
+    if pa.types.is_unsigned_integer(typ):
+        return 0, 2**bits - 1
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
 #: The columns of :class:`TimingRows`, in tuple order.
 ROW_FIELDS = (
     "job", "communicator", "rank", "nranks", "host", "device", "collective", "seq", "message_bytes",
     "channel", "duration_seconds", "bus_bandwidth_bps", "transport", "observed_us", "start_us",
 )  # fmt: skip
-_F = {name: i for i, name in enumerate(ROW_FIELDS)}
 
 
-@dataclass(slots=True)
-class TimingRows:
-    """nccl_timing rows as tuples (one append per row), transposed into columns once.
+class TimingRows(RowBuffer):
+    """nccl_timing rows (one tuple per row, or column blocks), transposed into columns once.
 
     ``observed_us`` is each row's own time (µs since the epoch); a batch has one time, so
     :meth:`to_batch` takes the newest unless told otherwise. ``start_us`` is when the rank
     entered the collective (or started the channel's kernel), the ``start_time`` column.
     """
 
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.rows)
+    __slots__ = ()
+    FIELDS = ROW_FIELDS
+    DICTIONARY = frozenset(("job", "communicator", "host", "collective", "transport"))
+    TYPES: ClassVar[dict[str, pa.DataType]] = {
+        "job": pa.string(), "communicator": pa.string(), "rank": pa.int32(), "nranks": pa.int32(),
+        "host": pa.string(), "device": pa.int16(), "collective": pa.string(), "seq": pa.int64(),
+        "message_bytes": pa.int64(), "channel": pa.int16(), "duration_seconds": pa.float64(),
+        "bus_bandwidth_bps": pa.float64(), "transport": pa.string(), "observed_us": pa.int64(),
+        "start_us": pa.int64(),
+    }  # fmt: skip
 
     def add(
         self,
@@ -131,17 +305,9 @@ class TimingRows:
              duration_seconds, bus_bandwidth_bps, transport, observed_us, start_us)
         )  # fmt: skip
 
-    def extend(self, other: TimingRows) -> None:
-        self.rows.extend(other.rows)
-
-    def column(self, name: str) -> list[Any]:
-        i = _F[name]
-        return [r[i] for r in self.rows]
-
     def latest_us(self) -> int | None:
         """The newest plausible row time (after 1970, before 2262), or None."""
-        i = _F["observed_us"]
-        return latest_plausible_us(r[i] for r in self.rows)
+        return self.latest_observed_us()
 
     def to_batch(self, time: datetime | None = None) -> pa.RecordBatch:
         """One canonical batch. Every row gets one time (a batch is one poll): ``time`` if
@@ -151,30 +317,29 @@ class TimingRows:
             latest = self.latest_us()
             time = datetime.fromtimestamp(latest / 1e6, UTC) if latest is not None else datetime.now(UTC)
         ts = np.datetime64(time.astimezone(UTC).replace(tzinfo=None), "us")
-        cols_in: list[Any] = list(zip(*self.rows, strict=True)) if n else [() for _ in ROW_FIELDS]
-        c = dict(zip(ROW_FIELDS, cols_in, strict=True))
-        bw = fitted_array(c["bus_bandwidth_bps"], pa.float64())
+        c = self.columns()
+        bw = c["bus_bandwidth_bps"]
         if n and bw.null_count < n:  # NaN ("nan" in Inspector JSON) means unknown, not a value
             vals = bw.to_numpy(zero_copy_only=False)
             bw = pa.array(vals, mask=~np.isfinite(vals), type=pa.float64())
-        start = fitted_array(c["start_us"], pa.int64())
+        start = c["start_us"]
         start = pc.if_else(pc.and_(pc.greater(start, 0), pc.less(start, _MAX_US)), start, None)
         cols = {
             "time": pa.array(np.full(n, ts), type=TS),
-            "job": _dict(c["job"]),
-            "communicator": _dict(c["communicator"]),
-            "rank": fitted_array(c["rank"], pa.int32()),
-            "nranks": fitted_array(c["nranks"], pa.int32()),
-            "host": _dict(c["host"]),
-            "device": fitted_array(c["device"], pa.int16()),
-            "collective": _dict(c["collective"]),
-            "seq": fitted_array(c["seq"], pa.int64()),
-            "message_bytes": fitted_array(c["message_bytes"], pa.int64()),
-            "channel": fitted_array(c["channel"], pa.int16()),
+            "job": c["job"],
+            "communicator": c["communicator"],
+            "rank": c["rank"],
+            "nranks": c["nranks"],
+            "host": c["host"],
+            "device": c["device"],
+            "collective": c["collective"],
+            "seq": c["seq"],
+            "message_bytes": c["message_bytes"],
+            "channel": c["channel"],
             "start_time": start.cast(TS),
-            "duration_seconds": fitted_array(c["duration_seconds"], pa.float64()),
+            "duration_seconds": c["duration_seconds"],
             "bus_bandwidth_bps": bw,
-            "transport": _dict(c["transport"]),
+            "transport": c["transport"],
         }
         # A row whose rank or duration did not fit says nothing: it is left out, not nulled.
         keep = pc.and_(
@@ -185,10 +350,6 @@ class TimingRows:
             cols = {k: v.filter(keep) for k, v in cols.items()}
             n = len(cols["rank"])
         return make_batch(NCCL_TIMING, n, cols)
-
-
-def _dict(values: Sequence[str | None]) -> pa.Array:
-    return pa.array(values, type=pa.string()).dictionary_encode()
 
 
 def empty_timing_batch(time: datetime | None = None) -> pa.RecordBatch:

@@ -1,21 +1,20 @@
 """nccl_proxy rows gathered one per ProxyOp, built into one Arrow batch at the end.
 
-Like :class:`graywire.collectors.nccl.common.TimingRows`: parsers append plain tuples and the batch is
-built from whole columns once. A row's wait columns hold what its direction measured; the
-other direction's columns stay null.
+Like :class:`graywire.collectors.nccl.common.TimingRows`: parsers append plain tuples or column
+blocks and the batch is built from whole columns once. A row's wait columns hold what its
+direction measured; the other direction's columns stay null.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graywire.collectors.nccl.common import fitted_array, latest_plausible_us
+from graywire.collectors.nccl.common import RowBuffer
 from graywire.collectors.schemas import NCCL_PROXY, NCCL_PROXY_WAITS, TS, make_batch
 
 PROXY_FIELDS = (
@@ -23,18 +22,20 @@ PROXY_FIELDS = (
     "direction", "steps", "bytes", "duration_seconds", *NCCL_PROXY_WAITS, "port", "net_device",
     "qp_num", "qps", "observed_us",
 )  # fmt: skip
-_F = {name: i for i, name in enumerate(PROXY_FIELDS)}
 _DICT = ("job", "communicator", "host", "collective", "direction")
 
 
-@dataclass(slots=True)
-class ProxyRows:
-    """nccl_proxy rows as tuples; ``observed_us`` is each row's own time (µs since the epoch)."""
+class ProxyRows(RowBuffer):
+    """nccl_proxy rows (tuples or column blocks); ``observed_us`` is each row's own time (µs, epoch)."""
 
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.rows)
+    __slots__ = ()
+    FIELDS = PROXY_FIELDS
+    DICTIONARY = frozenset(_DICT)
+    TYPES: ClassVar[dict[str, pa.DataType]] = {
+        **{f: pa.string() for f in _DICT},
+        **{f.name: f.type for f in NCCL_PROXY if f.name in PROXY_FIELDS and f.name not in _DICT},
+        "observed_us": pa.int64(),
+    }
 
     def add(
         self,
@@ -67,23 +68,19 @@ class ProxyRows:
         )  # fmt: skip
 
     def latest_us(self) -> int | None:
-        return latest_plausible_us(r[_F["observed_us"]] for r in self.rows)
+        return self.latest_observed_us()
 
     def to_batch(self, time: datetime | None = None) -> pa.RecordBatch:
         """One canonical batch with one time: ``time``, else the newest row time, else now."""
-        n = len(self.rows)
+        n = len(self)
         if time is None:
             latest = self.latest_us()
             time = datetime.fromtimestamp(latest / 1e6, UTC) if latest is not None else datetime.now(UTC)
         ts = np.datetime64(time.astimezone(UTC).replace(tzinfo=None), "us")
-        cols_in: list[Any] = list(zip(*self.rows, strict=True)) if n else [() for _ in PROXY_FIELDS]
-        c = dict(zip(PROXY_FIELDS, cols_in, strict=True))
+        c = self.columns()
         cols: dict[str, pa.Array] = {"time": pa.array(np.full(n, ts), type=TS)}
         for name in PROXY_FIELDS[:-1]:
-            if name in _DICT:
-                cols[name] = pa.array(c[name], type=pa.string()).dictionary_encode()
-            else:
-                cols[name] = fitted_array(c[name], NCCL_PROXY.field(name).type)
+            cols[name] = c[name]
         required = [f.name for f in NCCL_PROXY if not f.nullable and f.name in cols]
         keep = pa.array(np.ones(n, dtype=bool))
         for name in required:  # a row whose rank, channel or peer did not fit is left out

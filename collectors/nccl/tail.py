@@ -24,7 +24,6 @@ strict: a bad body is refused whole with a ``ValueError`` saying what is wrong.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import stat
 import threading
@@ -43,7 +42,7 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.nccl.bootstrap import InitViews
 from graywire.collectors.nccl.common import TimingRows
 from graywire.collectors.nccl.debug_log import NcclTopology
-from graywire.collectors.nccl.inspector import InspectorParser, iter_json_values
+from graywire.collectors.nccl.inspector import InspectorParser
 from graywire.collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
 from graywire.collectors.nccl.profiler import ProfilerParser, dump_name_parts
 from graywire.collectors.nccl.proxy import ProxyRows
@@ -78,12 +77,31 @@ class TailedFile:
 @dataclass
 class TailChunk:
     file: TailedFile
-    lines: list[bytes]
+    #: The complete lines read, as the file holds them (joined by ``\n``, the last one's newline
+    #: left off); None when there are none. Parsers that read whole buffers take this.
+    data: bytes | None
     first_line: int
     reset: bool  # the file was truncated or replaced: its parser was restarted
     #: The file's read position before these lines (offset, line_no, skipping, emitted): where
     #: :meth:`DirectoryTailer.rewind` puts it back when the lines were not delivered.
     start: tuple[int, int, bool, int] = (0, 0, False, 0)
+    _lines: list[bytes] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def lines(self) -> list[bytes]:
+        """The lines, each without its newline and trailing carriage returns."""
+        if self._lines is None:
+            self._lines = [] if self.data is None else [ln.rstrip(b"\r") for ln in self.data.split(b"\n")]
+        return self._lines
+
+    @property
+    def size(self) -> int:
+        """Bytes the lines take with a newline each (what they cost of a poll's budget)."""
+        if self.data is None:
+            return 0
+        if b"\r" in self.data:
+            return sum(len(x) + 1 for x in self.lines)
+        return len(self.data) + 1
 
 
 @dataclass
@@ -134,7 +152,7 @@ class DirectoryTailer:
                 continue
             chunk = self._read(tf, st.st_size, budget)
             if chunk is not None:
-                budget -= sum(len(x) + 1 for x in chunk.lines)
+                budget -= chunk.size
                 chunks.append(chunk)
         for key in set(self.files) - present:
             del self.files[key]  # deleted, or renamed out of the pattern
@@ -154,7 +172,7 @@ class DirectoryTailer:
             if len(head) > len(tf.fingerprint):
                 tf.fingerprint = head
             if size == tf.offset:
-                return TailChunk(tf, [], tf.line_no + 1, reset)
+                return TailChunk(tf, None, tf.line_no + 1, reset)
             mark = (tf.offset, tf.line_no, tf.skipping, tf.emitted)
             fh.seek(tf.offset)
             data = fh.read(min(size - tf.offset, max(budget, self.max_line_bytes)))
@@ -174,13 +192,12 @@ class DirectoryTailer:
                 self.dropped_lines += 1
             else:
                 tf.offset += start
-            return TailChunk(tf, [], tf.line_no + 1, reset, mark) if reset else None
+            return TailChunk(tf, None, tf.line_no + 1, reset, mark) if reset else None
         body = data[start:end]
         tf.offset += end + 1
-        lines = [ln.rstrip(b"\r") for ln in body.split(b"\n")]
         first_line = tf.line_no + 1
-        tf.line_no += len(lines)
-        return TailChunk(tf, lines, first_line, reset, mark)
+        tf.line_no += body.count(b"\n") + 1
+        return TailChunk(tf, body, first_line, reset, mark)
 
     def rewind(self, chunk: TailChunk, restart: bool) -> None:
         """Put the chunk's file back where it was before the chunk: its lines are read again
@@ -364,11 +381,11 @@ class NcclFileCollector:
         chunks = self.tailer.poll()  # every file's offset is past its chunk from here on
         restart = self.format != "inspector"
         for chunk in chunks:
-            mark = len(rows.rows)
+            mark = len(rows)
             try:
                 skipped += self._parse(chunk, rows, problems)
             except Exception as e:  # rows not delivered keep their offset: read again next poll
-                del rows.rows[mark:]
+                rows.truncate(mark)
                 self.tailer.rewind(chunk, restart)
                 problems.insert(0, f"{chunk.file.path.name}: {type(e).__name__}: {e}; read again next scrape")
         skipped += self.tailer.dropped_lines - dropped_before
@@ -415,7 +432,8 @@ class NcclFileCollector:
         st = tf.state
         if isinstance(st, InspectorParser):
             before, seen = st.skipped, len(st.problems)
-            st.feed_lines(chunk.lines, rows, f"{name} ", chunk.first_line)
+            if chunk.data is not None:
+                st.feed_data(chunk.data, rows, f"{name} ", chunk.first_line)
             problems.extend(st.problems[seen:])
             del st.problems[:]  # keep only new ones per scrape
             return st.skipped - before
@@ -436,7 +454,8 @@ class NcclFileCollector:
             return st.skipped - before
         assert isinstance(st, ProfilerParser)
         before, seen = st.skipped, len(st.problems)
-        st.feed(chunk.lines)
+        if chunk.data is not None:
+            st.feed_data(chunk.data)
         problems.extend(f"{name} {p}" for p in st.problems[seen:])
         del st.problems[:]
         mtime = int(tf.path.stat().st_mtime * 1e6) if tf.path.exists() else None
@@ -558,24 +577,13 @@ def parse_push(
         raise ValueError("empty body: expected NCCL Inspector JSON records")
     parser = InspectorParser(job, gpus_per_host=gpus_per_host, strict=True)
     rows = TimingRows()
-    seen = 0
     if media in _DOC_TYPES:
-        for line, value in iter_json_values(text):
-            seen += 1
-            parser.feed_record(value, rows, f"line {line}")
+        parser.feed_text(text, rows)
     else:
         # JSON lines end at \n only: a JSON string may hold a raw U+2028 or \x85, which
         # str.splitlines would cut the record at.
-        for i, line in enumerate(text.split("\n"), 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"line {i}: not valid JSON ({e.msg} at column {e.colno})") from None
-            seen += 1
-            parser.feed_record(value, rows, f"line {i}")
-    if not seen:
+        parser.feed_data(bytes(body), rows, strict_json=True)
+    if not parser.records + parser.ignored:  # strict: every record counts as one or raises
         raise ValueError("no JSON records in body")
     when = received or datetime.now(UTC)
     return rows.to_batch(None if rows.latest_us() is not None else when)

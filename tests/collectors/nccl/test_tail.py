@@ -45,6 +45,21 @@ def test_partial_lines_wait_for_their_newline(tmp_path: Path) -> None:
     assert lines_of(t.poll()) == {"a.log": [b'{"x": 3}']}
 
 
+def test_a_chunk_holds_the_bytes_read_and_costs_what_its_lines_do(tmp_path: Path) -> None:
+    """Parsers that read whole buffers take the bytes as read; the lines (and the poll budget)
+    are still those without carriage returns."""
+    (tmp_path / "a.log").write_bytes(b'{"x": 1}\r\n\r\n{"x": 2}\n{"x": 3}\n')
+    (tmp_path / "b.log").write_bytes(b"one\ntwo\n")
+    t = DirectoryTailer(tmp_path, "*.log", max_bytes_per_poll=4096)
+    a, b = t.poll()
+    assert a.data == b'{"x": 1}\r\n\r\n{"x": 2}\n{"x": 3}'
+    assert a.lines == [b'{"x": 1}', b"", b'{"x": 2}', b'{"x": 3}'] and a.size == sum(
+        len(x) + 1 for x in a.lines
+    )
+    assert (b.data, b.lines, b.size, b.first_line) == (b"one\ntwo", [b"one", b"two"], 8, 1)
+    assert t.files[next(iter(t.files))].line_no == 4
+
+
 def test_new_files_are_picked_up_and_deleted_ones_forgotten(tmp_path: Path) -> None:
     (tmp_path / "a.log").write_text("1\n")
     t = DirectoryTailer(tmp_path, "*.log")
@@ -320,17 +335,15 @@ def test_a_parse_that_raises_keeps_its_files_offset_and_loses_no_row(
     (tmp_path / "a-pid1.log").write_text(inspector_line(real_fixtures, coll_sn=1) + "\n")
     (tmp_path / "b-pid2.log").write_text(inspector_line(real_fixtures, coll_sn=2) + "\n")
     col = NcclFileCollector(tmp_path, job="j")
-    feed, failures = InspectorParser.feed_lines, [1]
+    feed, failures = InspectorParser.feed_data, [1]
 
-    def flaky(
-        self: InspectorParser, lines: list[bytes], rows: TimingRows, prefix: str = "", first: int = 1
-    ) -> None:
-        feed(self, lines, rows, prefix, first)
+    def flaky(self: InspectorParser, data: bytes, rows: TimingRows, prefix: str = "", first: int = 1) -> None:
+        feed(self, data, rows, prefix, first)
         if prefix.startswith("a-pid1") and failures:
             failures.pop()
             raise RuntimeError("parser bug")
 
-    monkeypatch.setattr(InspectorParser, "feed_lines", flaky)
+    monkeypatch.setattr(InspectorParser, "feed_data", flaky)
     res = asyncio.run(col.scrape())
     assert res.ok and "parser bug" in (res.error or "")
     assert set(res.batches[0].column("seq").to_pylist()) == {2}
