@@ -258,30 +258,36 @@ def _as_uint(num: _Numbers) -> tuple[np.ndarray, np.ndarray]:
     return vals, num.is_int | f_ok
 
 
+def _to_us(v: np.ndarray | np.int64, t: int) -> np.ndarray | np.int64:
+    """Source timestamps in µs, their unit (s, ms, µs or ns since the epoch) told by the magnitude
+    of the latest, ``t``."""
+    return v // 1000 if t >= 10**17 else v if t >= 10**14 else v * 1000 if t >= 10**11 else v * 1_000_000
+
+
 def _time_us(raw: np.ndarray) -> int | None:
-    """Batch time from source timestamps (s, ms, µs or ns since the epoch, told by magnitude)."""
-    raw = raw[raw > 0]
-    if raw.size == 0:
-        return None
-    t = int(raw.max())
-    if t >= 10**17:
-        return t // 1000
-    if t >= 10**14:
-        return t
-    if t >= 10**11:
-        return t * 1000
-    return t * 1_000_000
+    """Batch time from source timestamps: the latest."""
+    t = int(raw.max()) if raw.size else 0
+    return int(_to_us(np.int64(t), t)) if t > 0 else None
 
 
 def _per_row_us(raw: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
-    """Each port's source sample time (µs; 0 where none): the latest of its lines' timestamps."""
+    """Each port's source sample time (µs; 0 where none): the latest of its lines' timestamps.
+
+    ``rows`` names every row of ``0..n-1`` at least once (each port has a line).
+    """
     out = np.zeros(n, np.int64)
-    ok = raw > 0
-    if not ok.any():
+    t = int(raw.max()) if raw.size else 0
+    if t <= 0:
         return out
-    t, v = int(raw[ok].max()), raw[ok]  # the unit told by magnitude, as for the batch time
-    us = v // 1000 if t >= 10**17 else v if t >= 10**14 else v * 1000 if t >= 10**11 else v * 1_000_000
-    np.maximum.at(out, rows[ok], us.astype(np.int64))
+    if raw.min() == t:  # one timestamp on every line (UFM stamps a scrape once)
+        out[:] = _to_us(np.int64(t), t)
+        return out
+    ok = raw > 0
+    r, us = rows[ok], _to_us(raw[ok].astype(np.int64), t)
+    # A scatter keeps one of a row's lines (any); where that is not the latest, ufunc.at settles it.
+    out[r] = np.maximum(out[r], us)
+    if (out[r] < us).any():
+        np.maximum.at(out, r, us)
     return out
 
 
@@ -316,8 +322,8 @@ def _label(blocks: pa.Array, name: str) -> pa.Array:
     return pc.struct_field(pc.extract_regex(blocks, pattern), 0)
 
 
-def _port_nums(nums: pa.Array, errors: list[str]) -> tuple[list[int | None], np.ndarray]:
-    """Port numbers (None where absent) and the mask of those that are no port number (garbage,
+def _port_nums(nums: pa.Array, errors: list[str]) -> tuple[pa.Array, np.ndarray]:
+    """Port numbers (null where absent) and the mask of those that are no port number (garbage,
     or past 65535); the first such is described in ``errors``."""
     nums = nums.cast(pa.string()) if not pa.types.is_string(nums.type) else nums
     nums = pc.utf8_trim_whitespace(nums)
@@ -333,7 +339,7 @@ def _port_nums(nums: pa.Array, errors: list[str]) -> tuple[list[int | None], np.
             if v.isascii() and v.isdigit()
             else f"port_num is not a number: {v!r}"
         )
-    return pc.if_else(pc.fill_null(bad, False), pa.scalar(None, pa.int64()), out).to_pylist(), bad_np
+    return pc.if_else(pc.fill_null(bad, False), pa.scalar(None, pa.int64()), out), bad_np
 
 
 def _resolve(
@@ -387,9 +393,35 @@ class _Long:
     labels: pa.Array  # distinct label blocks (the text between the braces)
     name_idx: np.ndarray  # per line, into names
     label_idx: np.ndarray  # per line, into labels
-    values: pa.ChunkedArray  # per line, the value as written
+    values: _Values  # per line, the value as written
     ts: np.ndarray  # per line, the timestamp (ms), 0 when absent
     malformed: list[str] = field(default_factory=list)  # lines that are not Prometheus text
+
+
+@dataclass(slots=True)
+class _Values:
+    """Each line's value text, uncopied: line ``i`` is ``text[stride * i + first]``; the other
+    slots are the blanks and timestamps around it (null, so kernels skip them)."""
+
+    text: pa.ChunkedArray
+    stride: int = 1
+    first: int = 0
+
+    def lines(self, at: np.ndarray) -> tuple[pa.ChunkedArray, int, int]:
+        """The values of lines ``at`` (ascending) as (text, stride, first): a zero-copy slice when
+        they are one run of lines, else a compact copy."""
+        k = self.stride
+        if at[-1] - at[0] + 1 == at.size:
+            return self.text.slice(k * int(at[0]), k * int(at.size)), k, self.first
+        return pa.chunked_array([_take(self.text, k * at + self.first)]), 1, 0
+
+    def append(self, more: list[str]) -> _Values:
+        """With the values of more lines (each in its slot) after these."""
+        k = self.stride
+        slots: list[str | None] = [None] * (k * len(more))
+        slots[self.first :: k] = more
+        text = pa.chunked_array([*self.text.chunks, pa.array(slots, self.text.type)], self.text.type)
+        return _Values(text, k, self.first)
 
 
 def _offsets(arr: pa.Array) -> np.ndarray:
@@ -429,10 +461,12 @@ def _slow_lines(lines: list[str], bad: list[str]) -> tuple[list[str], list[str],
     return names, labels, values, ts
 
 
-def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[pa.ChunkedArray, np.ndarray, np.ndarray]:
+def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[_Values, np.ndarray, np.ndarray]:
     """Values and timestamps of the line tails `` value[ ts]``: (values, ts, well-formed mask).
 
-    The tails are joined with newlines and read again by Arrow's CSV reader, blank-delimited:
+    Tails all alike (`` value ts`` with timestamps of one width, or `` value``) are cut where
+    they stand (:func:`_tail_views`). Else they are joined with newlines and read again by
+    Arrow's CSV reader, blank-delimited:
     timestamps are parsed by its typed converter and values come out without their blank, in
     one multithreaded C++ pass. Tails that are not all alike (one blank, then one or two
     fields) are tokenized line by line instead (vectorized, slower).
@@ -440,6 +474,10 @@ def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[pa.ChunkedArray
     n = len(tails)
     first = tails[0].as_py() if n else ""
     fields = ["_", "v"] if first.count(" ") == 1 else ["_", "v", "ts"]
+    if not exact and first.count(" ") in (1, 2):
+        views = _tail_views(tails, len(first) - first.rindex(" ") - 1 if len(fields) == 3 else 0)
+        if views is not None:
+            return views[0], views[1], np.ones(n, bool)
     try:
         if exact:
             raise pa.ArrowInvalid("tabs: tokenize line by line")
@@ -463,15 +501,81 @@ def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[pa.ChunkedArray
             ts = t.column("ts").fill_null(0).to_numpy() if "ts" in fields else np.zeros(n, np.int64)
             values = t.column("v")
             ok = pc.utf8_length(values).to_numpy() > 0
-            return values, ts, ok
+            return _Values(values), ts, ok
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     parts = [_tails_exact(c) for c in tails.chunks]
     return (
-        pa.chunked_array([p[0] for p in parts], type=pa.string()),
+        _Values(pa.chunked_array([p[0] for p in parts], type=pa.string())),
         np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64),
         np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, bool),
     )
+
+
+def _slotted(offsets: np.ndarray, data: pa.Buffer, valid: np.ndarray) -> pa.Array:
+    """Strings over ``data`` cut at ``offsets`` (zero-copy), null where not ``valid``."""
+    mask = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.large_string(), len(valid), [mask, pa.py_buffer(offsets), data])
+
+
+def _tail_views(tails: pa.ChunkedArray, width: int) -> tuple[_Values, np.ndarray] | None:
+    """Values and timestamps of tails that are all `` value ts`` with ``width``-digit timestamps
+    (or all `` value`` when ``width`` is 0), without copying a value: each tail's text is cut
+    into blank, value, blank, timestamp slots of one string array over the payload's own buffer
+    (the slots not wanted are null), and the timestamps are one cast of that array. None when a
+    tail is not of that shape (a blank more or elsewhere, a timestamp of another width): the
+    blank-delimited read then decides exactly as before."""
+    k = 4 if width else 2
+    texts: list[pa.Array] = []
+    ts_parts: list[np.ndarray] = []
+    for c in tails.chunks:
+        n = len(c)
+        if n == 0 or c.null_count:
+            continue
+        off = _offsets(c)
+        data = np.frombuffer(c.buffers()[2], np.uint8)
+        start, end = off[:-1], off[1:]
+        cut = end - width - 1 if width else end  # the blank before the timestamp
+        if (
+            (data[start] != 32).any()
+            or (cut <= start + 1).any()  # an empty value
+            or (width and (data[cut] != 32).any())
+            or np.count_nonzero(data[off[0] : off[-1]] == 32) != n * (k // 2)  # another blank
+        ):
+            return None
+        slots = np.empty(k * n + 1, np.int64)
+        slots[0:-1:k], slots[1:-1:k] = start, start + 1
+        if width:
+            slots[2:-1:k], slots[3:-1:k] = cut, cut + 1
+        slots[-1] = off[-1]
+        buf = c.buffers()[2]
+        if width:
+            valid = np.zeros(k * n, bool)
+            valid[3::k] = True
+            stamps = pa.Array.from_buffers(
+                pa.large_string(),
+                k * n,
+                [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(slots), buf],
+            )
+            try:
+                cast = pc.cast(stamps, pa.int64())
+            except pa.ArrowInvalid:
+                return None
+            ts_parts.append(np.frombuffer(cast.buffers()[1], np.int64, count=k * n)[3::k].copy())
+        else:
+            ts_parts.append(np.zeros(n, np.int64))
+        valid = np.zeros(k * n, bool)
+        valid[1::k] = True
+        texts.append(
+            pa.Array.from_buffers(
+                pa.large_string(),
+                k * n,
+                [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(slots), buf],
+            )
+        )
+    if not texts:
+        return None
+    return _Values(pa.chunked_array(texts), k, 1), np.concatenate(ts_parts)
 
 
 def _tails_exact(tail: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -485,6 +589,75 @@ def _tails_exact(tail: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     ok &= ~(ts_text.is_valid().to_numpy(zero_copy_only=False) & ~ts_ok.to_numpy(zero_copy_only=False))
     ts = pc.cast(pc.if_else(ts_ok, ts_text, pa.scalar(None, pa.string())), pa.int64()).fill_null(0).to_numpy()
     return values, ts, ok
+
+
+#: More runs of one metric name than this and the label blocks are hashed line by line.
+_MAX_RUNS = 4096
+
+
+def _codes(enc: pa.ChunkedArray) -> np.ndarray:
+    parts = [c.indices.to_numpy(zero_copy_only=False) for c in enc.chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _take(arr: pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
+    """``arr.take(idx)`` for ascending ``idx``, chunk by chunk (``ChunkedArray.take`` first
+    concatenates every chunk: a copy of the whole payload's text)."""
+    bounds = np.cumsum([0, *(len(c) for c in arr.chunks)])
+    cuts = np.searchsorted(idx, bounds)
+    parts = [
+        c.take(pa.array(idx[cuts[k] : cuts[k + 1]] - bounds[k]))
+        for k, c in enumerate(arr.chunks)
+        if cuts[k + 1] > cuts[k]
+    ]
+    return pa.concat_arrays(parts) if parts else pa.array([], arr.type)
+
+
+def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray]:
+    """Dictionary codes of each line's name and label block from ``inter`` (``name{``, labels,
+    alternating): (names, name codes, label blocks, label codes), each dictionary in order of
+    first sight, as ``dictionary_encode`` gives them.
+
+    Hashing 15 million label blocks is most of a parse, and a UFM scrape repeats itself: it
+    writes one family after another (a run of lines with one name) and lists the ports in the
+    same order in each. So a name is hashed only where it differs from the line before, and a
+    label block only where it differs from the block at the same place in the run before
+    (compared with ``equal``, a memcmp); the others take the code of the line they equal.
+    Layouts of many short runs (a port's samples together) are hashed line by line.
+    """
+    n = len(inter) // 2
+    # Names: compared with the line before (lag 2 in the interleaved array; labels come along).
+    same = np.zeros(0, bool)
+    if n > 1:
+        same = pc.equal(inter[2:], inter[:-2]).to_numpy(zero_copy_only=False)[0::2]
+    starts = np.flatnonzero(np.concatenate([[True], ~same])) if n else np.zeros(0, np.int64)
+    run_names = pc.dictionary_encode(_take(inter, 2 * starts))
+    name_dict = run_names.dictionary
+    name_codes = np.repeat(run_names.indices.to_numpy(zero_copy_only=False), np.diff(np.append(starts, n)))
+    labels = inter  # a label block is at 2i + 1
+    if starts.size > _MAX_RUNS:
+        enc = pc.dictionary_encode(labels)
+        uniq, label_codes = _dense(_codes(enc)[1::2], len(enc.chunk(0).dictionary))
+        return name_dict, name_codes, enc.chunk(0).dictionary.take(pa.array(uniq)), label_codes
+    ends = np.append(starts[1:], n)
+    partner = np.full(n, -1, np.int64)  # the line of the run before with the same block
+    for r in range(1, starts.size):
+        k = int(min(ends[r] - starts[r], ends[r - 1] - starts[r - 1]))
+        a, b = int(starts[r]), int(starts[r - 1])
+        eq = pc.equal(labels[2 * a : 2 * (a + k)], labels[2 * b : 2 * (b + k)]).to_numpy(zero_copy_only=False)
+        hit = np.flatnonzero(eq[1::2])
+        partner[a + hit] = b + hit
+    first = partner < 0
+    anchors = np.flatnonzero(first)
+    enc = pc.dictionary_encode(_take(labels, 2 * anchors + 1))
+    label_codes = np.empty(n, np.int64)
+    label_codes[anchors] = enc.indices.to_numpy(zero_copy_only=False)
+    for r in range(1, starts.size):  # runs in order: a partner's code is known before its own
+        seg = slice(int(starts[r]), int(ends[r]))
+        p = partner[seg]
+        m = p >= 0
+        label_codes[seg][m] = label_codes[p[m]]
+    return name_dict, name_codes, enc.dictionary, label_codes
 
 
 def _prometheus_long(payload: bytes) -> _Long:
@@ -546,7 +719,9 @@ def _prometheus_long(payload: bytes) -> _Long:
         # A tab is whitespace to Prometheus but not to the blank-delimited fast reader.
         with ThreadPoolExecutor(1) as pool:
             tails_job = pool.submit(_tails, pa.chunked_array(tails, type=pa.string()), b"\t" in payload)
-            encoded = pc.dictionary_encode(pa.chunked_array(inter_chunks, type=pa.large_string()))
+            name_dict, name_codes, label_dict, label_codes = _encode_lines(
+                pa.chunked_array(inter_chunks, type=pa.large_string())
+            )
             values, ts, good_tail = tails_job.result()
         comment = np.concatenate(comment_parts)
         fast = np.concatenate(fast_parts) & good_tail
@@ -554,23 +729,27 @@ def _prometheus_long(payload: bytes) -> _Long:
         if bad.size + len(slow) > MAX_SLOW_LINES:
             raise TelemetryParseError(f"not Prometheus text: {_row_text(table, int(bad[0]))[:200]!r}")
         slow.extend(_row_text(table, i) for i in bad.tolist())
-        dictionary = encoded.chunk(0).dictionary
-        codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks])
-        name_codes, label_codes = codes[0::2], codes[1::2]
     else:
-        dictionary = pa.array([], pa.large_string())
+        name_dict = label_dict = pa.array([], pa.large_string())
         name_codes = label_codes = ts = np.zeros(0, np.int64)
         fast = np.zeros(0, bool)
-        values = pa.chunked_array([], type=pa.string())
-    uniq_names, name_pos = _dense(name_codes[fast], len(dictionary))
-    names = [s[:-1] for s in dictionary.take(pa.array(uniq_names, pa.int64())).to_pylist()]  # drop the "{"
-    uniq_labels, label_pos = _dense(label_codes[fast], len(dictionary))
-    labels = dictionary.take(pa.array(uniq_labels, pa.int64())).cast(pa.string())
+        values = _Values(pa.chunked_array([], type=pa.string()))
+    if fast.all():  # every line a sample: every entry of the dictionaries is used, in order
+        uniq_names, name_pos = np.arange(len(name_dict)), name_codes
+        uniq_labels, label_pos = np.arange(len(label_dict)), label_codes
+    else:
+        uniq_names, name_pos = _dense(name_codes[fast], len(name_dict))
+        uniq_labels, label_pos = _dense(label_codes[fast], len(label_dict))
+    names = [s[:-1] for s in name_dict.take(pa.array(uniq_names, pa.int64())).to_pylist()]  # drop the "{"
+    labels = label_dict.take(pa.array(uniq_labels, pa.int64())).cast(pa.string())
     # Rows that are not samples (comments, lines handed to the exact parser) point past the end.
-    name_idx = np.full(len(fast), -1, np.int64)
-    name_idx[fast] = name_pos
-    label_idx = np.full(len(fast), -1, np.int64)
-    label_idx[fast] = label_pos
+    if fast.all():
+        name_idx, label_idx = name_pos, label_pos
+    else:
+        name_idx = np.full(len(fast), -1, np.int64)
+        name_idx[fast] = name_pos
+        label_idx = np.full(len(fast), -1, np.int64)
+        label_idx[fast] = label_pos
     malformed: list[str] = []
     s_names, s_labels, s_values, s_ts = _slow_lines(slow, malformed)
     if malformed and not s_names and not fast.any():
@@ -585,7 +764,7 @@ def _prometheus_long(payload: bytes) -> _Long:
         labels = pa.concat_arrays([labels, pa.array(new_labels, pa.string())])
         name_idx = np.concatenate([name_idx, [name_map[nm] for nm in s_names]])
         label_idx = np.concatenate([label_idx, [label_map[lb] for lb in s_labels]])
-        values = pa.chunked_array([*values.chunks, pa.array(s_values, pa.string())], type=pa.string())
+        values = values.append(s_values)
         ts = np.concatenate([ts, np.array(s_ts, np.int64)])
     name_idx[name_idx < 0] = len(names)
     label_idx[label_idx < 0] = len(labels)
@@ -596,12 +775,15 @@ def _row_text(table: pa.Table, i: int) -> str:
     return f"{table.column(0)[i].as_py()}}}{table.column(1)[i].as_py()}"
 
 
-def _numbers_fast(arr: pa.ChunkedArray) -> _Numbers:
-    """Counter values of one metric: one vectorized cast when all are integers (the usual case)."""
+def _numbers_fast(arr: pa.ChunkedArray, stride: int = 1, first: int = 0) -> _Numbers:
+    """Counter values of one metric (every ``stride``-th slot of ``arr`` from ``first``, see
+    :class:`_Values`): one vectorized cast when all are integers (the usual case)."""
     try:
-        u64 = pc.cast(arr, pa.uint64()).to_numpy()
+        cast = pc.cast(arr, pa.uint64())
     except pa.ArrowInvalid:
-        return _numbers(arr)
+        return _numbers(arr.drop_null() if stride > 1 else arr)
+    parts = [np.frombuffer(c.buffers()[1], np.uint64, len(c), c.offset * 8) for c in cast.chunks if len(c)]
+    u64 = (np.concatenate(parts) if parts else np.zeros(0, np.uint64))[first::stride]
     n = len(u64)
     return _Numbers(u64, np.ones(n, bool), np.full(n, np.nan), np.zeros(n, bool))
 
@@ -643,24 +825,29 @@ def parse_prometheus(
     _skip_bad_ports(port_of_line[keep], errors, skipped)
     keep &= port_of_line >= 0
     lines = np.flatnonzero(keep)
-    time_us = _time_us(long.ts[lines]) or _now_us(now)
-    ports, row_of_line = _dense(port_of_line[lines], len(keys.keys))
+    every = lines.size == keep.size  # every line kept (the usual case): views, not gathers
+    ts = long.ts if every else long.ts[lines]
+    time_us = _time_us(ts) or _now_us(now)
+    ports, row_of_line = _dense(port_of_line if every else port_of_line[lines], len(keys.keys))
     out = _Columns(len(ports))
-    name_of = long.name_idx[lines]
-    # Group lines by metric (a stable radix sort on small integers); a family is usually one run.
-    order = np.argsort(name_of.astype(np.int16 if len(long.names) < 2**15 else np.int64), kind="stable")
-    cuts = np.flatnonzero(np.diff(name_of[order])) + 1
-    groups = [g for g in np.split(order, cuts) if g.size] if order.size else []
-    ranked = sorted(((specs[int(name_of[g[0]])], g) for g in groups), key=lambda sg: sg[0].rank)  # type: ignore[union-attr]
+    name_of = long.name_idx if every else long.name_idx[lines]
+    # Group lines by metric. Families are usually runs in order of first sight, so name_of is
+    # sorted and each group a slice; else a stable radix sort on small integers.
+    bounds = np.cumsum(np.bincount(name_of, minlength=len(long.names))).tolist()
+    starts = [0, *bounds][: len(bounds)]
+    if name_of.size and (name_of[1:] >= name_of[:-1]).all():
+        groups: list[slice | np.ndarray] = [slice(a, b) for a, b in zip(starts, bounds, strict=True)]
+    else:
+        order = np.argsort(name_of.astype(np.int16 if len(long.names) < 2**15 else np.int64), kind="stable")
+        groups = [order[a:b] for a, b in zip(starts, bounds, strict=True)]
+    ranked = sorted(
+        ((specs[k], g) for k, g in enumerate(groups) if specs[k] is not None and bounds[k] > starts[k]),
+        key=lambda sg: sg[0].rank,  # type: ignore[union-attr]
+    )
     for spec, grp in ranked:
         assert spec is not None
-        at = lines[grp]
-        if at[-1] - at[0] + 1 == at.size:  # one contiguous run: a zero-copy slice
-            vals = long.values.slice(int(at[0]), int(at.size))
-        else:
-            vals = long.values.take(pa.array(at))
-        out.put(spec, row_of_line[grp], _numbers_fast(vals), skipped)
-    src_us = _per_row_us(long.ts[lines].astype(np.int64), row_of_line, len(ports))
+        out.put(spec, row_of_line[grp], _numbers_fast(*long.values.lines(lines[grp])), skipped)
+    src_us = _per_row_us(ts, row_of_line, len(ports))
     return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source, src_us)
 
 
