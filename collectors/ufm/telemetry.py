@@ -322,6 +322,29 @@ def _label(blocks: pa.Array, name: str) -> pa.Array:
     return pc.struct_field(pc.extract_regex(blocks, pattern), 0)
 
 
+#: UFM's own label block, values of GUID and number characters only (so no label name can hide in
+#: one): one match gives all three labels, as :func:`_label` would find them one by one.
+_UFM_LABELS = (
+    r'^source="[0-9A-Fa-fXx:]*", node_guid="(?P<node>[0-9A-Fa-fXx:]*)", '
+    r'port_guid="(?P<port>[0-9A-Fa-fXx:]*)", port_num="(?P<num>[0-9]*)"$'
+)
+
+
+def _port_labels(blocks: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(port_guid, node_guid, port_num) of each label block: one pass for blocks in UFM's layout,
+    a search per label for the others."""
+    m = pc.extract_regex(blocks, _UFM_LABELS)
+    if m.null_count == 0:
+        return pc.struct_field(m, 1), pc.struct_field(m, 0), pc.struct_field(m, 2)
+    other = m.is_null()
+    rest = blocks.filter(other)
+    port, node, num = (
+        pc.replace_with_mask(pc.struct_field(m, i), other, _label(rest, name))
+        for i, name in ((1, "port_guid"), (0, "node_guid"), (2, "port_num"))
+    )
+    return port, node, num
+
+
 def _port_nums(nums: pa.Array, errors: list[str]) -> tuple[pa.Array, np.ndarray]:
     """Port numbers (null where absent) and the mask of those that are no port number (garbage,
     or past 65535); the first such is described in ``errors``."""
@@ -512,10 +535,10 @@ def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[_Values, np.nda
     )
 
 
-def _slotted(offsets: np.ndarray, data: pa.Buffer, valid: np.ndarray) -> pa.Array:
+def _slotted(offsets: np.ndarray, data: pa.Buffer, valid: np.ndarray | None = None) -> pa.Array:
     """Strings over ``data`` cut at ``offsets`` (zero-copy), null where not ``valid``."""
-    mask = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.large_string(), len(valid), [mask, pa.py_buffer(offsets), data])
+    mask = pa.py_buffer(np.packbits(valid, bitorder="little")) if valid is not None else None
+    return pa.Array.from_buffers(pa.large_string(), len(offsets) - 1, [mask, pa.py_buffer(offsets), data])
 
 
 def _tail_views(tails: pa.ChunkedArray, width: int) -> tuple[_Values, np.ndarray] | None:
@@ -613,7 +636,7 @@ def _take(arr: pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
     return pa.concat_arrays(parts) if parts else pa.array([], arr.type)
 
 
-def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray]:
+def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray] | None:
     """Dictionary codes of each line's name and label block from ``inter`` (``name{``, labels,
     alternating): (names, name codes, label blocks, label codes), each dictionary in order of
     first sight, as ``dictionary_encode`` gives them.
@@ -631,7 +654,12 @@ def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Arra
     if n > 1:
         same = pc.equal(inter[2:], inter[:-2]).to_numpy(zero_copy_only=False)[0::2]
     starts = np.flatnonzero(np.concatenate([[True], ~same])) if n else np.zeros(0, np.int64)
-    run_names = pc.dictionary_encode(_take(inter, 2 * starts))
+    firsts = _take(inter, 2 * starts)
+    # Each line's name piece equals the one before it, so all have their first "{" last when the
+    # first of each run has (see _heads): else None.
+    if not pc.all(pc.equal(pc.find_substring(firsts, "{"), pc.subtract(pc.binary_length(firsts), 1))).as_py():
+        return None
+    run_names = pc.dictionary_encode(firsts)
     name_dict = run_names.dictionary
     name_codes = np.repeat(run_names.indices.to_numpy(zero_copy_only=False), np.diff(np.append(starts, n)))
     labels = inter  # a label block is at 2i + 1
@@ -660,6 +688,49 @@ def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Arra
     return name_dict, name_codes, enc.dictionary, label_codes
 
 
+def _heads(
+    batches: list[pa.RecordBatch], guess: bool
+) -> tuple[pa.ChunkedArray, list[np.ndarray], list[np.ndarray]]:
+    """The heads (``name{labels``) of the lines as one zero-copy array of ``name{`` and label
+    blocks alternating, and per line whether it is a comment and whether it has a name and a
+    brace. With ``guess``, a line whose byte at the first line's name length is "{" is taken to
+    have its first "{" there (``_encode_lines`` proves it or says to look again); the others are
+    searched."""
+    inter: list[pa.Array] = []
+    comment_parts: list[np.ndarray] = []
+    fast_parts: list[np.ndarray] = []
+    for rb in batches:
+        head = rb.column(0)
+        n = len(head)
+        h_off = _offsets(head)
+        hb = np.frombuffer(head.buffers()[2] or b"\0", np.uint8)
+        start, end = h_off[:-1], h_off[1:]
+        first_byte = np.where(start < end, hb[np.minimum(start, hb.size - 1)], 0)
+        g = pc.find_substring(head.slice(0, 1), "{")[0].as_py() if guess else -1
+        if g > 0:
+            at = start + g
+            brace = np.full(n, g, np.int64)
+            miss = np.flatnonzero((at >= end) | (hb[np.minimum(at, hb.size - 1)] != ord("{")))
+            if miss.size:
+                brace[miss] = pc.find_substring(head.take(pa.array(miss)), "{").to_numpy(zero_copy_only=False)
+        else:
+            brace = pc.find_substring(head, "{").to_numpy(zero_copy_only=False).astype(np.int64)
+        # "name{" and "labels" alternate over the head buffer: one array, no copy
+        inter_off = np.empty(2 * n + 1, np.int64)
+        inter_off[0:-1:2] = start
+        inter_off[1:-1:2] = start + np.maximum(brace, -1) + 1
+        inter_off[-1] = h_off[-1]
+        inter.append(
+            pa.Array.from_buffers(
+                pa.large_string(), 2 * n, [None, pa.py_buffer(inter_off), head.buffers()[2]]
+            )
+        )
+        is_comment = first_byte == ord("#")
+        comment_parts.append(is_comment)
+        fast_parts.append(~is_comment & (brace > 0))
+    return pa.chunked_array(inter, type=pa.large_string()), comment_parts, fast_parts
+
+
 def _prometheus_long(payload: bytes) -> _Long:
     _check_complete(payload)
     slow: list[str] = []
@@ -685,43 +756,21 @@ def _prometheus_long(payload: bytes) -> _Long:
             raise TelemetryParseError(f"not Prometheus text: {slow[0][:200]!r}") from None
         raise TelemetryParseError(f"not Prometheus text: {e}") from None
 
-    inter_chunks: list[pa.Array] = []
-    fast_parts: list[np.ndarray] = []
-    comment_parts: list[np.ndarray] = []
-    tails: list[pa.Array] = []
-    for rb in table.to_batches():
-        head, tail = rb.column(0), rb.column(1)
-        n = len(head)
-        if n == 0:
-            continue
-        h_off = _offsets(head)
-        hb = np.frombuffer(head.buffers()[2] or b"\0", np.uint8)
-        first_byte = np.where(h_off[:-1] < h_off[1:], hb[np.minimum(h_off[:-1], hb.size - 1)], 0)
-        brace = pc.find_substring(head, "{").to_numpy(zero_copy_only=False).astype(np.int64)
-        # "name{" and "labels" alternate over the head buffer: one array, no copy
-        inter_off = np.empty(2 * n + 1, np.int64)
-        inter_off[0:-1:2] = h_off[:-1]
-        inter_off[1:-1:2] = h_off[:-1] + np.maximum(brace, -1) + 1
-        inter_off[-1] = h_off[-1]
-        inter_chunks.append(
-            pa.Array.from_buffers(
-                pa.large_string(), 2 * n, [None, pa.py_buffer(inter_off), head.buffers()[2]]
-            )
-        )
-        is_comment = first_byte == ord("#")
-        comment_parts.append(is_comment)
-        fast_parts.append(~is_comment & (brace > 0))
-        tails.append(tail)
-
-    if inter_chunks:
+    batches = [rb for rb in table.to_batches() if rb.num_rows]
+    if batches:
         # Tails (values, timestamps) and the name/label dictionary are independent: one runs in a
         # worker thread while this one hashes (both Arrow kernels release the GIL).
         # A tab is whitespace to Prometheus but not to the blank-delimited fast reader.
         with ThreadPoolExecutor(1) as pool:
-            tails_job = pool.submit(_tails, pa.chunked_array(tails, type=pa.string()), b"\t" in payload)
-            name_dict, name_codes, label_dict, label_codes = _encode_lines(
-                pa.chunked_array(inter_chunks, type=pa.large_string())
-            )
+            tails = pa.chunked_array([rb.column(1) for rb in batches], type=pa.string())
+            tails_job = pool.submit(_tails, tails, b"\t" in payload)
+            inter, comment_parts, fast_parts = _heads(batches, guess=True)
+            encoded = _encode_lines(inter)
+            if encoded is None:  # a guessed "{" was not the first of its line
+                inter, comment_parts, fast_parts = _heads(batches, guess=False)
+                encoded = _encode_lines(inter)
+            assert encoded is not None
+            name_dict, name_codes, label_dict, label_codes = encoded
             values, ts, good_tail = tails_job.result()
         comment = np.concatenate(comment_parts)
         fast = np.concatenate(fast_parts) & good_tail
@@ -816,9 +865,7 @@ def parse_prometheus(
     if used.size:
 
         def resolve(new: pa.Array) -> np.ndarray:
-            return _resolve(
-                keys, _label(new, "port_guid"), _label(new, "node_guid"), _label(new, "port_num"), errors
-            )
+            return _resolve(keys, *_port_labels(new), errors)
 
         label_ids[used] = (cache or SpellingCache()).lookup(long.labels.take(pa.array(used)), resolve)
     port_of_line = label_ids[long.label_idx]
@@ -906,21 +953,41 @@ def _from_wide(
         raw_ts = np.where(tnum.is_int, tnum.u64, 0).astype(np.int64)[keep]
     time_us = _time_us(raw_ts) or _now_us(now)
     rows = np.flatnonzero(keep)
-    # last occurrence of each port
-    rev = rows[::-1]
-    ports, first_in_rev = np.unique(port_of_row[rev], return_index=True)
-    take_rows = rev[first_in_rev]
+    # One row per port, in port order: the last row of a port wins.
+    ports, pos = _dense(port_of_row[rows], len(keys.keys))
+    if ports.size == rows.size:  # each port once (the usual case): O(n), no sort
+        take_rows = np.empty(rows.size, np.int64)
+        take_rows[pos] = rows
+    else:
+        rev = rows[::-1]
+        ports, first_in_rev = np.unique(port_of_row[rev], return_index=True)
+        take_rows = rev[first_in_rev]
+    in_order = take_rows.size == n and bool((take_rows == np.arange(n)).all())  # no take needed
+
+    def column(col: str) -> pa.ChunkedArray:
+        return table.column(col) if in_order else table.column(col).take(pa.array(take_rows))
+
     out = _Columns(len(ports))
     specs = [(counter_spec(c), c) for c in names]
     for spec, col in sorted(((s, c) for s, c in specs if s is not None), key=lambda sc: sc[0].rank):  # type: ignore[union-attr]
-        num = _numbers(table.column(col).take(pa.array(take_rows)))
-        out.put(spec, np.arange(len(ports)), num, skipped)  # type: ignore[arg-type]
+        out.put(spec, np.arange(len(ports)), _numbers(column(col)), skipped)  # type: ignore[arg-type]
     src_us = None
     if ts_col is not None:
-        tnum = _numbers(ts_col.take(pa.array(take_rows)))
+        tnum = _numbers(column("timestamp"))
         raw = np.where(tnum.is_int, tnum.u64, 0).astype(np.int64)
         src_us = _per_row_us(raw, np.arange(len(ports)), len(ports))
     return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source, src_us)
+
+
+def _csv_type(column: str) -> pa.DataType:
+    """How a CSV column is read when every value is a plain number: ids as text, a timestamp or
+    counter as uint64 (float64 where its canonical column is a float)."""
+    if column in ("port_guid", "node_guid", "port_num"):
+        return pa.string()
+    spec = counter_spec(column)
+    if spec is not None and spec.lane is None and pa.types.is_floating(_COLUMN_TYPES[spec.column]):
+        return pa.float64()
+    return pa.uint64()
 
 
 def parse_csv(
@@ -953,29 +1020,36 @@ def parse_csv(
     if "port_guid" not in wanted and "node_guid" not in wanted:
         raise TelemetryParseError(f"not UFM telemetry CSV: the header has no port_guid ({header[:6]})")
 
-    def read(quote: str | bool) -> pa.Table:
+    def read(quote: str | bool, types: dict[str, pa.DataType]) -> pa.Table:
+        malformed.clear()
+        return pcsv.read_csv(
+            pa.py_buffer(payload),
+            read_options=pcsv.ReadOptions(block_size=_BLOCK),
+            parse_options=pcsv.ParseOptions(
+                quote_char=quote, newlines_in_values=False, invalid_row_handler=invalid
+            ),
+            convert_options=pcsv.ConvertOptions(
+                include_columns=wanted, column_types=types, strings_can_be_null=True
+            ),
+        )
+
+    def table_of(types: dict[str, pa.DataType]) -> pa.Table:
+        table = read('"', types)
+        if any("\n" in m for m in malformed):
+            # A stray quote opens a field Arrow ends only at its block's end, swallowing every row
+            # after it: read again without quoting, so the bad row alone is left out.
+            table = read(False, types)
+        return table
+
+    # Counters read as numbers by Arrow's converter; a value it does not take as one ("45C",
+    # "N/A", past 64 bits…) and the whole document is read as text for the exact number parser.
+    try:
+        table = table_of({c: _csv_type(c) for c in wanted})
+    except (pa.ArrowInvalid, pa.ArrowKeyError):
         try:
-            return pcsv.read_csv(
-                pa.py_buffer(payload),
-                read_options=pcsv.ReadOptions(block_size=_BLOCK),
-                parse_options=pcsv.ParseOptions(
-                    quote_char=quote, newlines_in_values=False, invalid_row_handler=invalid
-                ),
-                convert_options=pcsv.ConvertOptions(
-                    include_columns=wanted,
-                    column_types={c: pa.string() for c in wanted},
-                    strings_can_be_null=True,
-                ),
-            )
+            table = table_of({c: pa.string() for c in wanted})
         except (pa.ArrowInvalid, pa.ArrowKeyError) as e:  # KeyError: a header name not UTF-8
             raise TelemetryParseError(f"not UFM telemetry CSV: {e}") from None
-
-    table = read('"')
-    if any("\n" in m for m in malformed):
-        # A stray quote opens a field Arrow ends only at its block's end, swallowing every row
-        # after it: read again without quoting, so the bad row alone is left out.
-        malformed.clear()
-        table = read(False)
     if malformed:
         if table.num_rows == 0:
             raise TelemetryParseError(f"not UFM telemetry CSV: {malformed[0][:200]!r}")
