@@ -678,7 +678,7 @@ def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Arra
     first = partner < 0
     anchors = np.flatnonzero(first)
     enc = pc.dictionary_encode(_take(labels, 2 * anchors + 1))
-    label_codes = np.empty(n, np.int64)
+    label_codes = np.empty(n, np.int32)
     label_codes[anchors] = enc.indices.to_numpy(zero_copy_only=False)
     for r in range(1, starts.size):  # runs in order: a partner's code is known before its own
         seg = slice(int(starts[r]), int(ends[r]))
@@ -875,18 +875,26 @@ def parse_prometheus(
     every = lines.size == keep.size  # every line kept (the usual case): views, not gathers
     ts = long.ts if every else long.ts[lines]
     time_us = _time_us(ts) or _now_us(now)
-    ports, row_of_line = _dense(port_of_line if every else port_of_line[lines], len(keys.keys))
+    # Rows: the ports named, ascending; found per label block, then looked up per line.
+    named = label_ids[used]
+    ports, _ = _dense(named[named >= 0], len(keys.keys))
+    row_of_port = np.zeros(len(keys.keys), np.int64)
+    row_of_port[ports] = np.arange(ports.size)
+    row_of_line = row_of_port[port_of_line if every else port_of_line[lines]]
     out = _Columns(len(ports))
     name_of = long.name_idx if every else long.name_idx[lines]
     # Group lines by metric. Families are usually runs in order of first sight, so name_of is
     # sorted and each group a slice; else a stable radix sort on small integers.
-    bounds = np.cumsum(np.bincount(name_of, minlength=len(long.names))).tolist()
-    starts = [0, *bounds][: len(bounds)]
     if name_of.size and (name_of[1:] >= name_of[:-1]).all():
-        groups: list[slice | np.ndarray] = [slice(a, b) for a, b in zip(starts, bounds, strict=True)]
+        order = None
+        bounds = np.searchsorted(name_of, np.arange(1, len(long.names) + 1)).tolist()
     else:
         order = np.argsort(name_of.astype(np.int16 if len(long.names) < 2**15 else np.int64), kind="stable")
-        groups = [order[a:b] for a, b in zip(starts, bounds, strict=True)]
+        bounds = np.cumsum(np.bincount(name_of, minlength=len(long.names))).tolist()
+    starts = [0, *bounds][: len(bounds)]
+    groups: list[slice | np.ndarray] = [
+        slice(a, b) if order is None else order[a:b] for a, b in zip(starts, bounds, strict=True)
+    ]
     ranked = sorted(
         ((specs[k], g) for k, g in enumerate(groups) if specs[k] is not None and bounds[k] > starts[k]),
         key=lambda sg: sg[0].rank,  # type: ignore[union-attr]
