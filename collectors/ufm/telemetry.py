@@ -14,14 +14,21 @@ port_num, Infiniband_*_u_<unit>…}]}``; see :mod:`graywire.collectors.ufm.count
 
 Parsing is the hot path: a 500,000-port fabric with 30 counters is 15 million lines (~2 GB) a
 poll. Nothing here loops over lines in Python. Arrow's multithreaded CSV reader splits the text
-at ``}`` (``name{labels`` | `` value ts``); names and label blocks become one zero-copy
-interleaved string array that is dictionary encoded (30 names, one label block per port); the
-tails are read again as blank-delimited CSV, so timestamps come out of Arrow's typed converter and
-each metric's values are one cast of a zero-copy slice. The label blocks of a port are parsed
-once and cached (:mod:`.ports`). Lines the fast path cannot take (a ``}`` inside a label value,
-no labels) go through an exact regular expression; anything that is not Prometheus text fails
-the whole parse with the line quoted. A payload that does not end with a newline is truncated
-and fails: a partial poll must not look like ports that vanished.
+at ``}`` (``name{labels`` | `` value ts``), the one pass over all of it; everything after works
+on views of the reader's buffers. Names and label blocks become one zero-copy interleaved string
+array, encoded by comparing each family with the one before (UFM lists the ports in the same
+order in every family) so that only what differs is hashed (:func:`_encode_lines`); the tails are
+cut where they stand into value and timestamp slots, so timestamps are one cast and each
+metric's values one cast of a zero-copy slice (:func:`_tail_views`). Each fast path checks its
+premise and falls back to the general one (hash every line, read the tails again as
+blank-delimited CSV). The label blocks of a port are parsed once and cached (:mod:`.ports`).
+Lines the fast path cannot take (a ``}`` inside a label value, no labels) go through an exact
+regular expression; anything that is not Prometheus text fails the whole parse with the line
+quoted. A payload that does not end with a newline is truncated and fails: a partial poll must
+not look like ports that vanished.
+
+CSV is read by the same reader with the counters typed as numbers; a document with one value
+that is no plain number is read again as text for the exact number parser.
 """
 
 from __future__ import annotations
@@ -536,69 +543,57 @@ def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[_Values, np.nda
 
 
 def _slotted(offsets: np.ndarray, data: pa.Buffer, valid: np.ndarray | None = None) -> pa.Array:
-    """Strings over ``data`` cut at ``offsets`` (zero-copy), null where not ``valid``."""
+    """Strings over ``data`` cut at ``offsets`` (int32; zero-copy), null where not ``valid``."""
     mask = pa.py_buffer(np.packbits(valid, bitorder="little")) if valid is not None else None
-    return pa.Array.from_buffers(pa.large_string(), len(offsets) - 1, [mask, pa.py_buffer(offsets), data])
+    return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [mask, pa.py_buffer(offsets), data])
 
 
 def _tail_views(tails: pa.ChunkedArray, width: int) -> tuple[_Values, np.ndarray] | None:
     """Values and timestamps of tails that are all `` value ts`` with ``width``-digit timestamps
-    (or all `` value`` when ``width`` is 0), without copying a value: each tail's text is cut
-    into blank, value, blank, timestamp slots of one string array over the payload's own buffer
-    (the slots not wanted are null), and the timestamps are one cast of that array. None when a
-    tail is not of that shape (a blank more or elsewhere, a timestamp of another width): the
-    blank-delimited read then decides exactly as before."""
-    k = 4 if width else 2
+    (or all `` value`` when ``width`` is 0), without copying a value: the tails' text is cut into
+    value slots and the text between them (blank, timestamp, blank) as one string array over the
+    reader's own buffer, the other slots null; the timestamps are one cast of such an array.
+    None when a tail is not of that shape (a blank more or elsewhere, a timestamp of another
+    width or no integer): the blank-delimited read then decides, exactly as before."""
     texts: list[pa.Array] = []
     ts_parts: list[np.ndarray] = []
     for c in tails.chunks:
         n = len(c)
-        if n == 0 or c.null_count:
+        if n == 0:
             continue
+        if c.null_count:
+            return None
         off = _offsets(c)
         data = np.frombuffer(c.buffers()[2], np.uint8)
         start, end = off[:-1], off[1:]
-        cut = end - width - 1 if width else end  # the blank before the timestamp
+        cut = end - width - 1 if width else end  # where the value ends: the blank before the timestamp
         if (
             (data[start] != 32).any()
             or (cut <= start + 1).any()  # an empty value
             or (width and (data[cut] != 32).any())
-            or np.count_nonzero(data[off[0] : off[-1]] == 32) != n * (k // 2)  # another blank
+            or np.count_nonzero(data[off[0] : off[-1]] == 32) != n * (2 if width else 1)  # another blank
         ):
             return None
-        slots = np.empty(k * n + 1, np.int64)
-        slots[0:-1:k], slots[1:-1:k] = start, start + 1
-        if width:
-            slots[2:-1:k], slots[3:-1:k] = cut, cut + 1
-        slots[-1] = off[-1]
-        buf = c.buffers()[2]
-        if width:
-            valid = np.zeros(k * n, bool)
-            valid[3::k] = True
-            stamps = pa.Array.from_buffers(
-                pa.large_string(),
-                k * n,
-                [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(slots), buf],
-            )
+        valid = np.zeros(2 * n, bool)
+        valid[0::2] = True
+        slots = np.empty(2 * n + 1, np.int32)
+        if width:  # timestamp slots, then what follows up to the next (blank, value, blank)
+            slots[0:-1:2], slots[1::2], slots[-1] = cut + 1, end, end[-1]
             try:
-                cast = pc.cast(stamps, pa.int64())
+                stamps = pc.cast(_slotted(slots, c.buffers()[2], valid), pa.int64())  # as the CSV reader
             except pa.ArrowInvalid:
                 return None
-            ts_parts.append(np.frombuffer(cast.buffers()[1], np.int64, count=k * n)[3::k].copy())
+            ts_parts.append(np.frombuffer(stamps.buffers()[1], np.int64, 2 * n)[0::2].copy())
         else:
             ts_parts.append(np.zeros(n, np.int64))
-        valid = np.zeros(k * n, bool)
-        valid[1::k] = True
-        texts.append(
-            pa.Array.from_buffers(
-                pa.large_string(),
-                k * n,
-                [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(slots), buf],
-            )
-        )
+        # two slots a tail: its value, then what follows up to the next value (blank, timestamp,
+        # blank); the first tail's leading blank is left before the array
+        slots = np.empty(2 * n + 1, np.int32)
+        slots[0:-1:2], slots[1::2], slots[-1] = start + 1, cut, end[-1]
+        texts.append(_slotted(slots, c.buffers()[2], valid))
     if not texts:
         return None
-    return _Values(pa.chunked_array(texts), k, 1), np.concatenate(ts_parts)
+    return _Values(pa.chunked_array(texts), 2, 0), np.concatenate(ts_parts)
 
 
 def _tails_exact(tail: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -668,7 +663,7 @@ def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Arra
         uniq, label_codes = _dense(_codes(enc)[1::2], len(enc.chunk(0).dictionary))
         return name_dict, name_codes, enc.chunk(0).dictionary.take(pa.array(uniq)), label_codes
     ends = np.append(starts[1:], n)
-    partner = np.full(n, -1, np.int64)  # the line of the run before with the same block
+    partner = np.full(n, -1, np.int32)  # the line of the run before with the same block
     for r in range(1, starts.size):
         k = int(min(ends[r] - starts[r], ends[r - 1] - starts[r - 1]))
         a, b = int(starts[r]), int(starts[r - 1])
@@ -716,19 +711,15 @@ def _heads(
         else:
             brace = pc.find_substring(head, "{").to_numpy(zero_copy_only=False).astype(np.int64)
         # "name{" and "labels" alternate over the head buffer: one array, no copy
-        inter_off = np.empty(2 * n + 1, np.int64)
+        inter_off = np.empty(2 * n + 1, np.int32)
         inter_off[0:-1:2] = start
         inter_off[1:-1:2] = start + np.maximum(brace, -1) + 1
         inter_off[-1] = h_off[-1]
-        inter.append(
-            pa.Array.from_buffers(
-                pa.large_string(), 2 * n, [None, pa.py_buffer(inter_off), head.buffers()[2]]
-            )
-        )
+        inter.append(_slotted(inter_off, head.buffers()[2]))
         is_comment = first_byte == ord("#")
         comment_parts.append(is_comment)
         fast_parts.append(~is_comment & (brace > 0))
-    return pa.chunked_array(inter, type=pa.large_string()), comment_parts, fast_parts
+    return pa.chunked_array(inter, type=pa.string()), comment_parts, fast_parts
 
 
 def _prometheus_long(payload: bytes) -> _Long:
@@ -779,7 +770,7 @@ def _prometheus_long(payload: bytes) -> _Long:
             raise TelemetryParseError(f"not Prometheus text: {_row_text(table, int(bad[0]))[:200]!r}")
         slow.extend(_row_text(table, i) for i in bad.tolist())
     else:
-        name_dict = label_dict = pa.array([], pa.large_string())
+        name_dict = label_dict = pa.array([], pa.string())
         name_codes = label_codes = ts = np.zeros(0, np.int64)
         fast = np.zeros(0, bool)
         values = _Values(pa.chunked_array([], type=pa.string()))
