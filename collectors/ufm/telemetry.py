@@ -631,10 +631,12 @@ def _take(arr: pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
     return pa.concat_arrays(parts) if parts else pa.array([], arr.type)
 
 
-def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray] | None:
+def _encode_lines(
+    inter: pa.ChunkedArray,
+) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray, np.ndarray] | None:
     """Dictionary codes of each line's name and label block from ``inter`` (``name{``, labels,
-    alternating): (names, name codes, label blocks, label codes), each dictionary in order of
-    first sight, as ``dictionary_encode`` gives them.
+    alternating): (names, name codes, label blocks, label codes, whether the name piece starts
+    with "#"), each dictionary in order of first sight, as ``dictionary_encode`` gives them.
 
     Hashing 15 million label blocks is most of a parse, and a UFM scrape repeats itself: it
     writes one family after another (a run of lines with one name) and lists the ports in the
@@ -656,12 +658,14 @@ def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Arra
         return None
     run_names = pc.dictionary_encode(firsts)
     name_dict = run_names.dictionary
-    name_codes = np.repeat(run_names.indices.to_numpy(zero_copy_only=False), np.diff(np.append(starts, n)))
+    lengths = np.diff(np.append(starts, n))
+    name_codes = np.repeat(run_names.indices.to_numpy(zero_copy_only=False), lengths)
+    pound = np.repeat(pc.starts_with(firsts, "#").to_numpy(zero_copy_only=False), lengths)
     labels = inter  # a label block is at 2i + 1
     if starts.size > _MAX_RUNS:
         enc = pc.dictionary_encode(labels)
         uniq, label_codes = _dense(_codes(enc)[1::2], len(enc.chunk(0).dictionary))
-        return name_dict, name_codes, enc.chunk(0).dictionary.take(pa.array(uniq)), label_codes
+        return name_dict, name_codes, enc.chunk(0).dictionary.take(pa.array(uniq)), label_codes, pound
     ends = np.append(starts[1:], n)
     partner = np.full(n, -1, np.int32)  # the line of the run before with the same block
     for r in range(1, starts.size):
@@ -680,27 +684,22 @@ def _encode_lines(inter: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray, pa.Arra
         p = partner[seg]
         m = p >= 0
         label_codes[seg][m] = label_codes[p[m]]
-    return name_dict, name_codes, enc.dictionary, label_codes
+    return name_dict, name_codes, enc.dictionary, label_codes, pound
 
 
-def _heads(
-    batches: list[pa.RecordBatch], guess: bool
-) -> tuple[pa.ChunkedArray, list[np.ndarray], list[np.ndarray]]:
+def _heads(batches: list[pa.RecordBatch], guess: bool) -> tuple[pa.ChunkedArray, np.ndarray]:
     """The heads (``name{labels``) of the lines as one zero-copy array of ``name{`` and label
-    blocks alternating, and per line whether it is a comment and whether it has a name and a
-    brace. With ``guess``, a line whose byte at the first line's name length is "{" is taken to
-    have its first "{" there (``_encode_lines`` proves it or says to look again); the others are
-    searched."""
+    blocks alternating, and each line's first "{" (-1: none). With ``guess``, a line whose byte
+    at the first line's name length is "{" is taken to have its first "{" there
+    (``_encode_lines`` proves it or says to look again); the others are searched."""
     inter: list[pa.Array] = []
-    comment_parts: list[np.ndarray] = []
-    fast_parts: list[np.ndarray] = []
+    braces: list[np.ndarray] = []
     for rb in batches:
         head = rb.column(0)
         n = len(head)
         h_off = _offsets(head)
         hb = np.frombuffer(head.buffers()[2] or b"\0", np.uint8)
         start, end = h_off[:-1], h_off[1:]
-        first_byte = np.where(start < end, hb[np.minimum(start, hb.size - 1)], 0)
         g = pc.find_substring(head.slice(0, 1), "{")[0].as_py() if guess else -1
         if g > 0:
             at = start + g
@@ -716,10 +715,8 @@ def _heads(
         inter_off[1:-1:2] = start + np.maximum(brace, -1) + 1
         inter_off[-1] = h_off[-1]
         inter.append(_slotted(inter_off, head.buffers()[2]))
-        is_comment = first_byte == ord("#")
-        comment_parts.append(is_comment)
-        fast_parts.append(~is_comment & (brace > 0))
-    return pa.chunked_array(inter, type=pa.string()), comment_parts, fast_parts
+        braces.append(brace)
+    return pa.chunked_array(inter, type=pa.string()), np.concatenate(braces)
 
 
 def _prometheus_long(payload: bytes) -> _Long:
@@ -755,16 +752,20 @@ def _prometheus_long(payload: bytes) -> _Long:
         with ThreadPoolExecutor(1) as pool:
             tails = pa.chunked_array([rb.column(1) for rb in batches], type=pa.string())
             tails_job = pool.submit(_tails, tails, b"\t" in payload)
-            inter, comment_parts, fast_parts = _heads(batches, guess=True)
+            inter, brace = _heads(batches, guess=True)
             encoded = _encode_lines(inter)
             if encoded is None:  # a guessed "{" was not the first of its line
-                inter, comment_parts, fast_parts = _heads(batches, guess=False)
+                inter, brace = _heads(batches, guess=False)
                 encoded = _encode_lines(inter)
             assert encoded is not None
-            name_dict, name_codes, label_dict, label_codes = encoded
+            name_dict, name_codes, label_dict, label_codes, comment = encoded
             values, ts, good_tail = tails_job.result()
-        comment = np.concatenate(comment_parts)
-        fast = np.concatenate(fast_parts) & good_tail
+        # A comment's name piece starts with "#"; a line with no name piece is looked at itself.
+        odd = np.flatnonzero(brace <= 0)
+        if odd.size:
+            heads = pa.chunked_array([rb.column(0) for rb in batches], type=pa.string())
+            comment[odd] = pc.starts_with(_take(heads, odd), "#").to_numpy(zero_copy_only=False)
+        fast = ~comment & (brace > 0) & good_tail
         bad = np.flatnonzero(~comment & ~fast)
         if bad.size + len(slow) > MAX_SLOW_LINES:
             raise TelemetryParseError(f"not Prometheus text: {_row_text(table, int(bad[0]))[:200]!r}")
