@@ -156,6 +156,13 @@ def normalize_guids(guids: Sequence[str | None] | pa.Array) -> pa.Array:
     return arr
 
 
+def same_strings(a: pa.Array, b: pa.Array | None) -> bool:
+    """Whether ``b`` holds the same strings as ``a``, in the same order (a memcmp, no hashing)."""
+    if b is None or len(a) != len(b) or a.type != b.type:
+        return False
+    return a is b or bool(pc.all(pc.equal(a, b)).as_py() is not False)
+
+
 class SpellingCache:
     """Distinct source spellings of a port (strings) -> port id, learned once, looked up vectorized."""
 
@@ -169,12 +176,23 @@ class SpellingCache:
     def reset(self) -> None:
         self.known: pa.Array = pa.array([], type=pa.string())
         self.ids = np.zeros(0, dtype=np.int32)
+        #: The spellings of the latest lookup and their ids: a poll like the one before (the
+        #: usual case) is one comparison, not a hash lookup.
+        self.last: pa.Array | None = None
+        self.last_ids = np.zeros(0, dtype=np.int32)
 
     def lookup(self, spellings: pa.Array, resolve_new: Callable[[pa.Array], np.ndarray]) -> np.ndarray:
         """Port id (or -1) for each distinct spelling; ``resolve_new`` is called on unseen ones."""
         spellings = spellings.cast(pa.string()) if spellings.type != pa.string() else spellings
+        if same_strings(spellings, self.last):
+            return self.last_ids.copy()
         if len(self.known) > self.MAX_GROWTH * max(len(spellings), 1024):
             self.reset()
+        out = self._lookup(spellings, resolve_new)
+        self.last, self.last_ids = spellings, out.copy()
+        return out
+
+    def _lookup(self, spellings: pa.Array, resolve_new: Callable[[pa.Array], np.ndarray]) -> np.ndarray:
         pos = pc.index_in(spellings, value_set=self.known)
         if pos.null_count == 0:
             return self.ids[pos.to_numpy()]

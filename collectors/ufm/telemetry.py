@@ -63,7 +63,7 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
 from graywire.collectors.ufm.counters import CounterSpec, counter_spec
 from graywire.collectors.ufm.http import HttpSettings, UfmHttp
-from graywire.collectors.ufm.ports import BAD, PortKeys, SpellingCache
+from graywire.collectors.ufm.ports import BAD, PortKeys, SpellingCache, same_strings
 
 TelemetryFormat = Literal["auto", "prometheus", "csv", "json"]
 
@@ -614,6 +614,7 @@ _MAX_RUNS = 4096
 
 
 def _codes(enc: pa.ChunkedArray) -> np.ndarray:
+    """The indices of a dictionary-encoded chunked array, as one array."""
     parts = [c.indices.to_numpy(zero_copy_only=False) for c in enc.chunks]
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
@@ -632,11 +633,13 @@ def _take(arr: pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
 
 
 def _encode_lines(
-    inter: pa.ChunkedArray,
+    inter: pa.ChunkedArray, hint: pa.Array | None = None
 ) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray, np.ndarray] | None:
     """Dictionary codes of each line's name and label block from ``inter`` (``name{``, labels,
     alternating): (names, name codes, label blocks, label codes, whether the name piece starts
     with "#"), each dictionary in order of first sight, as ``dictionary_encode`` gives them.
+    ``hint`` is the label dictionary of the poll before: when the blocks to hash are those, in
+    that order, they are not hashed again.
 
     Hashing 15 million label blocks is most of a parse, and a UFM scrape repeats itself: it
     writes one family after another (a run of lines with one name) and lists the ports in the
@@ -674,17 +677,22 @@ def _encode_lines(
         eq = pc.equal(labels[2 * a : 2 * (a + k)], labels[2 * b : 2 * (b + k)]).to_numpy(zero_copy_only=False)
         hit = np.flatnonzero(eq[1::2])
         partner[a + hit] = b + hit
-    first = partner < 0
-    anchors = np.flatnonzero(first)
-    enc = pc.dictionary_encode(_take(labels, 2 * anchors + 1))
+    anchors = np.flatnonzero(partner < 0)
+    blocks = _take(labels, 2 * anchors + 1)
     label_codes = np.empty(n, np.int32)
-    label_codes[anchors] = enc.indices.to_numpy(zero_copy_only=False)
+    if hint is not None and same_strings(blocks, hint):  # distinct, in order of first sight
+        label_dict = hint
+        label_codes[anchors] = np.arange(anchors.size)
+    else:
+        enc = pc.dictionary_encode(blocks)
+        label_dict = enc.dictionary
+        label_codes[anchors] = enc.indices.to_numpy(zero_copy_only=False)
     for r in range(1, starts.size):  # runs in order: a partner's code is known before its own
         seg = slice(int(starts[r]), int(ends[r]))
         p = partner[seg]
         m = p >= 0
         label_codes[seg][m] = label_codes[p[m]]
-    return name_dict, name_codes, enc.dictionary, label_codes, pound
+    return name_dict, name_codes, label_dict, label_codes, pound
 
 
 def _heads(batches: list[pa.RecordBatch], guess: bool) -> tuple[pa.ChunkedArray, np.ndarray]:
@@ -719,7 +727,7 @@ def _heads(batches: list[pa.RecordBatch], guess: bool) -> tuple[pa.ChunkedArray,
     return pa.chunked_array(inter, type=pa.string()), np.concatenate(braces)
 
 
-def _prometheus_long(payload: bytes) -> _Long:
+def _prometheus_long(payload: bytes, hint: pa.Array | None = None) -> _Long:
     _check_complete(payload)
     slow: list[str] = []
 
@@ -753,10 +761,10 @@ def _prometheus_long(payload: bytes) -> _Long:
             tails = pa.chunked_array([rb.column(1) for rb in batches], type=pa.string())
             tails_job = pool.submit(_tails, tails, b"\t" in payload)
             inter, brace = _heads(batches, guess=True)
-            encoded = _encode_lines(inter)
+            encoded = _encode_lines(inter, hint)
             if encoded is None:  # a guessed "{" was not the first of its line
                 inter, brace = _heads(batches, guess=False)
-                encoded = _encode_lines(inter)
+                encoded = _encode_lines(inter, hint)
             assert encoded is not None
             name_dict, name_codes, label_dict, label_codes, comment = encoded
             values, ts, good_tail = tails_job.result()
@@ -782,7 +790,7 @@ def _prometheus_long(payload: bytes) -> _Long:
         uniq_names, name_pos = _dense(name_codes[fast], len(name_dict))
         uniq_labels, label_pos = _dense(label_codes[fast], len(label_dict))
     names = [s[:-1] for s in name_dict.take(pa.array(uniq_names, pa.int64())).to_pylist()]  # drop the "{"
-    labels = label_dict.take(pa.array(uniq_labels, pa.int64())).cast(pa.string())
+    labels = label_dict if fast.all() else label_dict.take(pa.array(uniq_labels, pa.int64()))
     # Rows that are not samples (comments, lines handed to the exact parser) point past the end.
     if fast.all():
         name_idx, label_idx = name_pos, label_pos
@@ -844,7 +852,8 @@ def parse_prometheus(
     truncated. Within one, a line that is not Prometheus text, a line naming no usable port and
     a value that is no number its column can hold are left out and counted in ``skipped``.
     """
-    long = _prometheus_long(payload)
+    cache = cache or SpellingCache()
+    long = _prometheus_long(payload, cache.last)
     if long.malformed and skipped is not None:
         skipped[MALFORMED_LINE] += len(long.malformed)
     errors: list[str] = []
@@ -859,7 +868,8 @@ def parse_prometheus(
         def resolve(new: pa.Array) -> np.ndarray:
             return _resolve(keys, *_port_labels(new), errors)
 
-        label_ids[used] = (cache or SpellingCache()).lookup(long.labels.take(pa.array(used)), resolve)
+        blocks = long.labels if used.size == len(long.labels) else long.labels.take(pa.array(used))
+        label_ids[used] = cache.lookup(blocks, resolve)
     port_of_line = label_ids[long.label_idx]
     _skip_bad_ports(port_of_line[keep], errors, skipped)
     keep &= port_of_line >= 0
