@@ -130,6 +130,8 @@ def _numbers_text(arr: pa.Array) -> _Numbers:
 def _numbers(arr: pa.Array | pa.ChunkedArray) -> _Numbers:
     """Parse counter values of any Arrow type (text tokens, or numbers from JSON), never raising."""
     if isinstance(arr, pa.ChunkedArray):
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            return _numbers(arr.combine_chunks())  # numbers: one array of them is small
         parts = [_numbers(c) for c in arr.chunks]
         if not parts:
             return _numbers(pa.array([], arr.type))
@@ -142,6 +144,9 @@ def _numbers(arr: pa.Array | pa.ChunkedArray) -> _Numbers:
     nothing = np.zeros(n, bool)
     if pa.types.is_null(t):
         return _Numbers(np.zeros(n, np.uint64), nothing, np.full(n, np.nan), nothing)
+    if pa.types.is_unsigned_integer(t) and arr.null_count == 0:  # counters as Arrow read them
+        v = arr.cast(pa.uint64()).to_numpy()
+        return _Numbers(v, np.ones(n, bool), np.full(n, np.nan), nothing)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         v = arr.cast(pa.int64() if pa.types.is_signed_integer(t) else pa.uint64()).fill_null(0).to_numpy()
         valid = arr.is_valid().to_numpy(zero_copy_only=False)
@@ -209,8 +214,9 @@ class _Columns:
         if col not in self.values:
             self.values[col] = np.zeros(self.n, np.float64 if is_float else np.uint64)
             self.valid[col] = np.zeros(self.n, bool)
-        w = rows[ok]
-        self.values[col][w] = vals[ok]
+        every = ok.all()
+        w = rows if every else rows[ok]
+        self.values[col][w] = vals if every else vals[ok]
         self.valid[col][w] = True
         if not is_float and spec.bits < 64:
             mask = self.narrow.get(col, (np.zeros(self.n, bool), spec.bits, spec.saturating))[0]
@@ -256,6 +262,8 @@ class _Columns:
 
 def _as_uint(num: _Numbers) -> tuple[np.ndarray, np.ndarray]:
     """Counter values as uint64: exact integers, or floats that are finite and non-negative."""
+    if num.is_int.all():
+        return num.u64, num.is_int
     f = num.f64
     with np.errstate(invalid="ignore"):
         f_ok = ~num.is_int & np.isfinite(f) & (f >= 0) & (f < 1.8446744073709552e19)
