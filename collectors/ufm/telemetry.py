@@ -14,14 +14,21 @@ port_num, Infiniband_*_u_<unit>…}]}``; see :mod:`graywire.collectors.ufm.count
 
 Parsing is the hot path: a 500,000-port fabric with 30 counters is 15 million lines (~2 GB) a
 poll. Nothing here loops over lines in Python. Arrow's multithreaded CSV reader splits the text
-at ``}`` (``name{labels`` | `` value ts``); names and label blocks become one zero-copy
-interleaved string array that is dictionary encoded (30 names, one label block per port); the
-tails are read again as blank-delimited CSV, so timestamps come out of Arrow's typed converter and
-each metric's values are one cast of a zero-copy slice. The label blocks of a port are parsed
-once and cached (:mod:`.ports`). Lines the fast path cannot take (a ``}`` inside a label value,
-no labels) go through an exact regular expression; anything that is not Prometheus text fails
-the whole parse with the line quoted. A payload that does not end with a newline is truncated
-and fails: a partial poll must not look like ports that vanished.
+at ``}`` (``name{labels`` | `` value ts``), the one pass over all of it; everything after works
+on views of the reader's buffers. Names and label blocks become one zero-copy interleaved string
+array, encoded by comparing each family with the one before (UFM lists the ports in the same
+order in every family) so that only what differs is hashed (:func:`_encode_lines`); the tails are
+cut where they stand into value and timestamp slots, so timestamps are one cast and each
+metric's values one cast of a zero-copy slice (:func:`_tail_views`). Each fast path checks its
+premise and falls back to the general one (hash every line, read the tails again as
+blank-delimited CSV). The label blocks of a port are parsed once and cached (:mod:`.ports`).
+Lines the fast path cannot take (a ``}`` inside a label value, no labels) go through an exact
+regular expression; anything that is not Prometheus text fails the whole parse with the line
+quoted. A payload that does not end with a newline is truncated and fails: a partial poll must
+not look like ports that vanished.
+
+CSV is read by the same reader with the counters typed as numbers; a document with one value
+that is no plain number is read again as text for the exact number parser.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
 from graywire.collectors.ufm.counters import CounterSpec, counter_spec
 from graywire.collectors.ufm.http import HttpSettings, UfmHttp
-from graywire.collectors.ufm.ports import BAD, PortKeys, SpellingCache
+from graywire.collectors.ufm.ports import BAD, PortKeys, SpellingCache, same_strings
 
 TelemetryFormat = Literal["auto", "prometheus", "csv", "json"]
 
@@ -123,6 +130,8 @@ def _numbers_text(arr: pa.Array) -> _Numbers:
 def _numbers(arr: pa.Array | pa.ChunkedArray) -> _Numbers:
     """Parse counter values of any Arrow type (text tokens, or numbers from JSON), never raising."""
     if isinstance(arr, pa.ChunkedArray):
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            return _numbers(arr.combine_chunks())  # numbers: one array of them is small
         parts = [_numbers(c) for c in arr.chunks]
         if not parts:
             return _numbers(pa.array([], arr.type))
@@ -135,6 +144,9 @@ def _numbers(arr: pa.Array | pa.ChunkedArray) -> _Numbers:
     nothing = np.zeros(n, bool)
     if pa.types.is_null(t):
         return _Numbers(np.zeros(n, np.uint64), nothing, np.full(n, np.nan), nothing)
+    if pa.types.is_unsigned_integer(t) and arr.null_count == 0:  # counters as Arrow read them
+        v = arr.cast(pa.uint64()).to_numpy()
+        return _Numbers(v, np.ones(n, bool), np.full(n, np.nan), nothing)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         v = arr.cast(pa.int64() if pa.types.is_signed_integer(t) else pa.uint64()).fill_null(0).to_numpy()
         valid = arr.is_valid().to_numpy(zero_copy_only=False)
@@ -202,8 +214,9 @@ class _Columns:
         if col not in self.values:
             self.values[col] = np.zeros(self.n, np.float64 if is_float else np.uint64)
             self.valid[col] = np.zeros(self.n, bool)
-        w = rows[ok]
-        self.values[col][w] = vals[ok]
+        every = ok.all()
+        w = rows if every else rows[ok]
+        self.values[col][w] = vals if every else vals[ok]
         self.valid[col][w] = True
         if not is_float and spec.bits < 64:
             mask = self.narrow.get(col, (np.zeros(self.n, bool), spec.bits, spec.saturating))[0]
@@ -249,6 +262,8 @@ class _Columns:
 
 def _as_uint(num: _Numbers) -> tuple[np.ndarray, np.ndarray]:
     """Counter values as uint64: exact integers, or floats that are finite and non-negative."""
+    if num.is_int.all():
+        return num.u64, num.is_int
     f = num.f64
     with np.errstate(invalid="ignore"):
         f_ok = ~num.is_int & np.isfinite(f) & (f >= 0) & (f < 1.8446744073709552e19)
@@ -258,30 +273,36 @@ def _as_uint(num: _Numbers) -> tuple[np.ndarray, np.ndarray]:
     return vals, num.is_int | f_ok
 
 
+def _to_us(v: np.ndarray | np.int64, t: int) -> np.ndarray | np.int64:
+    """Source timestamps in µs, their unit (s, ms, µs or ns since the epoch) told by the magnitude
+    of the latest, ``t``."""
+    return v // 1000 if t >= 10**17 else v if t >= 10**14 else v * 1000 if t >= 10**11 else v * 1_000_000
+
+
 def _time_us(raw: np.ndarray) -> int | None:
-    """Batch time from source timestamps (s, ms, µs or ns since the epoch, told by magnitude)."""
-    raw = raw[raw > 0]
-    if raw.size == 0:
-        return None
-    t = int(raw.max())
-    if t >= 10**17:
-        return t // 1000
-    if t >= 10**14:
-        return t
-    if t >= 10**11:
-        return t * 1000
-    return t * 1_000_000
+    """Batch time from source timestamps: the latest."""
+    t = int(raw.max()) if raw.size else 0
+    return int(_to_us(np.int64(t), t)) if t > 0 else None
 
 
 def _per_row_us(raw: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
-    """Each port's source sample time (µs; 0 where none): the latest of its lines' timestamps."""
+    """Each port's source sample time (µs; 0 where none): the latest of its lines' timestamps.
+
+    ``rows`` names every row of ``0..n-1`` at least once (each port has a line).
+    """
     out = np.zeros(n, np.int64)
-    ok = raw > 0
-    if not ok.any():
+    t = int(raw.max()) if raw.size else 0
+    if t <= 0:
         return out
-    t, v = int(raw[ok].max()), raw[ok]  # the unit told by magnitude, as for the batch time
-    us = v // 1000 if t >= 10**17 else v if t >= 10**14 else v * 1000 if t >= 10**11 else v * 1_000_000
-    np.maximum.at(out, rows[ok], us.astype(np.int64))
+    if raw.min() == t:  # one timestamp on every line (UFM stamps a scrape once)
+        out[:] = _to_us(np.int64(t), t)
+        return out
+    ok = raw > 0
+    r, us = rows[ok], _to_us(raw[ok].astype(np.int64), t)
+    # A scatter keeps one of a row's lines (any); where that is not the latest, ufunc.at settles it.
+    out[r] = np.maximum(out[r], us)
+    if (out[r] < us).any():
+        np.maximum.at(out, r, us)
     return out
 
 
@@ -316,8 +337,31 @@ def _label(blocks: pa.Array, name: str) -> pa.Array:
     return pc.struct_field(pc.extract_regex(blocks, pattern), 0)
 
 
-def _port_nums(nums: pa.Array, errors: list[str]) -> tuple[list[int | None], np.ndarray]:
-    """Port numbers (None where absent) and the mask of those that are no port number (garbage,
+#: UFM's own label block, values of GUID and number characters only (so no label name can hide in
+#: one): one match gives all three labels, as :func:`_label` would find them one by one.
+_UFM_LABELS = (
+    r'^source="[0-9A-Fa-fXx:]*", node_guid="(?P<node>[0-9A-Fa-fXx:]*)", '
+    r'port_guid="(?P<port>[0-9A-Fa-fXx:]*)", port_num="(?P<num>[0-9]*)"$'
+)
+
+
+def _port_labels(blocks: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(port_guid, node_guid, port_num) of each label block: one pass for blocks in UFM's layout,
+    a search per label for the others."""
+    m = pc.extract_regex(blocks, _UFM_LABELS)
+    if m.null_count == 0:
+        return pc.struct_field(m, 1), pc.struct_field(m, 0), pc.struct_field(m, 2)
+    other = m.is_null()
+    rest = blocks.filter(other)
+    port, node, num = (
+        pc.replace_with_mask(pc.struct_field(m, i), other, _label(rest, name))
+        for i, name in ((1, "port_guid"), (0, "node_guid"), (2, "port_num"))
+    )
+    return port, node, num
+
+
+def _port_nums(nums: pa.Array, errors: list[str]) -> tuple[pa.Array, np.ndarray]:
+    """Port numbers (null where absent) and the mask of those that are no port number (garbage,
     or past 65535); the first such is described in ``errors``."""
     nums = nums.cast(pa.string()) if not pa.types.is_string(nums.type) else nums
     nums = pc.utf8_trim_whitespace(nums)
@@ -333,7 +377,7 @@ def _port_nums(nums: pa.Array, errors: list[str]) -> tuple[list[int | None], np.
             if v.isascii() and v.isdigit()
             else f"port_num is not a number: {v!r}"
         )
-    return pc.if_else(pc.fill_null(bad, False), pa.scalar(None, pa.int64()), out).to_pylist(), bad_np
+    return pc.if_else(pc.fill_null(bad, False), pa.scalar(None, pa.int64()), out), bad_np
 
 
 def _resolve(
@@ -387,9 +431,35 @@ class _Long:
     labels: pa.Array  # distinct label blocks (the text between the braces)
     name_idx: np.ndarray  # per line, into names
     label_idx: np.ndarray  # per line, into labels
-    values: pa.ChunkedArray  # per line, the value as written
+    values: _Values  # per line, the value as written
     ts: np.ndarray  # per line, the timestamp (ms), 0 when absent
     malformed: list[str] = field(default_factory=list)  # lines that are not Prometheus text
+
+
+@dataclass(slots=True)
+class _Values:
+    """Each line's value text, uncopied: line ``i`` is ``text[stride * i + first]``; the other
+    slots are the blanks and timestamps around it (null, so kernels skip them)."""
+
+    text: pa.ChunkedArray
+    stride: int = 1
+    first: int = 0
+
+    def lines(self, at: np.ndarray) -> tuple[pa.ChunkedArray, int, int]:
+        """The values of lines ``at`` (ascending) as (text, stride, first): a zero-copy slice when
+        they are one run of lines, else a compact copy."""
+        k = self.stride
+        if at[-1] - at[0] + 1 == at.size:
+            return self.text.slice(k * int(at[0]), k * int(at.size)), k, self.first
+        return pa.chunked_array([_take(self.text, k * at + self.first)]), 1, 0
+
+    def append(self, more: list[str]) -> _Values:
+        """With the values of more lines (each in its slot) after these."""
+        k = self.stride
+        slots: list[str | None] = [None] * (k * len(more))
+        slots[self.first :: k] = more
+        text = pa.chunked_array([*self.text.chunks, pa.array(slots, self.text.type)], self.text.type)
+        return _Values(text, k, self.first)
 
 
 def _offsets(arr: pa.Array) -> np.ndarray:
@@ -429,10 +499,12 @@ def _slow_lines(lines: list[str], bad: list[str]) -> tuple[list[str], list[str],
     return names, labels, values, ts
 
 
-def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[pa.ChunkedArray, np.ndarray, np.ndarray]:
+def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[_Values, np.ndarray, np.ndarray]:
     """Values and timestamps of the line tails `` value[ ts]``: (values, ts, well-formed mask).
 
-    The tails are joined with newlines and read again by Arrow's CSV reader, blank-delimited:
+    Tails all alike (`` value ts`` with timestamps of one width, or `` value``) are cut where
+    they stand (:func:`_tail_views`). Else they are joined with newlines and read again by
+    Arrow's CSV reader, blank-delimited:
     timestamps are parsed by its typed converter and values come out without their blank, in
     one multithreaded C++ pass. Tails that are not all alike (one blank, then one or two
     fields) are tokenized line by line instead (vectorized, slower).
@@ -440,6 +512,10 @@ def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[pa.ChunkedArray
     n = len(tails)
     first = tails[0].as_py() if n else ""
     fields = ["_", "v"] if first.count(" ") == 1 else ["_", "v", "ts"]
+    if not exact and first.count(" ") in (1, 2):
+        views = _tail_views(tails, len(first) - first.rindex(" ") - 1 if len(fields) == 3 else 0)
+        if views is not None:
+            return views[0], views[1], np.ones(n, bool)
     try:
         if exact:
             raise pa.ArrowInvalid("tabs: tokenize line by line")
@@ -463,15 +539,69 @@ def _tails(tails: pa.ChunkedArray, exact: bool = False) -> tuple[pa.ChunkedArray
             ts = t.column("ts").fill_null(0).to_numpy() if "ts" in fields else np.zeros(n, np.int64)
             values = t.column("v")
             ok = pc.utf8_length(values).to_numpy() > 0
-            return values, ts, ok
+            return _Values(values), ts, ok
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     parts = [_tails_exact(c) for c in tails.chunks]
     return (
-        pa.chunked_array([p[0] for p in parts], type=pa.string()),
+        _Values(pa.chunked_array([p[0] for p in parts], type=pa.string())),
         np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64),
         np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, bool),
     )
+
+
+def _slotted(offsets: np.ndarray, data: pa.Buffer, valid: np.ndarray | None = None) -> pa.Array:
+    """Strings over ``data`` cut at ``offsets`` (int32; zero-copy), null where not ``valid``."""
+    mask = pa.py_buffer(np.packbits(valid, bitorder="little")) if valid is not None else None
+    return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [mask, pa.py_buffer(offsets), data])
+
+
+def _tail_views(tails: pa.ChunkedArray, width: int) -> tuple[_Values, np.ndarray] | None:
+    """Values and timestamps of tails that are all `` value ts`` with ``width``-digit timestamps
+    (or all `` value`` when ``width`` is 0), without copying a value: the tails' text is cut into
+    value slots and the text between them (blank, timestamp, blank) as one string array over the
+    reader's own buffer, the other slots null; the timestamps are one cast of such an array.
+    None when a tail is not of that shape (a blank more or elsewhere, a timestamp of another
+    width or no integer): the blank-delimited read then decides, exactly as before."""
+    texts: list[pa.Array] = []
+    ts_parts: list[np.ndarray] = []
+    for c in tails.chunks:
+        n = len(c)
+        if n == 0:
+            continue
+        if c.null_count:
+            return None
+        off = _offsets(c)
+        data = np.frombuffer(c.buffers()[2], np.uint8)
+        start, end = off[:-1], off[1:]
+        cut = end - width - 1 if width else end  # where the value ends: the blank before the timestamp
+        if (
+            (data[start] != 32).any()
+            or (cut <= start + 1).any()  # an empty value
+            or (width and (data[cut] != 32).any())
+            or np.count_nonzero(data[off[0] : off[-1]] == 32) != n * (2 if width else 1)  # another blank
+        ):
+            return None
+        valid = np.zeros(2 * n, bool)
+        valid[0::2] = True
+        slots = np.empty(2 * n + 1, np.int32)
+        if width:  # timestamp slots, then what follows up to the next (blank, value, blank)
+            slots[0:-1:2], slots[1::2], slots[-1] = cut + 1, end, end[-1]
+            try:
+                stamps = pc.cast(_slotted(slots, c.buffers()[2], valid), pa.int64())  # as the CSV reader
+            except pa.ArrowInvalid:
+                return None
+            ts_parts.append(np.frombuffer(stamps.buffers()[1], np.int64, 2 * n)[0::2].copy())
+        else:
+            ts_parts.append(np.zeros(n, np.int64))
+        # two slots a tail: its value, then what follows up to the next value (blank, timestamp,
+        # blank); the first tail's leading blank is left before the array
+        slots = np.empty(2 * n + 1, np.int32)
+        slots[0:-1:2], slots[1::2], slots[-1] = start + 1, cut, end[-1]
+        texts.append(_slotted(slots, c.buffers()[2], valid))
+    if not texts:
+        return None
+    return _Values(pa.chunked_array(texts), 2, 0), np.concatenate(ts_parts)
 
 
 def _tails_exact(tail: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -487,7 +617,125 @@ def _tails_exact(tail: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     return values, ts, ok
 
 
-def _prometheus_long(payload: bytes) -> _Long:
+#: More runs of one metric name than this and the label blocks are hashed line by line.
+_MAX_RUNS = 4096
+
+
+def _codes(enc: pa.ChunkedArray) -> np.ndarray:
+    """The indices of a dictionary-encoded chunked array, as one array."""
+    parts = [c.indices.to_numpy(zero_copy_only=False) for c in enc.chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _take(arr: pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
+    """``arr.take(idx)`` for ascending ``idx``, chunk by chunk (``ChunkedArray.take`` first
+    concatenates every chunk: a copy of the whole payload's text)."""
+    bounds = np.cumsum([0, *(len(c) for c in arr.chunks)])
+    cuts = np.searchsorted(idx, bounds)
+    parts = [
+        c.take(pa.array(idx[cuts[k] : cuts[k + 1]] - bounds[k]))
+        for k, c in enumerate(arr.chunks)
+        if cuts[k + 1] > cuts[k]
+    ]
+    return pa.concat_arrays(parts) if parts else pa.array([], arr.type)
+
+
+def _encode_lines(
+    inter: pa.ChunkedArray, hint: pa.Array | None = None
+) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray, np.ndarray] | None:
+    """Dictionary codes of each line's name and label block from ``inter`` (``name{``, labels,
+    alternating): (names, name codes, label blocks, label codes, whether the name piece starts
+    with "#"), each dictionary in order of first sight, as ``dictionary_encode`` gives them.
+    ``hint`` is the label dictionary of the poll before: when the blocks to hash are those, in
+    that order, they are not hashed again.
+
+    Hashing 15 million label blocks is most of a parse, and a UFM scrape repeats itself: it
+    writes one family after another (a run of lines with one name) and lists the ports in the
+    same order in each. So a name is hashed only where it differs from the line before, and a
+    label block only where it differs from the block at the same place in the run before
+    (compared with ``equal``, a memcmp); the others take the code of the line they equal.
+    Layouts of many short runs (a port's samples together) are hashed line by line.
+    """
+    n = len(inter) // 2
+    # Names: compared with the line before (lag 2 in the interleaved array; labels come along).
+    same = np.zeros(0, bool)
+    if n > 1:
+        same = pc.equal(inter[2:], inter[:-2]).to_numpy(zero_copy_only=False)[0::2]
+    starts = np.flatnonzero(np.concatenate([[True], ~same])) if n else np.zeros(0, np.int64)
+    firsts = _take(inter, 2 * starts)
+    # Each line's name piece equals the one before it, so all have their first "{" last when the
+    # first of each run has (see _heads): else None.
+    if not pc.all(pc.equal(pc.find_substring(firsts, "{"), pc.subtract(pc.binary_length(firsts), 1))).as_py():
+        return None
+    run_names = pc.dictionary_encode(firsts)
+    name_dict = run_names.dictionary
+    lengths = np.diff(np.append(starts, n))
+    name_codes = np.repeat(run_names.indices.to_numpy(zero_copy_only=False), lengths)
+    pound = np.repeat(pc.starts_with(firsts, "#").to_numpy(zero_copy_only=False), lengths)
+    labels = inter  # a label block is at 2i + 1
+    if starts.size > _MAX_RUNS:
+        enc = pc.dictionary_encode(labels)
+        uniq, label_codes = _dense(_codes(enc)[1::2], len(enc.chunk(0).dictionary))
+        return name_dict, name_codes, enc.chunk(0).dictionary.take(pa.array(uniq)), label_codes, pound
+    ends = np.append(starts[1:], n)
+    partner = np.full(n, -1, np.int32)  # the line of the run before with the same block
+    for r in range(1, starts.size):
+        k = int(min(ends[r] - starts[r], ends[r - 1] - starts[r - 1]))
+        a, b = int(starts[r]), int(starts[r - 1])
+        eq = pc.equal(labels[2 * a : 2 * (a + k)], labels[2 * b : 2 * (b + k)]).to_numpy(zero_copy_only=False)
+        hit = np.flatnonzero(eq[1::2])
+        partner[a + hit] = b + hit
+    anchors = np.flatnonzero(partner < 0)
+    blocks = _take(labels, 2 * anchors + 1)
+    label_codes = np.empty(n, np.int32)
+    if hint is not None and same_strings(blocks, hint):  # distinct, in order of first sight
+        label_dict = hint
+        label_codes[anchors] = np.arange(anchors.size)
+    else:
+        enc = pc.dictionary_encode(blocks)
+        label_dict = enc.dictionary
+        label_codes[anchors] = enc.indices.to_numpy(zero_copy_only=False)
+    for r in range(1, starts.size):  # runs in order: a partner's code is known before its own
+        seg = slice(int(starts[r]), int(ends[r]))
+        p = partner[seg]
+        m = p >= 0
+        label_codes[seg][m] = label_codes[p[m]]
+    return name_dict, name_codes, label_dict, label_codes, pound
+
+
+def _heads(batches: list[pa.RecordBatch], guess: bool) -> tuple[pa.ChunkedArray, np.ndarray]:
+    """The heads (``name{labels``) of the lines as one zero-copy array of ``name{`` and label
+    blocks alternating, and each line's first "{" (-1: none). With ``guess``, a line whose byte
+    at the first line's name length is "{" is taken to have its first "{" there
+    (``_encode_lines`` proves it or says to look again); the others are searched."""
+    inter: list[pa.Array] = []
+    braces: list[np.ndarray] = []
+    for rb in batches:
+        head = rb.column(0)
+        n = len(head)
+        h_off = _offsets(head)
+        hb = np.frombuffer(head.buffers()[2] or b"\0", np.uint8)
+        start, end = h_off[:-1], h_off[1:]
+        g = pc.find_substring(head.slice(0, 1), "{")[0].as_py() if guess else -1
+        if g > 0:
+            at = start + g
+            brace = np.full(n, g, np.int64)
+            miss = np.flatnonzero((at >= end) | (hb[np.minimum(at, hb.size - 1)] != ord("{")))
+            if miss.size:
+                brace[miss] = pc.find_substring(head.take(pa.array(miss)), "{").to_numpy(zero_copy_only=False)
+        else:
+            brace = pc.find_substring(head, "{").to_numpy(zero_copy_only=False).astype(np.int64)
+        # "name{" and "labels" alternate over the head buffer: one array, no copy
+        inter_off = np.empty(2 * n + 1, np.int32)
+        inter_off[0:-1:2] = start
+        inter_off[1:-1:2] = start + np.maximum(brace, -1) + 1
+        inter_off[-1] = h_off[-1]
+        inter.append(_slotted(inter_off, head.buffers()[2]))
+        braces.append(brace)
+    return pa.chunked_array(inter, type=pa.string()), np.concatenate(braces)
+
+
+def _prometheus_long(payload: bytes, hint: pa.Array | None = None) -> _Long:
     _check_complete(payload)
     slow: list[str] = []
 
@@ -512,65 +760,53 @@ def _prometheus_long(payload: bytes) -> _Long:
             raise TelemetryParseError(f"not Prometheus text: {slow[0][:200]!r}") from None
         raise TelemetryParseError(f"not Prometheus text: {e}") from None
 
-    inter_chunks: list[pa.Array] = []
-    fast_parts: list[np.ndarray] = []
-    comment_parts: list[np.ndarray] = []
-    tails: list[pa.Array] = []
-    for rb in table.to_batches():
-        head, tail = rb.column(0), rb.column(1)
-        n = len(head)
-        if n == 0:
-            continue
-        h_off = _offsets(head)
-        hb = np.frombuffer(head.buffers()[2] or b"\0", np.uint8)
-        first_byte = np.where(h_off[:-1] < h_off[1:], hb[np.minimum(h_off[:-1], hb.size - 1)], 0)
-        brace = pc.find_substring(head, "{").to_numpy(zero_copy_only=False).astype(np.int64)
-        # "name{" and "labels" alternate over the head buffer: one array, no copy
-        inter_off = np.empty(2 * n + 1, np.int64)
-        inter_off[0:-1:2] = h_off[:-1]
-        inter_off[1:-1:2] = h_off[:-1] + np.maximum(brace, -1) + 1
-        inter_off[-1] = h_off[-1]
-        inter_chunks.append(
-            pa.Array.from_buffers(
-                pa.large_string(), 2 * n, [None, pa.py_buffer(inter_off), head.buffers()[2]]
-            )
-        )
-        is_comment = first_byte == ord("#")
-        comment_parts.append(is_comment)
-        fast_parts.append(~is_comment & (brace > 0))
-        tails.append(tail)
-
-    if inter_chunks:
+    batches = [rb for rb in table.to_batches() if rb.num_rows]
+    if batches:
         # Tails (values, timestamps) and the name/label dictionary are independent: one runs in a
         # worker thread while this one hashes (both Arrow kernels release the GIL).
         # A tab is whitespace to Prometheus but not to the blank-delimited fast reader.
         with ThreadPoolExecutor(1) as pool:
-            tails_job = pool.submit(_tails, pa.chunked_array(tails, type=pa.string()), b"\t" in payload)
-            encoded = pc.dictionary_encode(pa.chunked_array(inter_chunks, type=pa.large_string()))
+            tails = pa.chunked_array([rb.column(1) for rb in batches], type=pa.string())
+            tails_job = pool.submit(_tails, tails, b"\t" in payload)
+            inter, brace = _heads(batches, guess=True)
+            encoded = _encode_lines(inter, hint)
+            if encoded is None:  # a guessed "{" was not the first of its line
+                inter, brace = _heads(batches, guess=False)
+                encoded = _encode_lines(inter, hint)
+            assert encoded is not None
+            name_dict, name_codes, label_dict, label_codes, comment = encoded
             values, ts, good_tail = tails_job.result()
-        comment = np.concatenate(comment_parts)
-        fast = np.concatenate(fast_parts) & good_tail
+        # A comment's name piece starts with "#"; a line with no name piece is looked at itself.
+        odd = np.flatnonzero(brace <= 0)
+        if odd.size:
+            heads = pa.chunked_array([rb.column(0) for rb in batches], type=pa.string())
+            comment[odd] = pc.starts_with(_take(heads, odd), "#").to_numpy(zero_copy_only=False)
+        fast = ~comment & (brace > 0) & good_tail
         bad = np.flatnonzero(~comment & ~fast)
         if bad.size + len(slow) > MAX_SLOW_LINES:
             raise TelemetryParseError(f"not Prometheus text: {_row_text(table, int(bad[0]))[:200]!r}")
         slow.extend(_row_text(table, i) for i in bad.tolist())
-        dictionary = encoded.chunk(0).dictionary
-        codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks])
-        name_codes, label_codes = codes[0::2], codes[1::2]
     else:
-        dictionary = pa.array([], pa.large_string())
+        name_dict = label_dict = pa.array([], pa.string())
         name_codes = label_codes = ts = np.zeros(0, np.int64)
         fast = np.zeros(0, bool)
-        values = pa.chunked_array([], type=pa.string())
-    uniq_names, name_pos = _dense(name_codes[fast], len(dictionary))
-    names = [s[:-1] for s in dictionary.take(pa.array(uniq_names, pa.int64())).to_pylist()]  # drop the "{"
-    uniq_labels, label_pos = _dense(label_codes[fast], len(dictionary))
-    labels = dictionary.take(pa.array(uniq_labels, pa.int64())).cast(pa.string())
+        values = _Values(pa.chunked_array([], type=pa.string()))
+    if fast.all():  # every line a sample: every entry of the dictionaries is used, in order
+        uniq_names, name_pos = np.arange(len(name_dict)), name_codes
+        uniq_labels, label_pos = np.arange(len(label_dict)), label_codes
+    else:
+        uniq_names, name_pos = _dense(name_codes[fast], len(name_dict))
+        uniq_labels, label_pos = _dense(label_codes[fast], len(label_dict))
+    names = [s[:-1] for s in name_dict.take(pa.array(uniq_names, pa.int64())).to_pylist()]  # drop the "{"
+    labels = label_dict if fast.all() else label_dict.take(pa.array(uniq_labels, pa.int64()))
     # Rows that are not samples (comments, lines handed to the exact parser) point past the end.
-    name_idx = np.full(len(fast), -1, np.int64)
-    name_idx[fast] = name_pos
-    label_idx = np.full(len(fast), -1, np.int64)
-    label_idx[fast] = label_pos
+    if fast.all():
+        name_idx, label_idx = name_pos, label_pos
+    else:
+        name_idx = np.full(len(fast), -1, np.int64)
+        name_idx[fast] = name_pos
+        label_idx = np.full(len(fast), -1, np.int64)
+        label_idx[fast] = label_pos
     malformed: list[str] = []
     s_names, s_labels, s_values, s_ts = _slow_lines(slow, malformed)
     if malformed and not s_names and not fast.any():
@@ -585,7 +821,7 @@ def _prometheus_long(payload: bytes) -> _Long:
         labels = pa.concat_arrays([labels, pa.array(new_labels, pa.string())])
         name_idx = np.concatenate([name_idx, [name_map[nm] for nm in s_names]])
         label_idx = np.concatenate([label_idx, [label_map[lb] for lb in s_labels]])
-        values = pa.chunked_array([*values.chunks, pa.array(s_values, pa.string())], type=pa.string())
+        values = values.append(s_values)
         ts = np.concatenate([ts, np.array(s_ts, np.int64)])
     name_idx[name_idx < 0] = len(names)
     label_idx[label_idx < 0] = len(labels)
@@ -596,12 +832,15 @@ def _row_text(table: pa.Table, i: int) -> str:
     return f"{table.column(0)[i].as_py()}}}{table.column(1)[i].as_py()}"
 
 
-def _numbers_fast(arr: pa.ChunkedArray) -> _Numbers:
-    """Counter values of one metric: one vectorized cast when all are integers (the usual case)."""
+def _numbers_fast(arr: pa.ChunkedArray, stride: int = 1, first: int = 0) -> _Numbers:
+    """Counter values of one metric (every ``stride``-th slot of ``arr`` from ``first``, see
+    :class:`_Values`): one vectorized cast when all are integers (the usual case)."""
     try:
-        u64 = pc.cast(arr, pa.uint64()).to_numpy()
+        cast = pc.cast(arr, pa.uint64())
     except pa.ArrowInvalid:
-        return _numbers(arr)
+        return _numbers(arr.drop_null() if stride > 1 else arr)
+    parts = [np.frombuffer(c.buffers()[1], np.uint64, len(c), c.offset * 8) for c in cast.chunks if len(c)]
+    u64 = (np.concatenate(parts) if parts else np.zeros(0, np.uint64))[first::stride]
     n = len(u64)
     return _Numbers(u64, np.ones(n, bool), np.full(n, np.nan), np.zeros(n, bool))
 
@@ -621,7 +860,8 @@ def parse_prometheus(
     truncated. Within one, a line that is not Prometheus text, a line naming no usable port and
     a value that is no number its column can hold are left out and counted in ``skipped``.
     """
-    long = _prometheus_long(payload)
+    cache = cache or SpellingCache()
+    long = _prometheus_long(payload, cache.last)
     if long.malformed and skipped is not None:
         skipped[MALFORMED_LINE] += len(long.malformed)
     errors: list[str] = []
@@ -634,33 +874,45 @@ def parse_prometheus(
     if used.size:
 
         def resolve(new: pa.Array) -> np.ndarray:
-            return _resolve(
-                keys, _label(new, "port_guid"), _label(new, "node_guid"), _label(new, "port_num"), errors
-            )
+            return _resolve(keys, *_port_labels(new), errors)
 
-        label_ids[used] = (cache or SpellingCache()).lookup(long.labels.take(pa.array(used)), resolve)
+        blocks = long.labels if used.size == len(long.labels) else long.labels.take(pa.array(used))
+        label_ids[used] = cache.lookup(blocks, resolve)
     port_of_line = label_ids[long.label_idx]
     _skip_bad_ports(port_of_line[keep], errors, skipped)
     keep &= port_of_line >= 0
     lines = np.flatnonzero(keep)
-    time_us = _time_us(long.ts[lines]) or _now_us(now)
-    ports, row_of_line = _dense(port_of_line[lines], len(keys.keys))
+    every = lines.size == keep.size  # every line kept (the usual case): views, not gathers
+    ts = long.ts if every else long.ts[lines]
+    time_us = _time_us(ts) or _now_us(now)
+    # Rows: the ports named, ascending; found per label block, then looked up per line.
+    named = label_ids[used]
+    ports, _ = _dense(named[named >= 0], len(keys.keys))
+    row_of_port = np.zeros(len(keys.keys), np.int64)
+    row_of_port[ports] = np.arange(ports.size)
+    row_of_line = row_of_port[port_of_line if every else port_of_line[lines]]
     out = _Columns(len(ports))
-    name_of = long.name_idx[lines]
-    # Group lines by metric (a stable radix sort on small integers); a family is usually one run.
-    order = np.argsort(name_of.astype(np.int16 if len(long.names) < 2**15 else np.int64), kind="stable")
-    cuts = np.flatnonzero(np.diff(name_of[order])) + 1
-    groups = [g for g in np.split(order, cuts) if g.size] if order.size else []
-    ranked = sorted(((specs[int(name_of[g[0]])], g) for g in groups), key=lambda sg: sg[0].rank)  # type: ignore[union-attr]
+    name_of = long.name_idx if every else long.name_idx[lines]
+    # Group lines by metric. Families are usually runs in order of first sight, so name_of is
+    # sorted and each group a slice; else a stable radix sort on small integers.
+    if name_of.size and (name_of[1:] >= name_of[:-1]).all():
+        order = None
+        bounds = np.searchsorted(name_of, np.arange(1, len(long.names) + 1)).tolist()
+    else:
+        order = np.argsort(name_of.astype(np.int16 if len(long.names) < 2**15 else np.int64), kind="stable")
+        bounds = np.cumsum(np.bincount(name_of, minlength=len(long.names))).tolist()
+    starts = [0, *bounds][: len(bounds)]
+    groups: list[slice | np.ndarray] = [
+        slice(a, b) if order is None else order[a:b] for a, b in zip(starts, bounds, strict=True)
+    ]
+    ranked = sorted(
+        ((specs[k], g) for k, g in enumerate(groups) if specs[k] is not None and bounds[k] > starts[k]),
+        key=lambda sg: sg[0].rank,  # type: ignore[union-attr]
+    )
     for spec, grp in ranked:
         assert spec is not None
-        at = lines[grp]
-        if at[-1] - at[0] + 1 == at.size:  # one contiguous run: a zero-copy slice
-            vals = long.values.slice(int(at[0]), int(at.size))
-        else:
-            vals = long.values.take(pa.array(at))
-        out.put(spec, row_of_line[grp], _numbers_fast(vals), skipped)
-    src_us = _per_row_us(long.ts[lines].astype(np.int64), row_of_line, len(ports))
+        out.put(spec, row_of_line[grp], _numbers_fast(*long.values.lines(lines[grp])), skipped)
+    src_us = _per_row_us(ts, row_of_line, len(ports))
     return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source, src_us)
 
 
@@ -719,21 +971,41 @@ def _from_wide(
         raw_ts = np.where(tnum.is_int, tnum.u64, 0).astype(np.int64)[keep]
     time_us = _time_us(raw_ts) or _now_us(now)
     rows = np.flatnonzero(keep)
-    # last occurrence of each port
-    rev = rows[::-1]
-    ports, first_in_rev = np.unique(port_of_row[rev], return_index=True)
-    take_rows = rev[first_in_rev]
+    # One row per port, in port order: the last row of a port wins.
+    ports, pos = _dense(port_of_row[rows], len(keys.keys))
+    if ports.size == rows.size:  # each port once (the usual case): O(n), no sort
+        take_rows = np.empty(rows.size, np.int64)
+        take_rows[pos] = rows
+    else:
+        rev = rows[::-1]
+        ports, first_in_rev = np.unique(port_of_row[rev], return_index=True)
+        take_rows = rev[first_in_rev]
+    in_order = take_rows.size == n and bool((take_rows == np.arange(n)).all())  # no take needed
+
+    def column(col: str) -> pa.ChunkedArray:
+        return table.column(col) if in_order else table.column(col).take(pa.array(take_rows))
+
     out = _Columns(len(ports))
     specs = [(counter_spec(c), c) for c in names]
     for spec, col in sorted(((s, c) for s, c in specs if s is not None), key=lambda sc: sc[0].rank):  # type: ignore[union-attr]
-        num = _numbers(table.column(col).take(pa.array(take_rows)))
-        out.put(spec, np.arange(len(ports)), num, skipped)  # type: ignore[arg-type]
+        out.put(spec, np.arange(len(ports)), _numbers(column(col)), skipped)  # type: ignore[arg-type]
     src_us = None
     if ts_col is not None:
-        tnum = _numbers(ts_col.take(pa.array(take_rows)))
+        tnum = _numbers(column("timestamp"))
         raw = np.where(tnum.is_int, tnum.u64, 0).astype(np.int64)
         src_us = _per_row_us(raw, np.arange(len(ports)), len(ports))
     return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source, src_us)
+
+
+def _csv_type(column: str) -> pa.DataType:
+    """How a CSV column is read when every value is a plain number: ids as text, a timestamp or
+    counter as uint64 (float64 where its canonical column is a float)."""
+    if column in ("port_guid", "node_guid", "port_num"):
+        return pa.string()
+    spec = counter_spec(column)
+    if spec is not None and spec.lane is None and pa.types.is_floating(_COLUMN_TYPES[spec.column]):
+        return pa.float64()
+    return pa.uint64()
 
 
 def parse_csv(
@@ -766,29 +1038,44 @@ def parse_csv(
     if "port_guid" not in wanted and "node_guid" not in wanted:
         raise TelemetryParseError(f"not UFM telemetry CSV: the header has no port_guid ({header[:6]})")
 
-    def read(quote: str | bool) -> pa.Table:
+    def read(quote: str | bool, types: dict[str, pa.DataType], strict: bool = False) -> pa.Table:
+        """``strict``: no handler for rows of the wrong width (a read that meets one fails); the
+        handler costs the reader a fifth of its speed. The blocks are the same either way: where
+        a stray quote ends its field (the block's end) decides what a read gives."""
+        malformed.clear()
+        return pcsv.read_csv(
+            pa.py_buffer(payload),
+            read_options=pcsv.ReadOptions(block_size=_BLOCK),
+            parse_options=pcsv.ParseOptions(
+                quote_char=quote, newlines_in_values=False, invalid_row_handler=None if strict else invalid
+            ),
+            convert_options=pcsv.ConvertOptions(
+                include_columns=wanted, column_types=types, strings_can_be_null=True
+            ),
+        )
+
+    def table_of(types: dict[str, pa.DataType]) -> pa.Table:
+        table = read('"', types)
+        if any("\n" in m for m in malformed):
+            # A stray quote opens a field Arrow ends only at its block's end, swallowing every row
+            # after it: read again without quoting, so the bad row alone is left out.
+            table = read(False, types)
+        return table
+
+    # Counters read as numbers by Arrow's converter; a value it does not take as one ("45C",
+    # "N/A", past 64 bits…) and the whole document is read as text for the exact number parser.
+    typed = {c: _csv_type(c) for c in wanted}
+    try:
+        table = read('"', typed, strict=True)  # the usual document: every row whole, every value a number
+    except (pa.ArrowInvalid, pa.ArrowKeyError):
+        table = None
+    try:
+        table = table if table is not None else table_of(typed)
+    except (pa.ArrowInvalid, pa.ArrowKeyError):
         try:
-            return pcsv.read_csv(
-                pa.py_buffer(payload),
-                read_options=pcsv.ReadOptions(block_size=_BLOCK),
-                parse_options=pcsv.ParseOptions(
-                    quote_char=quote, newlines_in_values=False, invalid_row_handler=invalid
-                ),
-                convert_options=pcsv.ConvertOptions(
-                    include_columns=wanted,
-                    column_types={c: pa.string() for c in wanted},
-                    strings_can_be_null=True,
-                ),
-            )
+            table = table_of({c: pa.string() for c in wanted})
         except (pa.ArrowInvalid, pa.ArrowKeyError) as e:  # KeyError: a header name not UTF-8
             raise TelemetryParseError(f"not UFM telemetry CSV: {e}") from None
-
-    table = read('"')
-    if any("\n" in m for m in malformed):
-        # A stray quote opens a field Arrow ends only at its block's end, swallowing every row
-        # after it: read again without quoting, so the bad row alone is left out.
-        malformed.clear()
-        table = read(False)
     if malformed:
         if table.num_rows == 0:
             raise TelemetryParseError(f"not UFM telemetry CSV: {malformed[0][:200]!r}")

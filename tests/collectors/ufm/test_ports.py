@@ -48,3 +48,13 @@ def test_spelling_cache_forgets_when_spellings_churn() -> None:
     for k in range(6):
         cache.lookup(pa.array([f"{k}-{i}" for i in range(1000)]), lambda new: np.zeros(len(new), np.int32))
     assert len(cache.known) <= SpellingCache.MAX_GROWTH * 1024 + 1000
+
+
+def test_spelling_cache_takes_a_poll_like_the_one_before_as_it_was() -> None:
+    cache = SpellingCache()
+    first = cache.lookup(pa.array(["a", "bb"]), lambda new: np.array([5, 6], np.int32))
+    again = cache.lookup(pa.array(["a", "bb"]), lambda new: pytest.fail("looked up as new"))
+    assert first.tolist() == again.tolist() == [5, 6]
+    again[0] = 9  # the caller's copy
+    assert cache.lookup(pa.array(["a", "bb"]), lambda new: np.zeros(0, np.int32)).tolist() == [5, 6]
+    assert cache.lookup(pa.array(["bb", "a"]), lambda new: np.zeros(0, np.int32)).tolist() == [6, 5]
