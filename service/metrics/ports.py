@@ -150,9 +150,8 @@ def leaf_of_ports(fabric: Fabric) -> np.ndarray:
 
 @dataclass
 class GroupFigures:
-    """Aggregates of one grouping (leaf or rail): label values and per-group arrays."""
+    """Aggregates of one grouping (leaf or rail): arrays by group index."""
 
-    names: list[str]
     ports_by_health: np.ndarray  # (groups, len(HEALTH_STATES)) counts
     below_expected_speed: np.ndarray  # ports running slower than the inventory says
     pre_fec_ber_max: np.ndarray  # NaN where unknown
@@ -161,15 +160,15 @@ class GroupFigures:
 
 def group_figures(
     group: np.ndarray,
-    names: list[str],
+    n: int,
     health: np.ndarray,
     reported: np.ndarray,
     below: np.ndarray,
     ber: np.ndarray,
     pause: np.ndarray,
 ) -> GroupFigures:
-    """Aggregate per-port arrays into groups; ports with ``group < 0`` or never reported are left out."""
-    n = len(names)
+    """Aggregate per-port arrays into ``n`` groups; ports with ``group < 0`` or never reported are
+    left out."""
     keep = (group >= 0) & reported
     g = group[keep]
     counts = np.bincount(g * len(HEALTH_STATES) + health[keep], minlength=n * len(HEALTH_STATES))
@@ -178,7 +177,6 @@ def group_figures(
     np.fmax.at(ber_max, g, ber[keep])
     np.fmax.at(pause_max, g, pause[keep])
     return GroupFigures(
-        names=names,
         ports_by_health=counts.reshape(n, len(HEALTH_STATES)),
         below_expected_speed=np.bincount(g, weights=below[keep], minlength=n),
         pre_fec_ber_max=ber_max,
