@@ -16,7 +16,9 @@ family share one array of row labels, so a line costs Arrow a single two-string 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +37,10 @@ Extra = tuple[tuple[str, str], ...]
 
 #: A piece of the exposition: a view of an Arrow buffer, or bytes written here.
 Piece = bytes | memoryview
+
+#: Most bytes :func:`aiter_render` hands the server at once: the event loop copies each piece
+#: into the connection's buffers, so a bounded piece is a bounded pause of the loop.
+PIECE_BYTES = 1 << 20
 
 #: Largest magnitude written as an integer: every integral float below it fits an int64.
 _INT_LIMIT = float(2**63)
@@ -236,3 +242,34 @@ def iter_render(collector: object) -> Iterator[Piece]:
 def render(collector: object) -> bytes:
     """The whole text exposition of ``collector`` (see :func:`iter_render`)."""
     return b"".join(iter_render(collector))
+
+
+async def aiter_render(collector: object, executor: Executor | None = None) -> AsyncIterator[Piece]:
+    """:func:`iter_render` for an asyncio server: collecting and rendering run on ``executor``
+    (a thread; Arrow and numpy release the interpreter lock while they work) about
+    :data:`PIECE_BYTES` at a time, the next batch while the loop sends this one, and the loop
+    only slices and sends pieces of at most that size. A slow client holds two batches at most.
+    """
+    pieces = iter_render(collector)
+
+    def batch() -> list[Piece]:
+        out: list[Piece] = []
+        size = 0
+        for piece in pieces:
+            out.append(piece)
+            size += len(piece)
+            if size >= PIECE_BYTES:
+                break
+        return out
+
+    loop = asyncio.get_running_loop()
+    ahead = loop.run_in_executor(executor, batch)
+    try:
+        while out := await ahead:
+            ahead = loop.run_in_executor(executor, batch)
+            for piece in out:
+                view = memoryview(piece)
+                for i in range(0, len(view), PIECE_BYTES):
+                    yield view[i : i + PIECE_BYTES]
+    finally:
+        ahead.cancel()  # a client gone: the batch under way is dropped when done

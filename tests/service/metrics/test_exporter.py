@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -325,3 +327,52 @@ def test_a_leaf_none_of_whose_ports_reported_has_no_series() -> None:
     ]  # fmt: skip
     assert {lv["rail"] for lv, _ in samples(text)["graywire_rail_ports"]} == {"0"}
     assert value(text, "graywire_port_receive_bytes_per_second", node="h1", port="h1/p1") == 100
+
+
+class _Recording:
+    """A collector that notes which thread collects it."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.threads = inner, set()
+
+    def collect(self) -> Iterator[object]:
+        self.threads.add(threading.get_ident())
+        yield from self.inner.collect()  # type: ignore[attr-defined]
+
+
+def test_served_pieces_are_the_render_rendered_off_the_loop_while_a_poll_runs(tmp_path: Path) -> None:
+    """``aiter_render`` renders on its executor, hands the loop pieces of at most PIECE_BYTES,
+    and a poll on the same loop runs to the end while a scrape is half sent; the scrape shows
+    the state it started from, byte for byte what ``render`` writes of it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graywire.service.app import create_app
+    from graywire.service.config import load_settings
+    from graywire.service.metrics.exposition import PIECE_BYTES, aiter_render
+
+    settings = load_settings(None, data_dir=tmp_path, sources=[{"type": "fabricsim", "hosts": 48, "seed": 3}])
+    app = create_app(settings, run_loop=False)
+    board, runner = app.state.fabric_state, app.state.runner
+    for _ in range(2):
+        runner.tick()
+    frozen = StateBoard(board.fabric)
+    frozen._state = board.current  # the snapshot the scrape starts from, for render() below
+    collector = _Recording(GraywireExporter(board))
+
+    async def scrape_across_a_poll() -> tuple[list[bytes], int, int]:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pieces = aiter_render(collector, pool)
+            first = bytes(await anext(pieces))
+            polls_before = board.current.polls
+            await asyncio.wait_for(runner.poll_once(), timeout=120)  # the scrape is still open
+            rest = [bytes(p) async for p in pieces]
+        return [first, *rest], polls_before, threading.get_ident()
+
+    pieces, polls_before, loop_thread = asyncio.run(scrape_across_a_poll())
+    assert board.current.polls == polls_before + 1, "the poll ran while the scrape was half sent"
+    assert max(len(p) for p in pieces) <= PIECE_BYTES < sum(len(p) for p in pieces)
+    assert loop_thread not in collector.threads
+    text = b"".join(pieces).decode()
+    assert _parsed(text) == _parsed(render(GraywireExporter(frozen)).decode())
+    r = run_promtool("check", "metrics", stdin=text)
+    assert r.returncode == 0, r.stdout + r.stderr
