@@ -264,10 +264,14 @@ class StateBoard:
         """The latest reading per port (all of a poll's samples at once); rows whose port the
         model does not know are ignored."""
         n = self.fabric.n_ports
-        # A port read twice in a poll keeps its last reading, as if the batches came in turn.
-        last = idx.size - 1 - np.unique(idx[::-1], return_index=True)[1]
-        ok = last[idx[last] >= 0]
-        at = idx[ok]
+        # A port read twice in a poll keeps its last reading, as if the batches came in turn:
+        # the latest row of each port, by a scatter over the ports (np.unique sorts, and is
+        # the slower by tens of times at 500,000 rows).
+        rows = np.flatnonzero(idx >= 0)
+        latest = np.full(n, -1, dtype=np.int64)
+        np.maximum.at(latest, idx[rows], rows)
+        at = np.flatnonzero(latest >= 0)
+        ok = latest[at]
         with self._lock:
             s = self._state
             self._publish(

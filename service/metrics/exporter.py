@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from graywire.collectors.model import Fabric
 from graywire.service.fabric_state import FabricState, StateBoard
 from graywire.service.metrics.exposition import ArrayFamily, Extra, PortLabels, RowLabels
 from graywire.service.metrics.nccl import NcclSnapshot, per_channel_max
@@ -59,7 +60,7 @@ class GraywireExporter(Collector):
         self.board = board
         self._port_labels: PortLabels | None = None
         self._info_labels: PortLabels | None = None
-        self._group_labels: tuple[object, dict[str, RowLabels]] = (None, {})
+        self._group_labels: tuple[Fabric | None, dict[str, tuple[np.ndarray, RowLabels]]] = (None, {})
         self._rank_labels: tuple[NcclSnapshot | None, RowLabels | None] = (None, None)
         self._target_labels: tuple[tuple[tuple[str, str], ...], RowLabels | None] = ((), None)
 
@@ -250,27 +251,30 @@ class GraywireExporter(Collector):
         expected = f.expected_speed_bps / 8
         below = ((expected > 0) & (fig["speed"] < expected)).astype(np.float64)
         pause = np.fmax(fig["pause_ratio_rx"], fig["pause_ratio_tx"])
-        rails = np.unique(f.rail[f.rail >= 0]).astype(np.int64)
-        rail_pos = np.full(int(f.rail.max()) + 1 if f.n_ports else 0, -1, dtype=np.int64)
-        rail_pos[rails] = np.arange(len(rails))
-        rail_group = np.where(f.rail >= 0, rail_pos[np.maximum(f.rail, 0)] if rail_pos.size else -1, -1)
-        labels = self._grouping_labels(s, rails)
-        for label, group in (("leaf", s.leaf_of_port), ("rail", rail_group)):
-            n = len(labels[label])
-            g = group_figures(
-                group.astype(np.int64), n, health, s.port_reported, below, fig["pre_fec_ber"], pause
-            )
-            yield from self._group_families(label, labels[label], g)
+        for label, (group, labels) in self._groupings(s).items():
+            g = group_figures(group, len(labels), health, s.port_reported, below, fig["pre_fec_ber"], pause)
+            yield from self._group_families(label, labels, g)
 
-    def _grouping_labels(self, s: FabricState, rails: np.ndarray) -> dict[str, RowLabels]:
-        """``leaf="…"`` for every node (a leaf's group is its node index) and ``rail="…"`` for
-        every rail, built once per fabric."""
-        fabric, labels = self._group_labels
-        if fabric is not s.fabric:
-            names = pa.array(s.fabric.node_names, type=pa.string())
-            labels = {"leaf": RowLabels({"leaf": names}), "rail": RowLabels({"rail": pa.array(rails)})}
-            self._group_labels = (s.fabric, labels)
-        return labels
+    def _groupings(self, s: FabricState) -> dict[str, tuple[np.ndarray, RowLabels]]:
+        """Each port's group and the groups' labels, by grouping, built once per fabric: a
+        leaf's group is its node index (``leaf="…"`` for every node), a rail's its position
+        among the fabric's rails."""
+        f = s.fabric
+        fabric, groupings = self._group_labels
+        if fabric is not f:
+            on_rail = f.rail >= 0
+            present = np.zeros(int(f.rail.max()) + 1 if on_rail.any() else 0, dtype=bool)
+            present[f.rail[on_rail]] = True
+            position = np.cumsum(present) - 1
+            rail_group = np.where(on_rail, position[np.maximum(f.rail, 0)] if present.size else -1, -1)
+            leaves = RowLabels({"leaf": pa.array(f.node_names, pa.string())})
+            rails = RowLabels({"rail": pa.array(np.flatnonzero(present))})
+            groupings = {
+                "leaf": (s.leaf_of_port.astype(np.int64), leaves),
+                "rail": (rail_group.astype(np.int64), rails),
+            }
+            self._group_labels = (f, groupings)
+        return groupings
 
     @staticmethod
     def _group_families(label: str, labels: RowLabels, g: GroupFigures) -> Iterator[Metric]:

@@ -95,8 +95,14 @@ def nccl_snapshot(batches: list[pa.RecordBatch]) -> NcclSnapshot | None:
 
 
 def per_channel_max(snap: NcclSnapshot) -> tuple[np.ndarray, np.ndarray]:
-    """(channels, worst slowdown ratio on each): the aggregate kept when per-rank series are off."""
-    channels, inverse = np.unique(snap.channel, return_inverse=True)
-    worst = np.full(len(channels), np.nan)
-    np.fmax.at(worst, inverse, snap.slowdown_ratio)
-    return channels, worst
+    """(channels, worst slowdown ratio on each): the aggregate kept when per-rank series are off.
+
+    Channel numbers are small integers: one slot per number in range, not np.unique's sort of
+    a row per (rank, channel)."""
+    channel = snap.channel.astype(np.int64)
+    low = int(channel.min()) if channel.size else 0
+    worst = np.full(int(channel.max()) - low + 1 if channel.size else 0, np.nan)
+    np.fmax.at(worst, channel - low, snap.slowdown_ratio)
+    present = np.zeros(worst.size, dtype=bool)
+    present[channel - low] = True
+    return np.flatnonzero(present) + low, worst[present]
