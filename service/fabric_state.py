@@ -106,6 +106,9 @@ class FabricState:
     #: The hosts each job's NCCL timings came from within ``JOB_HOSTS_TTL_S``: how a finding on
     #: a host (a GPU's NIC affinity, a link) joins the job running there.
     job_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=_empty)
+    #: How many states the board published before this one: an answer computed from one
+    #: state can be kept under this number, since no two states share it.
+    published: int = 0
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -166,7 +169,7 @@ class StateBoard:
         return MappingProxyType({j: tuple(h) for j, h in out.items()})
 
     def _publish(self, **changes: Any) -> None:
-        self._state = replace(self._state, **changes)
+        self._state = replace(self._state, **changes, published=self._state.published + 1)
 
     # -- between polls ------------------------------------------------------------------------
     def count_rejected(self, record: str, reason: str, rows: int) -> None:
