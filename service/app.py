@@ -34,7 +34,7 @@ from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul,
 from graywire.service.metrics.alerts import AlertsExporter
 from graywire.service.metrics.drain import DrainExporter
 from graywire.service.metrics.exporter import make_registry
-from graywire.service.metrics.exposition import CONTENT_TYPE, aiter_render
+from graywire.service.metrics.exposition import CONTENT_TYPE, aiter_render, render_executor
 from graywire.service.operations import Operations
 from graywire.service.read_cache import ReadCache
 from graywire.service.runner import Runner
@@ -99,13 +99,14 @@ def create_app(
         registry.register(AlertsExporter(dispatcher))
 
     # While the app runs, one thread renders every scrape, a batch at a time: scrapes share it
-    # among themselves and take neither a poll's threads nor the API's, nor more than one core.
+    # among themselves and take neither a poll's threads nor the API's, nor more than one core,
+    # and it yields the core to a poll (see render_executor).
     render_pool: ThreadPoolExecutor | None = None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         nonlocal render_pool
-        render_pool = pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graywire-metrics")
+        render_pool = pool = render_executor()
         task = asyncio.create_task(runner.run()) if run_loop else None
         alerts = asyncio.create_task(dispatcher.run()) if run_loop and dispatcher else None
         try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -376,3 +378,15 @@ def test_served_pieces_are_the_render_rendered_off_the_loop_while_a_poll_runs(tm
     assert _parsed(text) == _parsed(render(GraywireExporter(frozen)).decode())
     r = run_promtool("check", "metrics", stdin=text)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_the_render_thread_yields_the_cpu_to_the_rest_of_the_process() -> None:
+    from graywire.service.metrics.exposition import RENDER_NICER_BY, render_executor
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    with render_executor() as pool:
+        assert pool.submit(niceness).result() == min(19, niceness() + RENDER_NICER_BY)
+    assert niceness() == os.getpriority(os.PRIO_PROCESS, 0)  # the rest of the process is untouched
