@@ -2,12 +2,13 @@
 
 ``prometheus_client.generate_latest`` formats every sample from a label dict (sort, escape,
 join): about 12 µs a line, 1.7 s for an 8,192-port fabric's 140,000 series. Families with a
-series per port, per rank or per leaf are :class:`ArrayFamily` instead: numpy values plus the
-rows' label strings, rendered once (per fabric, or per poll for ranks) and shared by every
-family, joined into lines by Arrow's string kernels, which run without the interpreter lock
-(tens of nanoseconds a line). Every other family goes through ``generate_latest`` unchanged,
-and an ``ArrayFamily`` still materializes ordinary samples for any other consumer of the
-registry.
+series per port, rank, leaf, rail or scrape target are :class:`ArrayFamily` instead: numpy
+values plus the rows' label strings, rendered once (per fabric, per poll for ranks, per target
+set) and shared by every family, joined into lines by Arrow's string kernels, which run
+without the interpreter lock (tens of nanoseconds a line). Every other family goes through
+``generate_latest`` unchanged, and an ``ArrayFamily`` still materializes ordinary samples for
+any other consumer of the registry. :func:`aiter_render` runs all of it on a thread of its own
+for the HTTP server, which only sends the pieces.
 
 A line of an array family puts the part's extra labels first (``x{source="ufm",node="…",
 port="…"} 1``): label order means nothing to Prometheus, and it lets every part of every
