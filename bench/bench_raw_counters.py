@@ -11,7 +11,8 @@ packets, CRC, discards, FEC bits, ECN and CNP, PFC on one priority) or ``all`` (
 of the schema, the worst case). For each profile the published state is updated through
 ``StateBoard.observe_poll`` with the poll's rates (``CounterRates``) as the service does, with
 raw counters off and on; then the exposition of the per-port families is timed with and
-without them. Prints ms per poll, series, MB and seconds per render, and peak RSS.
+without them, the pieces dropped as a streaming server drops them once sent. Prints ms per
+poll, series, MB and seconds per render, and peak RSS.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pyarrow as pa
 from prometheus_client.core import Metric
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_metrics import consume, series
 from bench_pipeline import PortCollector
 
 from graywire.collectors.model import Fabric
@@ -37,7 +39,6 @@ from graywire.detectors.rates import CounterRates
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 from graywire.service.fabric_state import StateBoard
 from graywire.service.metrics.exporter import GraywireExporter
-from graywire.service.metrics.exposition import render
 
 IB = (
     "rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "symbol_errors", "link_downed", "link_recovery",
@@ -97,19 +98,18 @@ def bench(fabric: Fabric, profile: str, polls: int, renders: int) -> None:
         poll_ms = 1e3 * statistics.median(times[1:])
         exporter = GraywireExporter(board)
         registry = PerPortOnly(exporter)
-        render_times, body = [], b""
+        render_times, size = [], 0
         for _ in range(renders):
             t = time.perf_counter()
-            body = render(registry)
+            size = consume(registry)
             render_times.append(time.perf_counter() - t)
-        series = body.count(b"\n") - 2 * body.count(b"\n# TYPE ")
         print(
             f"{profile:4s} ports {fabric.n_ports:,}  raw_counters {'on ' if raw else 'off'}  "
-            f"observe_poll {poll_ms:7.1f} ms  per-port series {series:>11,}  {len(body) / 1e6:8.1f} MB  "
+            f"observe_poll {poll_ms:7.1f} ms  per-port series {series(registry):>11,}  {size / 1e6:8.1f} MB  "
             f"render best {min(render_times):6.2f} s  peak RSS {peak_rss_mb():,.0f} MB"
         )
         sys.stdout.flush()
-        del body, board, exporter, registry
+        del board, exporter, registry
 
 
 def main() -> None:

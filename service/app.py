@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from fastapi import Depends, FastAPI, Request, Response
@@ -33,7 +34,7 @@ from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul,
 from graywire.service.metrics.alerts import AlertsExporter
 from graywire.service.metrics.drain import DrainExporter
 from graywire.service.metrics.exporter import make_registry
-from graywire.service.metrics.exposition import CONTENT_TYPE, iter_render
+from graywire.service.metrics.exposition import CONTENT_TYPE, aiter_render, render_executor
 from graywire.service.operations import Operations
 from graywire.service.read_cache import ReadCache
 from graywire.service.runner import Runner
@@ -97,8 +98,15 @@ def create_app(
     if dispatcher is not None:
         registry.register(AlertsExporter(dispatcher))
 
+    # While the app runs, one thread renders every scrape, a batch at a time: scrapes share it
+    # among themselves and take neither a poll's threads nor the API's, nor more than one core,
+    # and it yields the core to a poll (see render_executor).
+    render_pool: ThreadPoolExecutor | None = None
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        nonlocal render_pool
+        render_pool = pool = render_executor()
         task = asyncio.create_task(runner.run()) if run_loop else None
         alerts = asyncio.create_task(dispatcher.run()) if run_loop and dispatcher else None
         try:
@@ -113,6 +121,8 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await runner.aclose()
+            render_pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
             guards.placement.close()
             engine.dispose()
 
@@ -169,9 +179,9 @@ def create_app(
     app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
-    def prometheus_metrics() -> StreamingResponse:
-        # Streamed family by family: per-port series on a large fabric are hundreds of MB.
-        return StreamingResponse(iter_render(registry), media_type=CONTENT_TYPE)
+    async def prometheus_metrics() -> StreamingResponse:
+        # Streamed as it renders: per-port series on a large fabric are hundreds of MB.
+        return StreamingResponse(aiter_render(registry, render_pool), media_type=CONTENT_TYPE)
 
     services = Services(store, cache, fabric, auth, state, drain, Operations(drain), runner, guards)
     install_api(app, services)

@@ -16,19 +16,15 @@ from tqdm import tqdm
 DEMO_FAULTS = "speed_downgrade@10s+1h,slow_channel@15s+1h=0.3"
 
 
-def _serve(settings: Any, banner: str | None = None) -> int:
+def server_config(app: Any, settings: Any, **overrides: Any) -> Any:
+    """The ``uvicorn.Config`` that ``graywire serve`` runs ``app`` with (benchmarks run it too,
+    quieter: ``overrides`` replace any of its arguments)."""
     import uvicorn
 
-    from graywire.service.app import create_app
-
-    app = create_app(settings)
-    if banner:
-        print(banner, flush=True)
     from graywire.service.http_protocol import head_deadline_protocol
 
     http = settings.http
-    uvicorn.run(
-        app,
+    kwargs: dict[str, Any] = dict(
         host=settings.host,
         port=settings.port,
         log_level="info",
@@ -41,6 +37,18 @@ def _serve(settings: Any, banner: str | None = None) -> int:
         timeout_keep_alive=max(1, round(http.keep_alive.total_seconds())),
         h11_max_incomplete_event_size=http.max_header_bytes,
     )
+    return uvicorn.Config(app, **(kwargs | overrides))
+
+
+def _serve(settings: Any, banner: str | None = None) -> int:
+    import uvicorn
+
+    from graywire.service.app import create_app
+
+    app = create_app(settings)
+    if banner:
+        print(banner, flush=True)
+    uvicorn.Server(server_config(app, settings)).run()
     return 0
 
 

@@ -3,8 +3,8 @@
 Scrapes are concurrent and each is bounded by a timeout, so one hung switch never stalls the
 rest. A failing target is retried with exponential backoff and its ports are marked *stale*
 (metrics and ``/api/v1/sources`` say so); nothing it half-returned reaches the detectors, so a
-broken source cannot raise a false finding. Processing a poll is CPU work (Arrow + numpy) and
-runs in a worker thread so the API stays responsive.
+broken source cannot raise a false finding. Accounting for the scrapes and processing a poll
+are CPU work (Arrow + numpy) and run in a worker thread so the API stays responsive.
 """
 
 from __future__ import annotations
@@ -129,9 +129,13 @@ class Runner:
         now = time.monotonic()
         due = [t for t in self.targets if t.next_attempt <= now]
         results = await asyncio.gather(*(self._scrape(t) for t in due))
+        return await asyncio.to_thread(self._after_scrapes, due, results, now)
+
+    def _after_scrapes(self, due: list[_Target], results: list[ScrapeResult], now: float) -> list[Finding]:
+        """Account for the scrapes, then process what they brought: both CPU work over the
+        fabric's ports, so both run in the poll's worker thread, never on the event loop."""
         self._account(due, results, now)
-        batches = [b for r in results if r.ok for b in r.batches]
-        return await asyncio.to_thread(self._process, batches)
+        return self._process([b for r in results if r.ok for b in r.batches])
 
     def tick(self) -> list[Finding]:
         """One poll, synchronously (tests and tools; the service uses :meth:`run`)."""
@@ -187,7 +191,9 @@ class Runner:
         if not found:
             return t.ports
         idx = np.concatenate(found)
-        return np.unique(idx[idx >= 0]).astype(np.int32)
+        seen = np.zeros(self.fabric.n_ports, dtype=bool)  # a mask, not np.unique: no sort
+        seen[idx[idx >= 0]] = True
+        return np.flatnonzero(seen).astype(np.int32)
 
     # -- processing ---------------------------------------------------------------------------
     def _process(self, batches: list[pa.RecordBatch]) -> list[Finding]:

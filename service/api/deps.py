@@ -100,10 +100,17 @@ async def _guards(s: ServicesDep) -> IngestGuards:
     return _part(s.guards, "ingest guards")
 
 
+def port_view(s: Services, state: FabricState | None = None) -> PortView:
+    """Per-port health in ``state`` (by default the current one) with the open incidents, read
+    from the database: blocking, for a worker thread."""
+    layout = _part(s.layout, "fabric model")
+    state = state if state is not None else _part(s.state, "fabric state").current
+    return build_view(layout, state, active_incidents(s.store))
+
+
 def _port_view(s: ServicesDep) -> PortView:
     """Per-port health now: a plain ``def``, so its database read runs in the thread pool."""
-    layout = _part(s.layout, "fabric model")
-    return build_view(layout, _part(s.state, "fabric state").current, active_incidents(s.store))
+    return port_view(s)
 
 
 StoreDep = Annotated[IncidentStore, Depends(_store)]

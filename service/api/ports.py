@@ -11,10 +11,19 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
+from pydantic import TypeAdapter
 
-from graywire.service.api.deps import FabricDep, LayoutDep, PortViewDep
+from graywire.service.api.deps import (
+    CacheDep,
+    FabricDep,
+    LayoutDep,
+    PortViewDep,
+    ServicesDep,
+    StateDep,
+    port_view,
+)
 from graywire.service.api.schemas import ErrorOut, GridOut, Health, PortDetailOut, PortPage, Role, State
 from graywire.service.port_view import HEALTH, STATES, FabricLayout
 
@@ -25,6 +34,7 @@ Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Page size, at most
 Offset = Annotated[int, Query(ge=0, le=2**63 - 1)]
 HealthFilter = Annotated[list[Health] | None, Query(description="Only these health values (repeatable).")]
 KindFilter = Annotated[str | None, Query(description="Only ports with an open incident of this kind.")]
+_page = TypeAdapter(PortPage)
 
 
 def node_index(layout: FabricLayout, name: str, what: str = "node") -> int:
@@ -43,10 +53,12 @@ def health_mask(health: list[Health] | None, values: np.ndarray) -> np.ndarray:
 
 
 @router.get("/ports", response_model=PortPage, summary="List ports, filtered and paged")
-def list_ports(
+async def list_ports(
     fabric: FabricDep,
     layout: LayoutDep,
-    v: PortViewDep,
+    services: ServicesDep,
+    now: StateDep,
+    cache: CacheDep,
     node: Annotated[str | None, Query(description="Only ports on this node.")] = None,
     switch: Annotated[
         str | None, Query(description="Only ports on this switch or at the other end of its cables.")
@@ -60,29 +72,40 @@ def list_ports(
     degraded: Annotated[bool | None, Query(description="Speed or width below expected.")] = None,
     limit: Limit = 500,
     offset: Offset = 0,
-) -> dict[str, Any]:
-    mask = np.ones(fabric.n_ports, dtype=bool)
-    if node is not None:
-        mask &= fabric.node_of_port == node_index(layout, node)
-    if switch is not None:
-        j = node_index(layout, switch, "switch")
-        mask &= (fabric.node_of_port == j) | (layout.peer_node == j)
-    if role is not None:
-        mask &= layout.port_role == role
-    if rail is not None:
-        mask &= fabric.rail == rail
-    mask &= health_mask(health, v.health)
-    if kind is not None:
-        mask &= v.with_kind(kind)
-    if state is not None:
-        mask &= v.state == STATES.index(state)
-    if stale is not None:
-        mask &= v.stale == stale
-    if degraded is not None:
-        mask &= v.degraded == degraded
-    hits = np.flatnonzero(mask)
-    items = [v.port(int(i)) for i in hits[offset : offset + limit]]
-    return {"items": items, "count": len(items), "total": int(hits.size), "limit": limit, "offset": offset}
+) -> Response:
+    """Served from the read cache: a page is computed once per published state and database
+    generation (the port view is tens of milliseconds at 500,000 ports, the page's validation
+    more), however many clients ask."""
+    on_node = node_index(layout, node) if node is not None else None
+    on_switch = node_index(layout, switch, "switch") if switch is not None else None
+
+    def render() -> bytes:
+        v = port_view(services, now)
+        mask = np.ones(fabric.n_ports, dtype=bool)
+        if on_node is not None:
+            mask &= fabric.node_of_port == on_node
+        if on_switch is not None:
+            mask &= (fabric.node_of_port == on_switch) | (layout.peer_node == on_switch)
+        if role is not None:
+            mask &= layout.port_role == role
+        if rail is not None:
+            mask &= fabric.rail == rail
+        mask &= health_mask(health, v.health)
+        if kind is not None:
+            mask &= v.with_kind(kind)
+        if state is not None:
+            mask &= v.state == STATES.index(state)
+        if stale is not None:
+            mask &= v.stale == stale
+        if degraded is not None:
+            mask &= v.degraded == degraded
+        hits = np.flatnonzero(mask)
+        items = [v.port(int(i)) for i in hits[offset : offset + limit]]
+        out = {"items": items, "count": len(items), "total": int(hits.size), "limit": limit, "offset": offset}
+        return _page.dump_json(_page.validate_python(out))
+
+    filters = (node, switch, role, rail, tuple(health or ()), kind, state, stale, degraded, limit, offset)
+    return await cache.json(("ports", now.published, *filters), render)
 
 
 @router.get("/ports/{key:path}", response_model=PortDetailOut, responses=NOT_FOUND, summary="One port")

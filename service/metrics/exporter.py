@@ -20,13 +20,16 @@ from collections.abc import Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from graywire.collectors.model import Fabric
 from graywire.service.fabric_state import FabricState, StateBoard
-from graywire.service.metrics.exposition import Extra, PortFamily, PortLabels
-from graywire.service.metrics.nccl import per_channel_max
+from graywire.service.metrics.exposition import ArrayFamily, Extra, PortLabels, RowLabels
+from graywire.service.metrics.nccl import NcclSnapshot, per_channel_max
 from graywire.service.metrics.ports import (
     HEALTH_STATES,
     PORT_SERIES,
@@ -57,6 +60,9 @@ class GraywireExporter(Collector):
         self.board = board
         self._port_labels: PortLabels | None = None
         self._info_labels: PortLabels | None = None
+        self._group_labels: tuple[Fabric | None, dict[str, tuple[np.ndarray, RowLabels]]] = (None, {})
+        self._rank_labels: tuple[NcclSnapshot | None, RowLabels | None] = (None, None)
+        self._target_labels: tuple[tuple[tuple[str, str], ...], RowLabels | None] = ((), None)
 
     def collect(self) -> Iterator[Metric]:
         """Families of one published state: immutable, so rendering takes no lock at all."""
@@ -174,43 +180,54 @@ class GraywireExporter(Collector):
         yield g
 
     def _targets(self, s: FabricState) -> Iterator[Metric]:
-        labels = ["source", "target"]
-        dur = GaugeMetricFamily(
-            "graywire_scrape_duration_seconds", "Duration of the last scrape", labels=labels
+        """Each scrape target's health: thousands of series with a host agent on every host."""
+        names = tuple((t.source, t.target) for t in s.targets)
+        seen, labels = self._target_labels
+        if labels is None or seen != names:
+            sources, targets = zip(*names, strict=True) if names else ((), ())
+            columns = {"source": pa.array(sources, pa.string()), "target": pa.array(targets, pa.string())}
+            labels = RowLabels(columns)
+            self._target_labels = (names, labels)
+        now = time.time()
+
+        def when(present: bool, value: float) -> float:
+            return value if present else np.nan
+
+        def family(name: str, doc: str, values: Iterable[float], typ: str = "gauge") -> ArrayFamily:
+            return ArrayFamily(name, doc, typ, labels, [((), np.fromiter(values, np.float64, len(names)))])
+
+        ts = s.targets
+        yield family(
+            "graywire_scrape_duration_seconds",
+            "Duration of the last scrape",
+            (when(t.ok is not None, t.duration_s) for t in ts),
         )
-        ok = GaugeMetricFamily(
-            "graywire_scrape_success", "1 if the last scrape succeeded, else 0", labels=labels
+        yield family(
+            "graywire_scrape_success",
+            "1 if the last scrape succeeded, else 0",
+            (when(t.ok is not None, 1.0 if t.ok else 0.0) for t in ts),
         )
-        samples = GaugeMetricFamily(
-            "graywire_scrape_samples", "Rows returned by the last scrape", labels=labels
+        yield family(
+            "graywire_scrape_samples",
+            "Rows returned by the last scrape",
+            (when(t.ok is not None, t.samples) for t in ts),
         )
-        fails = CounterMetricFamily("graywire_scrape_failures", "Failed scrapes", labels=labels)
-        last = GaugeMetricFamily(
+        yield family("graywire_scrape_failures", "Failed scrapes", (t.failures for t in ts), "counter")
+        yield family(
             "graywire_scrape_last_success_timestamp_seconds",
             "Unix time of the last good scrape",
-            labels=labels,
+            (when(t.last_success is not None, t.last_success or 0.0) for t in ts),
         )
-        age = GaugeMetricFamily(
+        yield family(
             "graywire_scrape_staleness_seconds",
             "Seconds since the last good scrape (absent until one succeeds)",
-            labels=labels,
+            (when(t.last_success is not None, max(0.0, now - (t.last_success or 0.0))) for t in ts),
         )
-        stale = GaugeMetricFamily(
-            "graywire_stale_ports", "Ports whose data is missing or too old (target failing)", labels=labels
+        yield family(
+            "graywire_stale_ports",
+            "Ports whose data is missing or too old (target failing)",
+            (t.stale_port_count for t in ts),
         )
-        now = time.time()
-        for t in s.targets:
-            lv = [t.source, t.target]
-            if t.ok is not None:
-                dur.add_metric(lv, t.duration_s)
-                ok.add_metric(lv, 1.0 if t.ok else 0.0)
-                samples.add_metric(lv, t.samples)
-            fails.add_metric(lv, t.failures)
-            if t.last_success is not None:
-                last.add_metric(lv, t.last_success)
-                age.add_metric(lv, max(0.0, now - t.last_success))
-            stale.add_metric(lv, t.stale_port_count)
-        yield from (dur, ok, samples, fails, last, age, stale)
 
     # -- ports ---------------------------------------------------------------------------------
     def _health(self, s: FabricState) -> np.ndarray:
@@ -234,70 +251,59 @@ class GraywireExporter(Collector):
         expected = f.expected_speed_bps / 8
         below = ((expected > 0) & (fig["speed"] < expected)).astype(np.float64)
         pause = np.fmax(fig["pause_ratio_rx"], fig["pause_ratio_tx"])
-        rails = sorted({int(r) for r in f.rail.tolist() if r >= 0})
-        rail_pos = np.full(int(f.rail.max()) + 1 if f.n_ports else 0, -1, dtype=np.int64)
-        rail_pos[rails] = np.arange(len(rails))
-        rail_group = np.where(f.rail >= 0, rail_pos[np.maximum(f.rail, 0)] if rail_pos.size else -1, -1)
-        groupings = (
-            (
-                "leaf",
-                group_figures(
-                    s.leaf_of_port.astype(np.int64),
-                    f.node_names,
-                    health,
-                    s.port_reported,
-                    below,
-                    fig["pre_fec_ber"],
-                    pause,
-                ),
-            ),
-            (
-                "rail",
-                group_figures(
-                    rail_group.astype(np.int64),
-                    [str(r) for r in rails],
-                    health,
-                    s.port_reported,
-                    below,
-                    fig["pre_fec_ber"],
-                    pause,
-                ),
-            ),
-        )
-        for label, g in groupings:
-            yield from self._group_families(label, g)
+        for label, (group, labels) in self._groupings(s).items():
+            g = group_figures(group, len(labels), health, s.port_reported, below, fig["pre_fec_ber"], pause)
+            yield from self._group_families(label, labels, g)
+
+    def _groupings(self, s: FabricState) -> dict[str, tuple[np.ndarray, RowLabels]]:
+        """Each port's group and the groups' labels, by grouping, built once per fabric: a
+        leaf's group is its node index (``leaf="…"`` for every node), a rail's its position
+        among the fabric's rails."""
+        f = s.fabric
+        fabric, groupings = self._group_labels
+        if fabric is not f:
+            on_rail = f.rail >= 0
+            present = np.zeros(int(f.rail.max()) + 1 if on_rail.any() else 0, dtype=bool)
+            present[f.rail[on_rail]] = True
+            position = np.cumsum(present) - 1
+            rail_group = np.where(on_rail, position[np.maximum(f.rail, 0)] if present.size else -1, -1)
+            leaves = RowLabels({"leaf": pa.array(f.node_names, pa.string())})
+            rails = RowLabels({"rail": pa.array(np.flatnonzero(present))})
+            groupings = {
+                "leaf": (s.leaf_of_port.astype(np.int64), leaves),
+                "rail": (rail_group.astype(np.int64), rails),
+            }
+            self._group_labels = (f, groupings)
+        return groupings
 
     @staticmethod
-    def _group_families(label: str, g: GroupFigures) -> Iterator[Metric]:
-        ports = GaugeMetricFamily(
-            f"graywire_{label}_ports", f"Reported ports by {label} and health state", labels=[label, "health"]
+    def _group_families(label: str, labels: RowLabels, g: GroupFigures) -> Iterator[Metric]:
+        """A group's series once any of its ports has reported (an empty leaf has none)."""
+        seen = g.ports_by_health.sum(axis=1) > 0
+
+        def family(name: str, doc: str, parts: Iterable[tuple[Extra, np.ndarray]]) -> ArrayFamily:
+            return ArrayFamily(name, doc, "gauge", labels, ((e, np.where(seen, v, np.nan)) for e, v in parts))
+
+        yield family(
+            f"graywire_{label}_ports",
+            f"Reported ports by {label} and health state",
+            [((("health", state),), g.ports_by_health[:, h]) for h, state in enumerate(HEALTH_STATES)],
         )
-        below = GaugeMetricFamily(
+        yield family(
             f"graywire_{label}_ports_below_expected_speed",
             f"Ports running slower than the inventory expects, by {label}",
-            labels=[label],
+            [((), g.below_expected_speed)],
         )
-        ber = GaugeMetricFamily(
+        yield family(
             f"graywire_{label}_pre_fec_bit_error_ratio_max",
             f"Worst port pre-FEC BER, by {label}",
-            labels=[label],
+            [((), g.pre_fec_ber_max)],
         )
-        pause = GaugeMetricFamily(
+        yield family(
             f"graywire_{label}_pfc_pause_ratio_max",
             f"Most-paused port's PFC pause share, by {label}",
-            labels=[label],
+            [((), g.pfc_pause_ratio_max)],
         )
-        totals = g.ports_by_health.sum(axis=1)
-        for i in np.flatnonzero(totals).tolist():
-            name = g.names[i]
-            for h, state in enumerate(HEALTH_STATES):
-                ports.add_metric([name, state], float(g.ports_by_health[i, h]))
-            below.add_metric([name], float(g.below_expected_speed[i]))
-            if not np.isnan(g.pre_fec_ber_max[i]):
-                ber.add_metric([name], float(g.pre_fec_ber_max[i]))
-            if not np.isnan(g.pfc_pause_ratio_max[i]):
-                pause.add_metric([name], float(g.pfc_pause_ratio_max[i]))
-        yield from (ports, below, ber, pause)
 
     def _labels(self, s: FabricState) -> PortLabels:
         """Every port's label string, built once and shared by every family and scrape."""
@@ -311,22 +317,22 @@ class GraywireExporter(Collector):
         series to a leaf or a rail, without those labels on every series."""
         f = s.fabric
         if self._info_labels is None or self._info_labels.fabric is not f:
-            leaf = s.leaf_of_port.tolist()
+            leaf, rail = s.leaf_of_port, f.rail
+            names = pa.array([*f.node_names, ""], type=pa.string())  # index -1: no leaf, no label
             columns = {
-                "leaf": [f.node_names[i] if i >= 0 else "" for i in leaf],
-                "rail": [str(r) if r >= 0 else "" for r in f.rail.tolist()],
-                "role": [f.node_roles[n] for n in f.node_of_port.tolist()],
+                "leaf": names.take(pa.array(np.where(leaf >= 0, leaf, len(names) - 1))),
+                "rail": pc.if_else(pa.array(rail >= 0), pc.cast(pa.array(rail), pa.string()), ""),
+                "role": pa.array(f.node_roles, type=pa.string()).take(pa.array(f.node_of_port)),
             }
             self._info_labels = PortLabels(f, columns)
-        m = PortFamily(
+        return ArrayFamily(
             "graywire_port_info",
             "Always 1 per port of the fabric model; leaf: the leaf it is on or cabled to, rail: its rail, "
             "role: its node's",
             "gauge",
             self._info_labels,
+            [((), np.ones(f.n_ports))],
         )
-        m.add((), np.ones(f.n_ports))
-        return m
 
     def _port_family(
         self,
@@ -336,10 +342,7 @@ class GraywireExporter(Collector):
         parts: Iterable[tuple[Extra, np.ndarray]],
         typ: str = "gauge",
     ) -> Metric:
-        m = PortFamily(name, doc, typ, self._labels(s))
-        for extra, values in parts:
-            m.add(extra, values)
-        return m
+        return ArrayFamily(name, doc, typ, self._labels(s), parts)
 
     def _ports(self, s: FabricState) -> Iterator[Metric]:
         yield self._port_info(s)
@@ -409,30 +412,38 @@ class GraywireExporter(Collector):
             ranks.add_metric([], 0)
             yield from (worst, ranks)
             return
-        ranks.add_metric([], len(set(zip(snap.host, snap.rank.tolist(), strict=True))))
+        ranks.add_metric([], snap.ranks)
         for ch, r in zip(*per_channel_max(snap), strict=True):
             if not np.isnan(r):
                 worst.add_metric([str(int(ch))], float(r))
         yield from (worst, ranks)
         if not s.per_port:
             return
-        labels = ["node", "rank", "channel"]  # the rank's host, under the one label every series uses
-        dur = GaugeMetricFamily(
+        labels = self._labels_of_ranks(snap)
+        yield ArrayFamily(
             "graywire_nccl_channel_duration_seconds",
             "Mean duration of a rank's channel operations in the last poll",
-            labels=labels,
+            "gauge",
+            labels,
+            [((), snap.duration_seconds)],
         )
-        ratio = GaugeMetricFamily(
+        yield ArrayFamily(
             "graywire_nccl_channel_slowdown_ratio",
             "A rank's channel latency over the median of its peers on that channel (1 = typical)",
-            labels=labels,
+            "gauge",
+            labels,
+            [((), snap.slowdown_ratio)],
         )
-        for i, host in enumerate(snap.host):
-            lv = [host, str(int(snap.rank[i])), str(int(snap.channel[i]))]
-            dur.add_metric(lv, float(snap.duration_seconds[i]))
-            if not np.isnan(snap.slowdown_ratio[i]):
-                ratio.add_metric(lv, float(snap.slowdown_ratio[i]))
-        yield from (dur, ratio)
+
+    def _labels_of_ranks(self, snap: NcclSnapshot) -> RowLabels:
+        """``node="…",rank="…",channel="…"`` per row of the poll's snapshot (the rank's host under
+        the one label every series uses), built once per poll however many scrapes read it."""
+        seen, labels = self._rank_labels
+        if seen is not snap or labels is None:
+            columns = {"node": snap.host, "rank": pa.array(snap.rank), "channel": pa.array(snap.channel)}
+            labels = RowLabels(columns)
+            self._rank_labels = (snap, labels)
+        return labels
 
 
 def graywire_version() -> str:

@@ -24,13 +24,14 @@ from graywire.detectors.robust import group_median
 
 @dataclass(frozen=True, slots=True)
 class NcclSnapshot:
-    """One row per (host, rank, channel) seen in the latest poll."""
+    """One row per (host, rank, channel) seen in the latest poll, sorted so."""
 
-    host: list[str]
+    host: pa.Array  # string, "" where the rows named none
     rank: np.ndarray  # int
     channel: np.ndarray  # int
     duration_seconds: np.ndarray  # mean over that poll's collectives
     slowdown_ratio: np.ndarray  # worst ratio to the peer median over its communicators/collectives
+    ranks: int  # distinct (host, rank)
 
     @property
     def size(self) -> int:
@@ -84,17 +85,24 @@ def nccl_snapshot(batches: list[pa.RecordBatch]) -> NcclSnapshot | None:
     )
     out = out.sort_by([("host", "ascending"), ("rank", "ascending"), ("channel", "ascending")])
     return NcclSnapshot(
-        host=out.column("host").to_pylist(),
+        host=out.column("host").combine_chunks(),
         rank=out.column("rank").to_numpy(),
         channel=out.column("channel").to_numpy(),
         duration_seconds=out.column("duration_seconds_mean_mean").to_numpy(),
         slowdown_ratio=out.column("ratio_max").to_numpy(zero_copy_only=False),
+        ranks=out.group_by(["host", "rank"]).aggregate([]).num_rows,
     )
 
 
 def per_channel_max(snap: NcclSnapshot) -> tuple[np.ndarray, np.ndarray]:
-    """(channels, worst slowdown ratio on each): the aggregate kept when per-rank series are off."""
-    channels, inverse = np.unique(snap.channel, return_inverse=True)
-    worst = np.full(len(channels), np.nan)
-    np.fmax.at(worst, inverse, snap.slowdown_ratio)
-    return channels, worst
+    """(channels, worst slowdown ratio on each): the aggregate kept when per-rank series are off.
+
+    Channel numbers are small integers: one slot per number in range, not np.unique's sort of
+    a row per (rank, channel)."""
+    channel = snap.channel.astype(np.int64)
+    low = int(channel.min()) if channel.size else 0
+    worst = np.full(int(channel.max()) - low + 1 if channel.size else 0, np.nan)
+    np.fmax.at(worst, channel - low, snap.slowdown_ratio)
+    present = np.zeros(worst.size, dtype=bool)
+    present[channel - low] = True
+    return np.flatnonzero(present) + low, worst[present]

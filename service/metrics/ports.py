@@ -90,17 +90,25 @@ PORT_SERIES: tuple[PortSeries, ...] = (
 FIGURES: tuple[str, ...] = tuple(dict.fromkeys(s.figure for s in PORT_SERIES))
 
 
-def _max_or_nan(rows: np.ndarray) -> np.ndarray:
-    """Column-wise max over stacked rows, NaN only where every row is NaN."""
-    out = np.full(rows.shape[1], np.nan)
-    have = ~np.isnan(rows).all(axis=0)
-    out[have] = np.nanmax(rows[:, have], axis=0)
+def _max_or_nan(columns: list[np.ndarray]) -> np.ndarray:
+    """Element-wise max over columns, NaN only where every column is NaN (``fmax`` skips NaN);
+    one pass per column, with no stacked copy of them all."""
+    out = columns[0].copy()
+    for c in columns[1:]:
+        np.fmax(out, c, out=out)
     return out
 
 
-def _sum_or_nan(rows: np.ndarray) -> np.ndarray:
-    out = np.nansum(rows, axis=0)
-    out[np.isnan(rows).all(axis=0)] = np.nan
+def _sum_or_nan(columns: list[np.ndarray]) -> np.ndarray:
+    """Element-wise sum over columns, NaN taken as 0, NaN only where every column is NaN
+    (``nansum`` over stacked rows, adding in the same order)."""
+    known = ~np.isnan(columns[0])
+    out = np.where(known, columns[0], 0.0)
+    for c in columns[1:]:
+        have = ~np.isnan(c)
+        out += np.where(have, c, 0.0)
+        known |= have
+    out[~known] = np.nan
     return out
 
 
@@ -124,8 +132,8 @@ def port_figures(rates: pa.RecordBatch) -> dict[str, np.ndarray]:
         "cnp_sent": column(rates, "cnp_sent_per_second"),
     }
     for d in ("rx", "tx"):
-        secs = np.vstack([column(rates, f"pfc{p}_{d}_pause_seconds_per_second") for p in PFC_PRIORITIES])
-        frames = np.vstack([column(rates, f"pfc{p}_{d}_pause_frames_per_second") for p in PFC_PRIORITIES])
+        secs = [column(rates, f"pfc{p}_{d}_pause_seconds_per_second") for p in PFC_PRIORITIES]
+        frames = [column(rates, f"pfc{p}_{d}_pause_frames_per_second") for p in PFC_PRIORITIES]
         out[f"pause_ratio_{d}"] = np.clip(_max_or_nan(secs), 0.0, 1.0)
         out[f"pause_frames_{d}"] = _sum_or_nan(frames)
     return out
@@ -150,9 +158,8 @@ def leaf_of_ports(fabric: Fabric) -> np.ndarray:
 
 @dataclass
 class GroupFigures:
-    """Aggregates of one grouping (leaf or rail): label values and per-group arrays."""
+    """Aggregates of one grouping (leaf or rail): arrays by group index."""
 
-    names: list[str]
     ports_by_health: np.ndarray  # (groups, len(HEALTH_STATES)) counts
     below_expected_speed: np.ndarray  # ports running slower than the inventory says
     pre_fec_ber_max: np.ndarray  # NaN where unknown
@@ -161,15 +168,15 @@ class GroupFigures:
 
 def group_figures(
     group: np.ndarray,
-    names: list[str],
+    n: int,
     health: np.ndarray,
     reported: np.ndarray,
     below: np.ndarray,
     ber: np.ndarray,
     pause: np.ndarray,
 ) -> GroupFigures:
-    """Aggregate per-port arrays into groups; ports with ``group < 0`` or never reported are left out."""
-    n = len(names)
+    """Aggregate per-port arrays into ``n`` groups; ports with ``group < 0`` or never reported are
+    left out."""
     keep = (group >= 0) & reported
     g = group[keep]
     counts = np.bincount(g * len(HEALTH_STATES) + health[keep], minlength=n * len(HEALTH_STATES))
@@ -178,7 +185,6 @@ def group_figures(
     np.fmax.at(ber_max, g, ber[keep])
     np.fmax.at(pause_max, g, pause[keep])
     return GroupFigures(
-        names=names,
         ports_by_health=counts.reshape(n, len(HEALTH_STATES)),
         below_expected_speed=np.bincount(g, weights=below[keep], minlength=n),
         pre_fec_ber_max=ber_max,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from graywire.collectors.dataset import iter_polls, iter_replay
 from graywire.detectors.pipeline import Pipeline
@@ -113,8 +114,10 @@ def test_sources_api_and_scrape_metrics(app_client: TestClient) -> None:
     # port samples + NCCL rows (8 hosts x 8 GPUs x 4 channels) + the 64 ranks' wiring (first NCCL poll)
     assert t["samples"] == 256 + 64 * 4 + 64
     text = app_client.get("/metrics").text
-    assert 'graywire_scrape_success{source="fabricsim",target="fabricsim:8-hosts"} 1.0' in text
-    assert 'graywire_stale_ports{source="fabricsim",target="fabricsim:8-hosts"} 0.0' in text
+    target = {"source": "fabricsim", "target": "fabricsim:8-hosts"}
+    families = text_string_to_metric_families(text)
+    got = {s.name: s.value for f in families for s in f.samples if s.labels == target}
+    assert (got["graywire_scrape_success"], got["graywire_stale_ports"]) == (1, 0)
 
 
 def test_openapi_documents_every_error_the_service_sends(app_client: TestClient) -> None:

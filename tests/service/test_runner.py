@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -171,3 +172,27 @@ def test_skipped_parts_of_good_scrapes_are_counted_by_source_and_reason(tmp_path
     runner.tick()
     assert dict(metrics.current.parse_skipped) == {("ufm", "malformed_line"): 4, ("ufm", "out_of_range"): 2}
     assert metrics.current.targets[0].ok  # a skipped line is not a failed scrape
+
+
+def test_a_poll_leaves_the_event_loop_to_the_api_after_its_scrapes(tmp_path: Path) -> None:
+    """Accounting for the scrapes (each target's ports over its batches) and processing run in
+    the poll's worker thread: the loop only awaits the scrapes."""
+    runner, _, state = make_runner(tmp_path, "", {})
+    threads: dict[str, int] = {}
+    for name in ("_account", "_process"):
+        method = getattr(runner, name)
+
+        def noted(*args: object, _name: str = name, _method: object = method) -> object:
+            threads[_name] = threading.get_ident()
+            return _method(*args)  # type: ignore[operator]
+
+        setattr(runner, name, noted)
+
+    async def poll() -> int:
+        await runner.poll_once()
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(poll())
+    assert set(threads) == {"_account", "_process"} and loop_thread not in threads.values()
+    assert state.current.polls == 1 and state.current.targets[0].ok
+    assert runner.targets[0].ports.size == runner.fabric.n_ports

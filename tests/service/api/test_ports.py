@@ -115,6 +115,24 @@ def test_ports_page_in_a_stable_order(client: TestClient) -> None:
     assert (past["count"], past["total"], past["items"]) == (0, 256, [])
 
 
+def test_a_page_is_computed_once_per_published_state_and_database_change(client: TestClient) -> None:
+    """Clients polling one page share one computation until a poll publishes or a write
+    commits; then the next answer is the new state's, never an older one."""
+    cache = client.app.state.services.cache  # type: ignore[attr-defined]
+    params = {"health": "critical"}
+    first = client.get("/api/v1/ports", params=params).json()
+    hits = cache.hits
+    assert [client.get("/api/v1/ports", params=params).json() for _ in range(3)] == [first] * 3
+    assert cache.hits == hits + 3
+    tick(client, 5)  # the downgrade ends, its incident closes: a new state and a database write
+    after = client.get("/api/v1/ports", params=params).json()
+    assert {p["key"] for p in first["items"]} >= {PORT, LEAF_PORT}
+    assert PORT not in {p["key"] for p in after["items"]}
+    items = client.get("/api/v1/ports", params={"node": "gpu-0002"}).json()["items"]
+    p = next(p for p in items if p["key"] == PORT)
+    assert (p["speed_bps"], p["degraded"]) == (800 * 10**9, False)
+
+
 BAD_FILTERS: list[tuple[str, dict[str, Any], str]] = [
     ("/api/v1/ports", {"node": "gpu-9999"}, "gpu-9999"),
     ("/api/v1/ports", {"switch": "gpu-0001"}, "is a host"),

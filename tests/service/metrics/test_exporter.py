@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 import threading
+import time
 from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from graywire.collectors.model import Fabric, PortSpec
-from graywire.service.fabric_state import StateBoard
+from graywire.collectors.schemas import PORT_SAMPLE, make_batch
+from graywire.detectors.rates import CounterRates
+from graywire.service.fabric_state import StateBoard, TargetStatus
 from graywire.service.metrics.exporter import GraywireExporter
 from graywire.service.metrics.exposition import render
 from tests.scrape import run_promtool, scrape
@@ -243,3 +253,140 @@ def test_parse_skips_are_a_counter_by_source_and_reason() -> None:
     assert value(text, "graywire_parse_skipped_total", source="ufm", reason="malformed_line") == 1
     r = run_promtool("check", "metrics", stdin=text)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _parsed(text: str, volatile: frozenset[str] = frozenset({"graywire_scrape_staleness_seconds"})) -> dict:
+    """Every sample but those computed at collection time (ages, the process's own figures)."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name not in volatile and not s.name.startswith(("process_", "python_gc_"))
+    }
+
+
+def test_many_targets_render_as_prometheus_client_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host agent per host is thousands of targets: one series each per family, and a figure
+    a target does not have yet (never scraped, never succeeded) is absent, never 0."""
+    fabric = Fabric.from_specs({"h": "host"}, [PortSpec("h", "p1")], [])
+    board = StateBoard(fabric, per_port=False)
+    targets = [
+        TargetStatus(
+            "agent",
+            f"gpu-{i:04d}:9101",
+            ok=[None, True, False][i % 3],
+            scrapes=i,
+            failures=i // 2,
+            duration_s=0.01 * i,
+            samples=32 * i,
+            last_success=None if i % 4 == 0 else 1000.0 + i,
+            stale_port_count=i % 5,
+        )
+        for i in range(300)
+    ] + [TargetStatus("ufm", 'ufm "a"\\b')]
+    board.set_targets(targets, np.zeros(1, dtype=bool))
+    monkeypatch.setattr(time, "time", lambda: 2000.0)
+    exporter = GraywireExporter(board)
+    text = render(exporter).decode()
+    assert _parsed(text, frozenset()) == _parsed(generate_latest(exporter).decode(), frozenset())
+    never = {"source": "agent", "target": "gpu-0000:9101"}  # not scraped yet, never succeeded
+    has = {n for n, rows in samples(text).items() for lv, _ in rows if lv == never}
+    assert has == {"graywire_scrape_failures_total", "graywire_stale_ports"}
+    assert value(text, "graywire_scrape_staleness_seconds", source="agent", target="gpu-0001:9101") == 999
+    assert value(text, "graywire_scrape_success", source="agent", target="gpu-0002:9101") == 0
+    assert value(text, "graywire_stale_ports", source="ufm", target='ufm "a"\\b') == 0
+    r = run_promtool("check", "metrics", stdin=text)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_leaf_none_of_whose_ports_reported_has_no_series() -> None:
+    specs = [
+        PortSpec("h1", "p1", rail=0),
+        PortSpec("h2", "p1", rail=1),
+        PortSpec("la", "p1"),
+        PortSpec("lb", "p1"),
+    ]
+    fabric = Fabric.from_specs(
+        {"h1": "host", "h2": "host", "la": "leaf", "lb": "leaf"},
+        specs,
+        [("h1/p1", "la/p1"), ("h2/p1", "lb/p1")],
+    )
+    board, rates = StateBoard(fabric), CounterRates()
+    for t, rx in ((datetime(2026, 1, 1, tzinfo=UTC), 0), (datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC), 1000)):
+        cols = {
+            "time": pa.array([t] * 2),
+            "port": pa.array(["h1/p1", "la/p1"]).dictionary_encode(),
+            "source": pa.array(["agent"] * 2).dictionary_encode(),
+            "rx_bytes": pa.array([rx, rx], pa.uint64()),
+        }
+        batch = make_batch(PORT_SAMPLE, 2, cols)
+        board.observe_poll([batch], rates.observe(batch), {}, {}, {})
+    exporter = GraywireExporter(board)
+    text = render(exporter).decode()
+    assert _parsed(text) == _parsed(generate_latest(exporter).decode())
+    leaf_ports = samples(text)["graywire_leaf_ports"]
+    assert sorted((lv["leaf"], lv["health"], v) for lv, v in leaf_ports) == [
+        ("la", "critical", 0), ("la", "ok", 2), ("la", "stale", 0), ("la", "warning", 0)
+    ]  # fmt: skip
+    assert {lv["rail"] for lv, _ in samples(text)["graywire_rail_ports"]} == {"0"}
+    assert value(text, "graywire_port_receive_bytes_per_second", node="h1", port="h1/p1") == 100
+
+
+class _Recording:
+    """A collector that notes which thread collects it."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.threads = inner, set()
+
+    def collect(self) -> Iterator[object]:
+        self.threads.add(threading.get_ident())
+        yield from self.inner.collect()  # type: ignore[attr-defined]
+
+
+def test_served_pieces_are_the_render_rendered_off_the_loop_while_a_poll_runs(tmp_path: Path) -> None:
+    """``aiter_render`` renders on its executor, hands the loop pieces of at most PIECE_BYTES,
+    and a poll on the same loop runs to the end while a scrape is half sent; the scrape shows
+    the state it started from, byte for byte what ``render`` writes of it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graywire.service.app import create_app
+    from graywire.service.config import load_settings
+    from graywire.service.metrics.exposition import PIECE_BYTES, aiter_render
+
+    settings = load_settings(None, data_dir=tmp_path, sources=[{"type": "fabricsim", "hosts": 48, "seed": 3}])
+    app = create_app(settings, run_loop=False)
+    board, runner = app.state.fabric_state, app.state.runner
+    for _ in range(2):
+        runner.tick()
+    frozen = SimpleNamespace(current=board.current)  # the state the scrape starts from
+    collector = _Recording(GraywireExporter(board))
+
+    async def scrape_across_a_poll() -> tuple[list[bytes], int, int]:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pieces = aiter_render(collector, pool)
+            first = bytes(await anext(pieces))
+            polls_before = board.current.polls
+            await asyncio.wait_for(runner.poll_once(), timeout=120)  # the scrape is still open
+            rest = [bytes(p) async for p in pieces]
+        return [first, *rest], polls_before, threading.get_ident()
+
+    pieces, polls_before, loop_thread = asyncio.run(scrape_across_a_poll())
+    assert board.current.polls == polls_before + 1, "the poll ran while the scrape was half sent"
+    assert max(len(p) for p in pieces) <= PIECE_BYTES < sum(len(p) for p in pieces)
+    assert loop_thread not in collector.threads
+    text = b"".join(pieces).decode()
+    assert _parsed(text) == _parsed(render(GraywireExporter(frozen)).decode())  # type: ignore[arg-type]
+    r = run_promtool("check", "metrics", stdin=text)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_the_render_thread_yields_the_cpu_to_the_rest_of_the_process() -> None:
+    from graywire.service.metrics.exposition import RENDER_NICER_BY, render_executor
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    with render_executor() as pool:
+        assert pool.submit(niceness).result() == min(19, niceness() + RENDER_NICER_BY)
+    assert niceness() == os.getpriority(os.PRIO_PROCESS, 0)  # the rest of the process is untouched
