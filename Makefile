@@ -30,9 +30,12 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_rates.py
 	$(BIN)/python bench/bench_pipeline.py
-	$(BIN)/python bench/bench_metrics.py
-	$(BIN)/python bench/bench_snmp.py
+	$(BIN)/python bench/bench_metrics.py --hosts 4096
+	$(BIN)/python bench/bench_metrics.py --hosts 16384
 	$(BIN)/python bench/bench_nccl_parse.py
+	$(BIN)/python bench/bench_ufm_parse.py
+	$(BIN)/python bench/bench_snmp.py
+	$(BIN)/python bench/bench_api_load.py --hosts 16384 --routes /api/v1/drain,/api/v1/ports
 
 clean:
 	rm -rf $(VENV) graywire-data .pytest_cache .ruff_cache
