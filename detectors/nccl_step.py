@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from graywire.detectors.base import Decision, EntityIndex, Hysteresis, HysteresisConfig, Scores
 from graywire.detectors.findings import Finding, Kind
-from graywire.detectors.robust import group_median
+from graywire.detectors.robust import group_median, sorted_codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,10 +194,13 @@ class NcclStepTime:
         if has.any():
             xs, gs, ss, rs = x[has], inv[has], s[has], rank[has]
             # (group, seq) instances, then (instance, rank) values: the median of a rank's rows.
-            _, inst = np.unique(np.stack([gs, ss]), axis=1, return_inverse=True)
-            inst = inst.ravel()
+            s_span = int(ss.max() - ss.min()) + 1
+            if n * s_span < 2**62:  # (group, seq) packed in one int64, in the same order
+                _, inst = sorted_codes(gs * s_span + (ss - ss.min()))
+            else:
+                inst = np.unique(np.stack([gs, ss]), axis=1, return_inverse=True)[1].ravel()
             span = int(rs.max()) + 1
-            vk, v_inv = np.unique(inst * span + rs, return_inverse=True)
+            vk, v_inv = sorted_codes(inst * span + rs)
             v = group_median(xs, v_inv, vk.size)
             lo = np.full(int(inst.max()) + 1, np.inf)
             np.minimum.at(lo, vk // span, v)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad, median_through
+from graywire.detectors.robust import (
+    MAD_TO_SIGMA,
+    group_median,
+    group_median_mad,
+    median_through,
+    sorted_codes,
+)
 
 
 def per_group(values: np.ndarray, groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,3 +107,11 @@ def test_group_median_of_single_value_groups_is_the_value() -> None:
     groups = np.array([2, 0, 3, 1])
     assert np.array_equal(group_median(values, groups, 5), [np.nan, 7.0, 3.0, -1.5, np.nan], equal_nan=True)
     assert np.array_equal(group_median(values, groups, 5), per_group(values, groups, 5)[0], equal_nan=True)
+
+
+def test_sorted_codes_is_numpy_unique_with_inverse() -> None:
+    rng = np.random.default_rng(9)
+    for keys in (rng.integers(-5, 50, 400), np.array([7]), np.array([], dtype=np.int64), np.full(9, 3)):
+        uniq, inv = sorted_codes(keys)
+        want_u, want_inv = np.unique(keys, return_inverse=True)
+        assert np.array_equal(uniq, want_u) and np.array_equal(inv, want_inv.ravel())
