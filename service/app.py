@@ -87,6 +87,7 @@ def create_app(
         state,
         Pipeline(fabric, default_detectors(fabric, table, settings.multivariate_outliers)),
         drain,
+        cache,
     )
 
     own_url = f"http://{settings.host}:{settings.port}"

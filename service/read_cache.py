@@ -9,6 +9,16 @@ route and query, and dropped when *any* write commits on this process's engine: 
 to remember to. ``ttl`` bounds how long an answer lives anyway, for writes made by another
 process on the same database (a second replica, ``graywire db`` commands).
 
+A poll is different from a client's write: no client can time its request against it, so the
+answers from before the poll stay right until the poll's own are ready. Its writes, and the
+fabric state it publishes (:meth:`ReadCache.touch`), are *background* changes made inside
+:meth:`ReadCache.background`. While the block runs, requests keep the answers from before it, a
+consistent view instead of one half-written by the poll. When it ends, the most used answers are
+rendered again in the poll's thread and published all at once; an answer not rendered again is
+served once more while a new one renders beside it (stale-while-revalidate, RFC 5861). So no
+request waits on a render because a poll ran, and the first request after a poll sees it.
+An operator's write, made by a request, still drops every answer at once: read-your-writes.
+
 Concurrent misses of one key share one computation, and at most ``max_entries`` answers are
 kept (the least recently used go first), so odd query strings cannot grow memory.
 """
@@ -16,17 +26,32 @@ kept (the least recently used go first), so odd query strings cannot grow memory
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from anyio import to_thread
 from starlette.responses import Response
 
+log = logging.getLogger(__name__)
+
 _WROTE = "graywire_wrote"
 _READS = ("SELECT", "PRAGMA", "SHOW", "BEGIN", "SAVEPOINT", "RELEASE", "ROLLBACK", "SET")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    generation: int  # of writes a request could have made: a mismatch is never served
+    background: int  # of background changes: a mismatch is served while a new answer renders
+    at: float  # monotonic start of the render that made it
+    body: bytes
+    compute: Callable[[], bytes]  # how to render it again (reads the latest state itself)
 
 
 class ReadCache:
@@ -34,10 +59,15 @@ class ReadCache:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self.generation = 0
+        #: Background changes so far: a poll's writes and published states.
+        self.background_changes = 0
         self.hits = 0
+        self.stale_hits = 0
         self.misses = 0
-        self._entries: OrderedDict[Hashable, tuple[int, float, bytes]] = OrderedDict()
-        self._inflight: dict[Hashable, tuple[int, asyncio.Future[bytes]]] = {}
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._inflight: dict[Hashable, tuple[tuple[int, int], asyncio.Future[bytes]]] = {}
+        self._lock = threading.Lock()  # the entries, between the event loop and a poll's thread
+        self._local = threading.local()
         if engine is not None:
             self.watch(engine)
 
@@ -54,41 +84,119 @@ class ReadCache:
             # After the transaction ended: a reader that starts now sees the write, and one
             # that started before keeps an older generation, so its answer is not served.
             if record is not None and record.info.pop(_WROTE, False):
-                self.invalidate()
+                if getattr(self._local, "background", False):
+                    self._local.changed = True  # published when the poll's block ends
+                else:
+                    self.invalidate()
 
     def invalidate(self) -> None:
+        """Drop every answer: a write a client may read back at once."""
         self.generation += 1
+
+    def touch(self) -> None:
+        """A background change: answers from before it are served until new ones are rendered.
+        Inside :meth:`background` it takes effect when the block ends."""
+        if getattr(self._local, "background", False):
+            self._local.changed = True
+        else:
+            self.background_changes += 1
+
+    @contextlib.contextmanager
+    def background(self, rerender: int = 8) -> Iterator[None]:
+        """A poll: writes committed by this thread inside the block, and :meth:`touch`, are
+        background changes. At its end the ``rerender`` most recently used answers are rendered
+        again here, then every change is published at once."""
+        self._local.background, self._local.changed = True, False
+        try:
+            yield
+        finally:
+            self._local.background = False
+            if self._local.changed:
+                self._publish(rerender)
+
+    def _publish(self, most: int) -> int:
+        """Render the ``most`` most recently used current answers again, then make them and
+        the background changes behind them current together; how many were rendered."""
+        gen, before = self.generation, self.background_changes
+        with self._lock:
+            current = [
+                (k, e) for k, e in reversed(self._entries.items())
+                if e.generation == gen and e.background == before
+            ][:most]  # fmt: skip
+        rendered = []
+        for key, entry in current:
+            started = time.monotonic()
+            try:
+                rendered.append((key, _Entry(gen, before + 1, started, entry.compute(), entry.compute)))
+            except Exception as e:  # served stale, and the next request renders it (and errs) itself
+                log.warning("read cache: rendering %r again failed: %s", key, e)
+        with self._lock:  # one step: no request sees the change without the answers rendered for it
+            self.background_changes += 1
+            for key, e in rendered:
+                self._store(key, e)
+        return len(current)
 
     async def json(self, key: Hashable, compute: Callable[[], bytes]) -> Response:
         """The cached JSON answer for ``key``, else ``compute()`` (blocking: run in a worker thread)."""
         return Response(await self.get(key, compute), media_type="application/json")
 
     async def get(self, key: Hashable, compute: Callable[[], bytes]) -> bytes:
-        gen = self.generation
-        hit = self._entries.get(key)
-        if hit is not None and hit[0] == gen and time.monotonic() - hit[1] < self.ttl_s:
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return hit[2]
+        """``compute`` must read the latest state when it runs: a poll renders it again."""
+        version = (self.generation, self.background_changes)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None and (hit.generation != version[0] or time.monotonic() - hit.at >= self.ttl_s):
+                hit = None  # a client's own write, or one from elsewhere past the TTL: never served
+            if hit is not None:
+                self._entries.move_to_end(key)
+        if hit is not None:
+            if hit.background == version[1]:
+                self.hits += 1
+            else:
+                self.stale_hits += 1
+                self._render(key, version, compute)
+            return hit.body
         pending = self._inflight.get(key)
-        if pending is None or pending[0] != gen:
-            self.misses += 1
+        if pending is None or pending[0] != version:
+            self.misses += 1  # renders started for want of an answer
+        return await asyncio.shield(self._render(key, version, compute))
+
+    def _render(
+        self, key: Hashable, version: tuple[int, int], compute: Callable[[], bytes]
+    ) -> asyncio.Future[bytes]:
+        """The render of ``key`` at ``version`` in flight, else a new one (in a worker thread)."""
+        pending = self._inflight.get(key)
+        if pending is None or pending[0] != version:
             # A task of its own: a caller that goes away does not cancel the others' answer.
             started = time.monotonic()
             task = asyncio.ensure_future(to_thread.run_sync(compute))
-            task.add_done_callback(lambda t: self._done(key, gen, started, t))
-            pending = self._inflight[key] = (gen, task)
-        return await asyncio.shield(pending[1])
+            task.add_done_callback(lambda t: self._done(key, version, started, compute, t))
+            pending = self._inflight[key] = (version, task)
+        return pending[1]
 
-    def _done(self, key: Hashable, gen: int, started: float, task: asyncio.Future[bytes]) -> None:
+    def _done(
+        self,
+        key: Hashable,
+        version: tuple[int, int],
+        started: float,
+        compute: Callable[[], bytes],
+        task: asyncio.Future[bytes],
+    ) -> None:
         if self._inflight.get(key, (None, None))[1] is task:
             del self._inflight[key]
         if task.cancelled() or task.exception() is not None:
             return  # each waiter gets the error; nothing is kept
+        self._keep(key, _Entry(*version, started, task.result(), compute))
+
+    def _keep(self, key: Hashable, entry: _Entry) -> None:
+        with self._lock:
+            self._store(key, entry)
+
+    def _store(self, key: Hashable, entry: _Entry) -> None:  # under the lock
         kept = self._entries.get(key)
-        if kept is not None and kept[0] > gen:
-            return  # a render of a later generation finished first: keep it
-        self._entries[key] = (gen, started, task.result())
+        if kept is not None and (kept.generation, kept.background) > (entry.generation, entry.background):
+            return  # a render of a later version finished first: keep it
+        self._entries[key] = entry
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)

@@ -32,6 +32,7 @@ from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
 from graywire.service.config import Settings
 from graywire.service.drain_engine import DrainEngine
 from graywire.service.fabric_state import StateBoard, TargetStatus
+from graywire.service.read_cache import ReadCache
 from graywire.service.store import IncidentStore
 
 log = logging.getLogger("graywire.runner")
@@ -56,8 +57,11 @@ class Runner:
         state: StateBoard,
         pipeline: Pipeline | None = None,
         drain: DrainEngine | None = None,
+        cache: ReadCache | None = None,
     ) -> None:
         self.settings = settings
+        #: The API's rendered answers: a poll's writes are background changes to them.
+        self.cache = cache
         self.fabric = fabric
         self.store = store
         #: Where every poll publishes what it learned (the only writer of the fabric state).
@@ -198,7 +202,12 @@ class Runner:
     # -- processing ---------------------------------------------------------------------------
     def _process(self, batches: list[pa.RecordBatch]) -> list[Finding]:
         with self._busy:  # close() waits for a poll in flight instead of pulling the archive away
-            return self._process_locked(batches)
+            if self.cache is None:
+                return self._process_locked(batches)
+            # Requests keep the answers from before the poll until its own are rendered.
+            with self.cache.background():
+                self.cache.touch()  # the fabric state it publishes
+                return self._process_locked(batches)
 
     def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:
         t0 = time.perf_counter()

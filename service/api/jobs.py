@@ -35,9 +35,8 @@ def _views(store: IncidentStore, fabric: Fabric, state: FabricState | None) -> l
 
 @router.get("/jobs", response_model=JobsOut, summary="Jobs with active incidents")
 async def list_jobs(store: StoreDep, cache: CacheDep, fabric: FabricDep, services: ServicesDep) -> Response:
-    state = services.state.current if services.state is not None else None
-
-    def render() -> bytes:
+    def render() -> bytes:  # the state current when it runs: the cache renders it again
+        state = services.state.current if services.state is not None else None
         items = [v.summary() for v in _views(store, fabric, state)]
         return _jobs.dump_json(_jobs.validate_python({"items": items, "count": len(items)}))
 

@@ -21,7 +21,6 @@ from graywire.service.api.deps import (
     LayoutDep,
     PortViewDep,
     ServicesDep,
-    StateDep,
     port_view,
 )
 from graywire.service.api.schemas import ErrorOut, GridOut, Health, PortDetailOut, PortPage, Role, State
@@ -57,7 +56,6 @@ async def list_ports(
     fabric: FabricDep,
     layout: LayoutDep,
     services: ServicesDep,
-    now: StateDep,
     cache: CacheDep,
     node: Annotated[str | None, Query(description="Only ports on this node.")] = None,
     switch: Annotated[
@@ -75,12 +73,12 @@ async def list_ports(
 ) -> Response:
     """Served from the read cache: a page is computed once per published state and database
     generation (the port view is tens of milliseconds at 500,000 ports, the page's validation
-    more), however many clients ask."""
+    more), however many clients ask; the render reads the state current when it runs."""
     on_node = node_index(layout, node) if node is not None else None
     on_switch = node_index(layout, switch, "switch") if switch is not None else None
 
     def render() -> bytes:
-        v = port_view(services, now)
+        v = port_view(services)
         mask = np.ones(fabric.n_ports, dtype=bool)
         if on_node is not None:
             mask &= fabric.node_of_port == on_node
@@ -105,7 +103,7 @@ async def list_ports(
         return _page.dump_json(_page.validate_python(out))
 
     filters = (node, switch, role, rail, tuple(health or ()), kind, state, stale, degraded, limit, offset)
-    return await cache.json(("ports", now.published, *filters), render)
+    return await cache.json(("ports", *filters), render)
 
 
 @router.get("/ports/{key:path}", response_model=PortDetailOut, responses=NOT_FOUND, summary="One port")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -132,5 +133,79 @@ def test_concurrent_misses_share_one_render_and_errors_are_not_kept() -> None:
             with pytest.raises(sa.exc.OperationalError):
                 await cache.get("e", broken)
         assert "e" not in cache._entries and cache.misses == 3
+
+    asyncio.run(run())
+
+
+def test_a_poll_keeps_the_answers_from_before_it_until_its_own_are_rendered(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'c.db'}")
+    cache = ReadCache(engine, ttl_s=3600)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+    renders: list[str] = []
+
+    def count(name: str) -> Callable[[], bytes]:
+        def render() -> bytes:
+            renders.append(name)
+            with engine.connect() as conn:
+                return str(conn.execute(sa.text("SELECT count(*) FROM t")).scalar()).encode()
+
+        return render
+
+    def insert() -> None:
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+
+    async def run() -> None:
+        assert await cache.get("a", count("a")) == b"0"
+        assert await cache.get("b", count("b")) == b"0"
+        renders.clear()
+        with cache.background(rerender=1):  # a poll's writes
+            insert()
+            insert()
+            # Mid-poll, requests keep the answer from before it: no render, no half-written view.
+            assert await cache.get("a", count("a")) == b"0" and renders == []
+        # The most recently used answer was rendered again in the poll's thread, before its end.
+        assert renders == ["a"]
+        hits = cache.hits
+        assert await cache.get("a", count("a")) == b"2" and cache.hits == hits + 1
+        # The other was left behind: served at once, once more, while a new one renders.
+        assert await asyncio.wait_for(cache.get("b", count("b")), 1) == b"0"
+        assert cache.stale_hits == 1
+        while cache._inflight:
+            await asyncio.sleep(0.01)
+        assert await cache.get("b", count("b")) == b"2" and renders == ["a", "b"]
+
+        with cache.background():  # the flag is the thread's: another thread's write is a client's
+            await asyncio.to_thread(insert)
+            assert await cache.get("a", count("a")) == b"3"
+        insert()  # a client's write: never served stale
+        assert await cache.get("a", count("a")) == b"4"
+
+    asyncio.run(run())
+    engine.dispose()
+
+
+def test_a_failed_render_at_the_end_of_a_poll_keeps_the_last_answer(tmp_path: Path) -> None:
+    cache = ReadCache(ttl_s=3600)
+    fail = False
+
+    def render() -> bytes:
+        if fail:
+            raise sa.exc.OperationalError("SELECT", {}, Exception("database is away"))
+        return b"ok"
+
+    async def run() -> None:
+        nonlocal fail
+        await cache.get("a", render)
+        fail = True
+        with cache.background():
+            cache.touch()  # the poll published a state; rendering its answer fails, and says so
+        assert await cache.get("a", render) == b"ok" and cache.stale_hits == 1
+        while cache._inflight:  # the stale hit's own render fails too: nothing is kept
+            await asyncio.sleep(0.01)
+        with pytest.raises(sa.exc.OperationalError):  # after a client's write the error is the answer
+            cache.invalidate()
+            await cache.get("a", render)
 
     asyncio.run(run())
