@@ -1,4 +1,7 @@
-"""Keep freed memory for reuse instead of handing it back to the kernel at once (glibc only).
+"""Memory habits of a long-running service: keep freed memory, and keep long-lived objects
+out of the cyclic collector's sweeps.
+
+Keep freed memory for reuse instead of handing it back to the kernel at once (glibc only).
 
 Each poll allocates and frees arrays of a few megabytes per counter. Above glibc's mmap
 threshold every such array is fresh memory from the kernel, and its first touch costs a page
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import sys
 
 # mallopt(3) parameters (malloc.h).
@@ -36,3 +40,14 @@ def keep_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     mmap_ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     return mmap_ok and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def freeze_long_lived() -> int:
+    """Collect once, then exempt every object alive now from later collections; how many.
+
+    Call it when start-up has built what lives as long as the process. Reference counting still
+    frees a frozen object that is dropped; only a reference cycle among them would stay.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

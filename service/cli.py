@@ -43,9 +43,11 @@ def server_config(app: Any, settings: Any, **overrides: Any) -> Any:
 def _serve(settings: Any, banner: str | None = None) -> int:
     import uvicorn
 
+    from graywire.service.allocator import freeze_long_lived
     from graywire.service.app import create_app
 
     app = create_app(settings)
+    freeze_long_lived()  # the fabric, its maps and the detectors live as long as the process
     if banner:
         print(banner, flush=True)
     uvicorn.Server(server_config(app, settings)).run()
