@@ -10,8 +10,9 @@ back (a scrape may take a minute: a large fabric's simulator step is never cut s
 few polls have run it sends requests open-loop: request *i* is due at ``i / rate`` seconds,
 alternating the routes (``GET /api/v1/drain`` and ``GET /api/v1/ports`` unless ``--routes``
 says otherwise), and its latency is counted from when it was due, not from when it went out,
-so a stalled server cannot hide its queue. The same routes are first timed one at a time with
-nothing else in flight: that is the limit measured in this run. It prints p50/p99/max per
+so a stalled server cannot hide its queue; the first ``--warmup`` seconds of load are not
+counted (new connections, the generator's own start). The same routes are first timed one at a
+time with nothing else in flight: that is the limit measured in this run. It prints p50/p99/max per
 route, the ratio of p99 under load to that limit and to the 20 ms target, and how many polls
 completed during the loaded window. It reads the service's progress from ``/healthz``, never
 ``/metrics``: at 524,288 ports a scrape is gigabytes.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import socket
 import statistics
@@ -115,13 +117,22 @@ async def serial(port: int, n: int) -> dict[str, list[float]]:
 
 
 async def open_loop(
-    port: int, rate: float, seconds: float, connections: int
+    port: int, rate: float, seconds: float, connections: int, warmup: float = 2.0
 ) -> tuple[dict[str, list[float]], Counter[str]]:
+    """Requests at ``rate`` for ``warmup`` + ``seconds``; the latencies of the last ``seconds``.
+
+    The first ``warmup`` seconds are not counted: the connections' first requests and the
+    generator's own start-up are not the steady state this measures. The generator's cyclic
+    collector is off while it runs (it keeps every task and latency, and a full collection of
+    them would be a pause of its own, counted as the service's).
+    """
     lat: dict[str, list[float]] = {r: [] for r in ROUTES}
     errors: Counter[str] = Counter()
     free: asyncio.Queue[Connection] = asyncio.Queue()
     for _ in range(connections):
         free.put_nowait(await Connection.open(port))
+    start = time.perf_counter()
+    counted_from = start + warmup
 
     async def one(route: str, due: float) -> None:
         conn = await free.get()  # a request waits for a free connection, as a pooled client's does
@@ -134,18 +145,23 @@ async def open_loop(
             errors[type(e).__name__] += 1
             conn.close()
             free.put_nowait(await Connection.open(port))
-        lat[route].append(time.perf_counter() - due)
+        if due >= counted_from:
+            lat[route].append(time.perf_counter() - due)
 
-    start = time.perf_counter()
     tasks = []
-    n = int(rate * seconds)
-    for i in range(n):
-        due = start + i / rate
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(ROUTES[i % len(ROUTES)], due)))
-    await asyncio.gather(*tasks)
+    n = int(rate * (warmup + seconds))
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(n):
+            due = start + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(ROUTES[i % len(ROUTES)], due)))
+        await asyncio.gather(*tasks)
+    finally:
+        gc.enable()
     while not free.empty():
         free.get_nowait().close()
     return lat, errors
@@ -184,7 +200,7 @@ sources:
                 alone = await serial(port, args.serial)
                 p0 = await polls(client)
                 t0 = time.perf_counter()
-                loaded, errors = await open_loop(port, args.rate, args.seconds, args.connections)
+                loaded, errors = await open_loop(port, args.rate, args.seconds, args.connections, args.warmup)
                 wall = time.perf_counter() - t0
                 ran = await polls(client) - p0
                 incidents = (await client.get("/api/v1/incidents")).json()
@@ -199,7 +215,8 @@ sources:
             f"{len(drains)} drain-list entries"
         )
         print(f"load: {args.rate:g} req/s open-loop for {args.seconds:g} s over {args.connections} "
-              f"connections; {sum(map(len, loaded.values()))} requests in {wall:.1f} s, "
+              f"connections, {args.warmup:g} s of it not counted; {sum(map(len, loaded.values()))} "
+              f"requests counted, {wall:.1f} s in all, "
               f"{sum(errors.values())} errors {dict(errors) or ''}; "
               f"{ran} polls completed meanwhile ({wall / max(ran, 1):.1f} s each)")  # fmt: skip
         print(f"{'route':<22}{'alone p50':>10}{'alone p99':>10}{'p50':>9}{'p99':>9}{'max':>9}"
@@ -221,7 +238,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hosts", type=int, default=1024)
     p.add_argument("--rate", type=float, default=500.0, help="requests per second")
-    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--seconds", type=float, default=20.0, help="loaded seconds counted")
+    p.add_argument("--warmup", type=float, default=2.0, help="loaded seconds first, not counted")
     p.add_argument("--poll", default="2s", help="poll interval (short, so polls run back to back)")
     p.add_argument("--connections", type=int, default=32)
     p.add_argument("--serial", type=int, default=400, help="requests timed one at a time first")
