@@ -41,6 +41,11 @@ class HysteresisConfig:
     open_after: int = 2
     close_after: int = 2
 
+    def __post_init__(self) -> None:
+        for name in ("open_after", "close_after"):
+            if not 1 <= getattr(self, name) <= 32767:  # runs are counted in int16 (Hysteresis)
+                raise ValueError(f"{name} must be 1 to 32767 polls, not {getattr(self, name)!r}")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scores:
@@ -86,20 +91,26 @@ def _last_position(ids: np.ndarray, which: np.ndarray) -> np.ndarray:
     return order[np.searchsorted(ids[order], which, side="right") - 1]
 
 
+#: Where a run of polls stops counting (int16).
+RUN_MAX = np.iinfo(np.int16).max
+
+
 class Hysteresis:
     """Vectorized open/close state machine over a growing set of entities."""
 
     def __init__(self, cfg: HysteresisConfig, size: int = 0) -> None:
         self.cfg = cfg
-        self.bad_run = np.zeros(size, dtype=np.int32)
-        self.good_run = np.zeros(size, dtype=np.int32)
+        # Consecutive polls, saturating at RUN_MAX (3.8 days at 10 s; every threshold is far
+        # below): int16, since each detector keeps two per port.
+        self.bad_run = np.zeros(size, dtype=np.int16)
+        self.good_run = np.zeros(size, dtype=np.int16)
         self.is_open = np.zeros(size, dtype=bool)
 
     def grow(self, n: int) -> None:
         if n > self.is_open.size:
             extra = n - self.is_open.size
-            self.bad_run = np.concatenate([self.bad_run, np.zeros(extra, np.int32)])
-            self.good_run = np.concatenate([self.good_run, np.zeros(extra, np.int32)])
+            self.bad_run = np.concatenate([self.bad_run, np.zeros(extra, np.int16)])
+            self.good_run = np.concatenate([self.good_run, np.zeros(extra, np.int16)])
             self.is_open = np.concatenate([self.is_open, np.zeros(extra, bool)])
 
     def update(self, idx: np.ndarray, bad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,8 +121,8 @@ class Hysteresis:
         """
         if idx.size:
             self.grow(int(idx.max()) + 1)
-        self.bad_run[idx] = np.where(bad, self.bad_run[idx] + 1, 0)
-        self.good_run[idx] = np.where(bad, 0, self.good_run[idx] + 1)
+        self.bad_run[idx] = np.where(bad, np.minimum(self.bad_run[idx], RUN_MAX - 1) + 1, 0)
+        self.good_run[idx] = np.where(bad, 0, np.minimum(self.good_run[idx], RUN_MAX - 1) + 1)
         was = self.is_open[idx]
         opens = ~was & (self.bad_run[idx] >= self.cfg.open_after)
         closes = was & (self.good_run[idx] >= self.cfg.close_after)
@@ -340,6 +351,9 @@ class PortIndexer:
         return idx
 
 
+_LINK_OF_PORT: weakref.WeakKeyDictionary[Fabric, np.ndarray] = weakref.WeakKeyDictionary()
+
+
 class LinkEntities:
     """Both ends of a link share one entity id (the lower port index): a bad cable is one finding.
 
@@ -349,9 +363,14 @@ class LinkEntities:
 
     def __init__(self, fabric: Fabric) -> None:
         self.fabric = fabric
-        peer = fabric.peer
-        idx = np.arange(fabric.n_ports)
-        self.of_port = np.where(peer >= 0, np.minimum(idx, peer), idx)
+        #: Entity of each port: one read-only int32 array per fabric, shared by its detectors.
+        self.of_port = _LINK_OF_PORT.get(fabric)
+        if self.of_port is None:
+            peer = fabric.peer
+            idx = np.arange(fabric.n_ports, dtype=np.int32)
+            self.of_port = np.where(peer >= 0, np.minimum(idx, peer), idx).astype(np.int32)
+            self.of_port.flags.writeable = False
+            _LINK_OF_PORT[fabric] = self.of_port
 
     def ends(self, entity: int) -> list[int]:
         f = self.fabric
@@ -395,12 +414,14 @@ def judged_rows(
 
 
 def decay_add(state: np.ndarray, p: np.ndarray | slice, decay: np.ndarray, *values: np.ndarray) -> None:
-    """Exponentially weighted sums: ``state[i, p] = state[i, p] * decay + values[i]``, in place."""
+    """Exponentially weighted sums: ``state[i, p] = state[i, p] * decay + values[i]``, in place.
+
+    Either way the sum is formed in float64 and rounded once to the state's type, so a float32
+    state reads the same whatever order the rows came in."""
     if isinstance(p, slice):
         for i, v in enumerate(values):
             row = state[i, p]
-            row *= decay
-            row += v
+            np.add(row * decay, v, out=row)
     else:
         state[: len(values), p] = state[: len(values), p] * decay + np.vstack(values)
 

@@ -122,11 +122,14 @@ class BerDetector:
         n = fabric.n_ports
         self.port_index = PortIndexer(fabric)
         self.links = LinkEntities(fabric)
-        self.fast = np.zeros((4, n))  # bits, corrected bits, uncorrectable blocks, symbol errors
-        self.slow = np.zeros((2, n))  # bits, corrected bits
-        self.long = np.zeros((2, n))  # bits, corrected (estimate's baseline)
-        self.pdr = np.zeros((4, n))  # bits and symbol errors over the PDR short, then long window
-        self.hour = np.zeros(n)  # symbol errors over the last hour (NVSentinel)
+        # Exponentially weighted sums, in float32: their 7 digits are far finer than any BER
+        # threshold (a decade apart), and 13 windows a port in float64 were 104 bytes a port.
+        w = np.float32
+        self.fast = np.zeros((4, n), w)  # bits, corrected bits, uncorrectable blocks, symbol errors
+        self.slow = np.zeros((2, n), w)  # bits, corrected bits
+        self.long = np.zeros((2, n), w)  # bits, corrected (estimate's baseline)
+        self.pdr = np.zeros((4, n), w)  # bits and symbol errors over the PDR short, then long window
+        self.hour = np.zeros(n, w)  # symbol errors over the last hour (NVSentinel)
         self.src = np.full(n, -1, dtype=np.int8)  # pre-FEC source in use (PRE_FEC_FROM), -1 none yet
         self.role = fabric.port_role_code
         self.hyst = Hysteresis(self.cfg.hysteresis, n)

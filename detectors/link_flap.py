@@ -71,8 +71,13 @@ class LinkFlapDetector:
         # Open episodes per link entity: until when they merge, outages counted, and per signal
         # (port, "state" or "counter", source slot) the outages that signal reported.
         self.episodes: dict[int, tuple[float, int, dict[tuple[int, str, int], int]]] = {}
-        self.events = np.full((n, HISTORY), -np.inf)  # outage times (unix s) per link entity
-        self.head = np.zeros(n, dtype=np.int64)
+        # Outage times (unix s), HISTORY per link entity that ever had one: most links never
+        # flap, so a row is taken at an entity's first outage (a 16-slot history for every port
+        # was 128 bytes a port). ``row`` maps entity -> row, -1 for none yet.
+        self.row = np.full(n, -1, dtype=np.int32)
+        self.events = np.full((0, HISTORY), -np.inf)
+        self.head = np.zeros(0, dtype=np.int64)
+        self._rows = 0  # rows taken
         self.last_event = np.full(n, -np.inf)  # the latest of each entity's outage times
         self.open_sev = np.zeros(n, dtype=np.int8)  # 0 closed, 1 warning, 2 critical
         #: Outages the open finding last reported: a growing count fires again (the incident
@@ -142,9 +147,11 @@ class LinkFlapDetector:
                 k = (int(p[j]), "counter", int(slot[j]))
                 sig[k] = sig.get(k, 0) + int(min(downs[j], HISTORY))
             total = max(sig.values())
-            for _ in range(total - counted):
-                self.events[e, self.head[e] % HISTORY] = t
-                self.head[e] += 1
+            if total > counted:
+                r = self._row(e)
+                for _ in range(total - counted):
+                    self.events[r, self.head[r] % HISTORY] = t
+                    self.head[r] += 1
                 self.last_event[e] = t
             self.episodes[e] = (t + cfg.merge_s, max(total, counted), sig)
         # Judged: the links with data this poll and an outage in the window, and the open ones
@@ -153,8 +160,21 @@ class LinkFlapDetector:
         data[ent] = True
         since = t - cfg.window_s
         touched = np.flatnonzero((data & (self.last_event >= since)) | (self.open_sev > 0))
-        recent = (self.events[touched] >= since).sum(axis=1)
+        recent = (self.events[self.row[touched]] >= since).sum(axis=1)  # each had an outage: a row
         return _FlapScores(ids=touched, bad=recent >= cfg.flaps_to_open, recent=recent)
+
+    def _row(self, ent: int) -> int:
+        """The history row of a link entity, taken at its first outage."""
+        r = int(self.row[ent])
+        if r < 0:
+            r = self._rows
+            self.row[ent] = r
+            self._rows += 1
+            if r == len(self.events):  # grow by half: a storm of first outages stays linear
+                grow = max(64, r // 2)
+                self.events = np.concatenate([self.events, np.full((grow, HISTORY), -np.inf)])
+                self.head = np.concatenate([self.head, np.zeros(grow, dtype=np.int64)])
+        return r
 
     def _slots(self, source: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """A small integer per row for its source name, so each source's state is its own."""
@@ -172,7 +192,8 @@ class LinkFlapDetector:
     def _finding(self, ent: int, status: str, now: datetime, sev: int, count: int) -> Finding:
         place = self.links.place(ent)
         mins = self.cfg.window_s / 60
-        times = sorted(float(x) for x in self.events[ent] if np.isfinite(x))
+        r = int(self.row[ent])
+        times = sorted(float(x) for x in self.events[r] if np.isfinite(x)) if r >= 0 else []
         summary = (
             f"{place['link'] or place['port']} went down {count} times in {mins:g} min"
             if status == "firing"

@@ -24,7 +24,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.counters import ERROR_COLUMNS
-from graywire.collectors.schemas import COUNTER_BITS_KEY, PORT_COUNTERS, PORT_SAMPLE, SATURATING_KEY, TS
+from graywire.collectors.schemas import (
+    COUNTER_BITS_KEY,
+    PORT_COUNTERS,
+    PORT_SAMPLE,
+    SATURATING_KEY,
+    TS,
+    null_array,
+)
 
 #: Gauges copied unchanged from the input, so one batch carries everything a detector needs.
 GAUGES: tuple[str, ...] = (
@@ -370,7 +377,7 @@ class CounterRates:
 
         out: dict[str, pa.Array] = {"time": time, "port": batch.column("port")}
         for g in GAUGES:
-            out[g] = batch.column(g) if g in names else pa.nulls(n, self.schema.field(g).type)
+            out[g] = batch.column(g) if g in names else null_array(self.schema.field(g).type, n)
         out["interval_seconds"] = _float_array(dt, seen & ~repeat)
         out["counter_reset"] = pa.array(reset)
         cols = [*out.values(), *rates, pa.array(sat_mask)]
@@ -384,12 +391,12 @@ class CounterRates:
         time = time if time.type == TS else time.cast(TS)
         out: dict[str, pa.Array] = {"time": time, "port": batch.column("port")}
         for g in GAUGES:
-            out[g] = batch.column(g) if g in names else pa.nulls(n, self.schema.field(g).type)
-        out["interval_seconds"] = pa.nulls(n, pa.float64())
+            out[g] = batch.column(g) if g in names else null_array(self.schema.field(g).type, n)
+        out["interval_seconds"] = null_array(pa.float64(), n)
         out["counter_reset"] = pa.array(np.zeros(n, dtype=bool))
         cols = [
             *out.values(),
-            *(pa.nulls(n, pa.float64()) for _ in self.columns),
+            *(null_array(pa.float64(), n) for _ in self.columns),
             pa.array(np.zeros(n, dtype=np.uint32)),
         ]
         cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, self.schema, strict=True)]
@@ -447,7 +454,7 @@ class CounterRates:
         if arr is None or arr.null_count == n:
             if col in self._valid:
                 self._valid[col][sel] = False
-            return pa.nulls(n, pa.float64()), None
+            return null_array(pa.float64(), n), None
         # The first batch that carries a column fixes its kind: float (pause seconds) or integer.
         known = self._vals.get(col)
         is_float = pa.types.is_floating(arr.type) if known is None else known.dtype.kind == "f"
@@ -482,7 +489,7 @@ class CounterRates:
         if not ok.any():  # first sight of these ports (or all nulls): nothing to judge, only store
             vals[sel] = cur
             valid[sel] = True if cur_valid is None else cur_valid
-            return pa.nulls(n, pa.float64()), stuck_now
+            return null_array(pa.float64(), n), stuck_now
 
         # uint64 subtraction is exact where cur >= prev (and modulo 2**64 elsewhere, judged below).
         # Scratch arrays for what stays here; the rate is new, it leaves with the batch.

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig
+from graywire.detectors.base import RUN_MAX, EntityIndex, Hysteresis, HysteresisConfig
 
 
 def step(h: Hysteresis, idx: list[int], bad: list[bool]) -> tuple[list[int], list[int]]:
@@ -70,7 +70,7 @@ def test_grows_for_new_ids() -> None:
     assert h.is_open.size == 5
     h.grow(7)
     assert h.is_open.tolist() == [False, False, False, False, True, False, False]
-    assert h.bad_run.dtype == np.int32 and h.good_run.dtype == np.int32
+    assert h.bad_run.dtype == np.int16 and h.good_run.dtype == np.int16
     assert step(h, [6, 4], [True, False]) == ([6], [4])
 
 
@@ -117,3 +117,15 @@ def test_empty_keys() -> None:
     ix = EntityIndex()
     assert ix.ids(pa.array([], type=pa.string())).tolist() == []
     assert ix.keys == []
+
+
+def test_runs_saturate_instead_of_wrapping() -> None:
+    h = Hysteresis(HysteresisConfig(open_after=3, close_after=2), size=1)
+    h.bad_run[0] = RUN_MAX - 1  # a port bad for days: its run stops at the top, never negative
+    h.is_open[0] = True
+    for _ in range(3):
+        h.update(np.array([0]), np.array([True]))
+    assert int(h.bad_run[0]) == RUN_MAX and h.is_open[0]
+    assert step(h, [0], [False]) == ([], []) and step(h, [0], [False]) == ([], [0])
+    with pytest.raises(ValueError, match="open_after must be 1 to 32767"):
+        HysteresisConfig(open_after=40_000)
