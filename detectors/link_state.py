@@ -120,16 +120,16 @@ class LinkDowngradeDetector:
         self.since = {k: np.zeros(fabric.n_ports, dtype="datetime64[us]") for k in self.kinds}
         n = fabric.n_ports
         self.cap_speed = np.zeros(n, np.int64)
-        self.cap_width = np.zeros(n, np.int64)
+        self.cap_width = np.zeros(n, np.int16)  # lanes (the schema's width is uint8)
         labels = [k.rsplit("/", 1)[-1] for k in fabric.keys]
         roles = fabric.port_role.tolist() if n else []
         _, self.group = np.unique(np.array([f"{r}|{lab}" for r, lab in zip(roles, labels, strict=True)],
                                            dtype=object), return_inverse=True)  # fmt: skip
-        self.group = self.group.astype(np.int64)
+        self.group = self.group.astype(np.int32)
         self.n_groups = int(self.group.max()) + 1 if n else 0
         #: The expectation used for each port at its last judgement, and where it came from.
         self.exp_speed = fabric.expected_speed_bps.astype(np.int64).copy()
-        self.exp_width = fabric.expected_width.astype(np.int64).copy()
+        self.exp_width = fabric.expected_width.astype(np.int16)
         self.speed_from = np.where(self.exp_speed > 0, 1, 0).astype(np.int8)
         self.width_from = np.where(self.exp_width > 0, 1, 0).astype(np.int8)
         #: True once no port needs a peer consensus (until capabilities change).
@@ -141,7 +141,7 @@ class LinkDowngradeDetector:
         speed, width = capability_expectations(self.fabric, caps)
         # A port UFM stops listing keeps what it last said: the cable did not change.
         self.cap_speed = np.where(speed > 0, speed, self.cap_speed)
-        self.cap_width = np.where(width > 0, width, self.cap_width)
+        self.cap_width = np.where(width > 0, width, self.cap_width).astype(np.int16)
         self._settled = False
 
     def _expected(self, idx: np.ndarray, judged: np.ndarray, speed: np.ndarray, width: np.ndarray) -> None:
