@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import math
 import resource
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -42,6 +44,7 @@ from graywire.collectors.schemas import (
     make_batch,
 )
 from graywire.detectors.pipeline import Pipeline, default_detectors, nccl_timing_detectors
+from graywire.fabricsim.port_views import UFM_DEFAULT
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 from graywire.service.allocator import keep_freed_memory
 
@@ -135,7 +138,8 @@ class PortCollector:
 class NumpyLimit:
     """The one-pass reference: every counter's rate over the last poll and one test of it."""
 
-    def __init__(self) -> None:
+    def __init__(self, counters: tuple[str, ...] = PORT_COUNTERS) -> None:
+        self.counters = counters
         self.last: dict[str, np.ndarray] = {}
         self.t_last: np.ndarray | None = None
 
@@ -143,7 +147,7 @@ class NumpyLimit:
         t = batch.column("time").cast(pa.int64()).to_numpy().astype(np.float64) * 1e-6
         per_s = 1.0 / (t - self.t_last) if self.t_last is not None else None
         flagged = np.zeros(batch.num_rows, bool)
-        for c in PORT_COUNTERS:
+        for c in self.counters:
             v = batch.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
             if per_s is not None:
                 rate = (v - self.last[c]) * per_s
@@ -153,13 +157,14 @@ class NumpyLimit:
         return int(flagged.sum())
 
 
-def bench_ports(target: int, polls: int, warmup: int, downgrades: int) -> None:
+def bench_ports(target: int, polls: int, warmup: int, downgrades: int, counter_set: str = "all") -> None:
     t = time.perf_counter()
     rss0 = peak_rss_mb()
+    counters = COUNTER_SETS[counter_set]
     fabric = build_fabric(TopologySpec(hosts=max(1, math.ceil(target / 32))))
-    collector = PortCollector(fabric)
+    collector = PortCollector(fabric, counters)
     pipe = Pipeline(fabric, detectors=default_detectors(fabric))
-    limit = NumpyLimit()
+    limit = NumpyLimit(counters)
     setup = time.perf_counter() - t
 
     first = 0.0
@@ -196,11 +201,13 @@ def bench_ports(target: int, polls: int, warmup: int, downgrades: int) -> None:
     median, ref = float(np.median(times)), float(np.median(limits))
     grown = max(0.0, peak_rss_mb() - rss0) * 2**20 / n
     print(
-        f"ports {n:>9,}  {n / mean:>13,.0f} port-samples/s  {1e3 * mean:8.1f} ms/poll "
+        f"{counter_set} ({len(counters)} counters)  ports {n:>9,}  {n / mean:>13,.0f} port-samples/s  "
+        f"{1e3 * mean:8.1f} ms/poll "
         f"(median {1e3 * median:.1f}, max {1e3 * max(times):.1f})  "
         f"numpy one-pass limit {1e3 * ref:.1f} ms  ratio {median / ref:.2f} (target <= 2)  "
         f"first poll {1e3 * first:.0f} ms  findings {findings}  setup {setup:.1f} s  "
-        f"peak RSS {peak_rss_mb():,.0f} MB ({grown:,.0f} B/port grown)\n    per stage ms: {per}"
+        f"peak RSS {peak_rss_mb():,.0f} MB ({grown:,.0f} B/port grown)\n    per stage ms: {per}",
+        flush=True,
     )
 
 
@@ -258,6 +265,13 @@ def bench_nccl(ranks: int, channels: int, polls: int, warmup: int) -> None:
     )
 
 
+COUNTER_SETS = {
+    "all": PORT_COUNTERS,
+    # What UFM Telemetry sends by default (fabricsim.port_views.UFM_DEFAULT): 13 counters.
+    "ufm_default": tuple(c for c in PORT_COUNTERS if c in UFM_DEFAULT),
+}
+
+
 def main() -> None:
     keep_freed_memory()  # as the service runs (graywire.service.allocator)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -265,13 +279,31 @@ def main() -> None:
     ap.add_argument("--polls", type=int, default=10, help="timed polls per size")
     ap.add_argument("--warmup", type=int, default=2, help="untimed polls first (at least 1)")
     ap.add_argument("--downgrades", type=int, default=4, help="links dropped to half speed mid-run")
+    ap.add_argument(
+        "--counters",
+        default="all,ufm_default",
+        help="comma-separated counter sets: all (every counter of the schema), ufm_default",
+    )
     ap.add_argument("--nccl-ranks", type=int, default=8192)
     ap.add_argument("--nccl-channels", type=int, default=4)
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # SIZE:SET, in a process of its own
     args = ap.parse_args()
     if args.polls < 1 or args.warmup < 1:
         ap.error("--polls and --warmup must be at least 1")
-    for size in (int(s) for s in args.ports.split(",") if s.strip()):
-        bench_ports(size, args.polls, args.warmup, args.downgrades)
+    sets = [c.strip() for c in args.counters.split(",") if c.strip()]
+    if unknown := [c for c in sets if c not in COUNTER_SETS]:
+        ap.error(f"unknown counter sets {unknown}; known: {sorted(COUNTER_SETS)}")
+    if args.one:
+        size, name = args.one.split(":")
+        bench_ports(int(size), args.polls, args.warmup, args.downgrades, name)
+        return
+    # Each size and counter set in a fresh process: the peak RSS is that run's alone, not the
+    # high-water mark of the sizes before it (whose freed heap the next would reuse).
+    base = [sys.executable, __file__, "--polls", str(args.polls), "--warmup", str(args.warmup),
+            "--downgrades", str(args.downgrades)]  # fmt: skip
+    for name in sets:
+        for size in (int(s) for s in args.ports.split(",") if s.strip()):
+            subprocess.run([*base, "--one", f"{size}:{name}"], check=True)
     if args.nccl_ranks > 0:
         bench_nccl(args.nccl_ranks, args.nccl_channels, args.polls, max(args.warmup, 5))
 
