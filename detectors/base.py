@@ -416,14 +416,18 @@ def judged_rows(
 def decay_add(state: np.ndarray, p: np.ndarray | slice, decay: np.ndarray, *values: np.ndarray) -> None:
     """Exponentially weighted sums: ``state[i, p] = state[i, p] * decay + values[i]``, in place.
 
-    Either way the sum is formed in float64 and rounded once to the state's type, so a float32
-    state reads the same whatever order the rows came in."""
+    Both ways take the same steps in the state's own type (multiply, round; add, round), so a
+    float32 state reads the same whatever order the rows came in."""
     if isinstance(p, slice):
         for i, v in enumerate(values):
             row = state[i, p]
-            np.add(row * decay, v, out=row)
+            row *= decay
+            row += v
     else:
-        state[: len(values), p] = state[: len(values), p] * decay + np.vstack(values)
+        part = state[: len(values), p]  # a copy: fancy indexing
+        part *= decay
+        part += np.vstack(values)
+        state[: len(values), p] = part
 
 
 def column(batch: pa.RecordBatch, name: str, fill: float = np.nan) -> np.ndarray:

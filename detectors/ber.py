@@ -223,7 +223,12 @@ class BerDetector:
         src = np.where(
             np.isfinite(corr_bits), 0, np.where(np.isfinite(symbols), 1, np.where(np.isfinite(blocks), 2, 3))
         ).astype(np.int8)
-        corr = np.nan_to_num(np.choose(src, [corr_bits, symbols, blocks, np.zeros_like(bits)]), nan=0.0)
+        sources = [corr_bits, symbols, blocks]
+        first = int(src[0]) if src.size else 3
+        if first < 3 and bool((src == first).all()):  # one source for every port: the usual poll
+            corr = np.nan_to_num(sources[first], nan=0.0)
+        else:
+            corr = np.nan_to_num(np.choose(src, [*sources, np.zeros_like(bits)]), nan=0.0)
         unc = np.nan_to_num(column(batch, "fec_uncorrectable_blocks_per_second") * dt, nan=0.0)
         sym = np.nan_to_num(column(batch, "symbol_errors_per_second") * dt, nan=0.0)
         sym_known = np.isfinite(column(batch, "symbol_errors_per_second"))
