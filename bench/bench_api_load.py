@@ -60,6 +60,17 @@ async def polls(client: httpx.AsyncClient) -> int:
     return int((await client.get("/healthz")).json()["polls"])
 
 
+def service_peak_rss(pid: int) -> int:
+    """The process's peak resident set (VmHWM) in bytes, 0 where /proc does not say."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -205,6 +216,7 @@ sources:
                 ran = await polls(client) - p0
                 incidents = (await client.get("/api/v1/incidents")).json()
                 drains = (await client.get("/api/v1/drain")).json()
+                peak_rss = service_peak_rss(proc.pid)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -219,6 +231,10 @@ sources:
               f"requests counted, {wall:.1f} s in all, "
               f"{sum(errors.values())} errors {dict(errors) or ''}; "
               f"{ran} polls completed meanwhile ({wall / max(ran, 1):.1f} s each)")  # fmt: skip
+        if peak_rss:
+            ports = args.hosts * 32
+            print(f"service peak RSS {peak_rss / 2**20:,.0f} MB ({peak_rss / ports:,.0f} B/port, the "
+                  "built-in simulator's own state included)")  # fmt: skip
         print(f"{'route':<22}{'alone p50':>10}{'alone p99':>10}{'p50':>9}{'p99':>9}{'max':>9}"
               f"{'p99/alone':>10}{'p99/20ms':>10}")  # fmt: skip
         for route in ROUTES:
