@@ -206,12 +206,10 @@ def run_fakes(
 
     def write_all() -> None:
         step = fake.step
-        paths = write_snmprec(step.port_sample, fabric, snmp_dir)
         # snmpsim notices a new recording by its mtime, in whole seconds: stamp the simulated
-        # time, which moves a whole interval each step even when steps come faster than that.
-        stamp = step.time.timestamp()
-        for p in paths.values():
-            os.utime(p, (stamp, stamp))
+        # time, which moves a whole interval each step even when steps come faster than that,
+        # before the recording takes its name (between the two, a walk saw two mtimes).
+        write_snmprec(step.port_sample, fabric, snmp_dir, mtime=step.time.timestamp())
         hosts_writer.write(step.port_sample, hosts=agent_hosts)
         if step.nccl_timing is not None:
             nccl.write(step.nccl_timing)

@@ -28,6 +28,7 @@ Counters the batch has as null are left out, as a switch without them would.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -267,11 +268,13 @@ def write_snmprec(
     nodes: Iterable[str] | None = None,
     boot: datetime = EPOCH,
     lldp: bool = True,
+    mtime: float | None = None,
 ) -> dict[str, Path]:
     """Write ``<out_dir>/<switch>.snmprec`` for each switch in the poll; returns the paths.
 
     Each file is written beside its final name and renamed over it, so snmpsim never reads a
-    half-written recording.
+    half-written recording. ``mtime`` (unix seconds) is stamped on it before the rename: snmpsim
+    re-indexes a recording when its mtime changes, so the file must never show another one.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -283,6 +286,8 @@ def write_snmprec(
         path = out / f"{name}.snmprec"
         tmp = out / f".{name}.snmprec.tmp"
         tmp.write_text(text)
+        if mtime is not None:
+            os.utime(tmp, (mtime, mtime))
         tmp.replace(path)
         paths[name] = path
     return paths

@@ -144,6 +144,10 @@ def test_write_snmprec_files(tmp_path: Path, downgraded: tuple[FabricSim, SimSte
     assert "1.0.8802." not in bare
     with pytest.raises(ValueError, match="pfc_mib"):
         render_snmprec(step.port_sample, sim.fabric, pfc_mib="juniper")  # type: ignore[arg-type]
+    # Stamped before it takes its name: snmpsim only ever sees the recording with its own time.
+    again = write_snmprec(step.port_sample, sim.fabric, tmp_path, nodes=[LEAF], mtime=1_767_571_200.0)
+    assert again[LEAF].stat().st_mtime == 1_767_571_200.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{LEAF}.snmprec", "spine-0000.snmprec"]
 
 
 def test_every_switch_port_of_a_large_fabric_is_recorded() -> None:
