@@ -123,13 +123,16 @@ class ReadCache:
                 (k, e) for k, e in reversed(self._entries.items())
                 if e.generation == gen and e.background == before
             ][:most]  # fmt: skip
-        rendered = []
+        rendered, failed = [], []
         for key, entry in current:
             started = time.monotonic()
             try:
                 rendered.append((key, _Entry(gen, before + 1, started, entry.compute(), entry.compute)))
             except Exception as e:  # served stale, and the next request renders it (and errs) itself
-                log.warning("read cache: rendering %r again failed: %s", key, e)
+                failed.append(e)
+        if failed:  # one line a poll, not one an answer: the database being away says it already
+            log.warning("read cache: %d of %d answers not rendered again after the poll: %s",
+                        len(failed), len(current), failed[0])  # fmt: skip
         with self._lock:  # one step: no request sees the change without the answers rendered for it
             self.background_changes += 1
             for key, e in rendered:

@@ -186,7 +186,7 @@ def test_a_poll_keeps_the_answers_from_before_it_until_its_own_are_rendered(tmp_
     engine.dispose()
 
 
-def test_a_failed_render_at_the_end_of_a_poll_keeps_the_last_answer(tmp_path: Path) -> None:
+def test_a_failed_render_at_the_end_of_a_poll_keeps_the_last_answer(caplog: pytest.LogCaptureFixture) -> None:
     cache = ReadCache(ttl_s=3600)
     fail = False
 
@@ -198,9 +198,13 @@ def test_a_failed_render_at_the_end_of_a_poll_keeps_the_last_answer(tmp_path: Pa
     async def run() -> None:
         nonlocal fail
         await cache.get("a", render)
+        await cache.get("b", render)
         fail = True
-        with cache.background():
-            cache.touch()  # the poll published a state; rendering its answer fails, and says so
+        with caplog.at_level("WARNING", logger="graywire.service.read_cache"), cache.background():
+            cache.touch()  # the poll published a state; rendering its answers fails, and says so once
+        assert [r.getMessage()[:58] for r in caplog.records] == [
+            "read cache: 2 of 2 answers not rendered again after the po"
+        ]
         assert await cache.get("a", render) == b"ok" and cache.stale_hits == 1
         while cache._inflight:  # the stale hit's own render fails too: nothing is kept
             await asyncio.sleep(0.01)
