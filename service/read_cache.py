@@ -7,7 +7,8 @@ millisecond of the one core that also serves everything else. So the JSON bytes 
 route and query, and dropped when *any* write commits on this process's engine: a pool
 ``checkin`` after a write statement bumps :attr:`ReadCache.generation`, so no write path has
 to remember to. ``ttl`` bounds how long an answer lives anyway, for writes made by another
-process on the same database (a second replica, ``graywire db`` commands).
+process on the same database (a second replica, ``graywire db`` commands): past it an answer is
+served while a fresh one renders, and past twice it never.
 
 A poll is different from a client's write: no client can time its request against it, so the
 answers from before the poll stay right until the poll's own are ready. Its writes, and the
@@ -148,12 +149,13 @@ class ReadCache:
         version = (self.generation, self.background_changes)
         with self._lock:
             hit = self._entries.get(key)
-            if hit is not None and (hit.generation != version[0] or time.monotonic() - hit.at >= self.ttl_s):
-                hit = None  # a client's own write, or one from elsewhere past the TTL: never served
+            age = time.monotonic() - hit.at if hit is not None else 0.0
+            if hit is not None and (hit.generation != version[0] or age >= 2 * self.ttl_s):
+                hit = None  # a client's own write, or twice the TTL for one from elsewhere: never served
             if hit is not None:
                 self._entries.move_to_end(key)
         if hit is not None:
-            if hit.background == version[1]:
+            if hit.background == version[1] and age < self.ttl_s:
                 self.hits += 1
             else:
                 self.stale_hits += 1

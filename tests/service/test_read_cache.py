@@ -213,3 +213,25 @@ def test_a_failed_render_at_the_end_of_a_poll_keeps_the_last_answer(caplog: pyte
             await cache.get("a", render)
 
     asyncio.run(run())
+
+
+def test_past_the_ttl_an_answer_is_served_while_a_fresh_one_renders_and_past_twice_never() -> None:
+    cache = ReadCache(ttl_s=0.2)
+    value = b"old"
+
+    async def run() -> None:
+        nonlocal value
+        assert await cache.get("k", lambda: value) == b"old"
+        value = b"new"  # written by another process: only the TTL brings it in
+        await asyncio.sleep(0.25)
+        assert await cache.get("k", lambda: value) == b"old"  # at once, a render behind it
+        assert cache.stale_hits == 1
+        while cache._inflight:
+            await asyncio.sleep(0.01)
+        assert await cache.get("k", lambda: value) == b"new"
+        value = b"newer"
+        await asyncio.sleep(0.45)  # past twice the TTL: the request waits for its answer
+        misses = cache.misses
+        assert await cache.get("k", lambda: value) == b"newer" and cache.misses == misses + 1
+
+    asyncio.run(run())
