@@ -10,6 +10,7 @@ them, so the service crosses the same protocols and parsers production data cros
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import subprocess
@@ -52,6 +53,20 @@ class FakesConfig:
     #: Write ``inventory: discover`` into graywire.yaml: the service builds its model from the
     #: fake UFM, as it would from a real one (inventory.json stays beside it, as the truth).
     discover: bool = False
+
+
+def recording_mtime(simulated: float, last: float, now: float) -> float:
+    """The mtime to stamp on a new switch recording, in whole seconds.
+
+    snmpsim re-reads a recording when its mtime changes, but rebuilds the recording's index
+    only when the recording is no older than the index (``snmpsim.record.search.database``,
+    ``create``). An index newer than the recording is taken as fresh, though it was built from
+    the file before, and its offsets then point into the wrong lines: a walk gets the OID it
+    asked about back as the next one. So the stamp is the latest of: the simulated time; a
+    second past the last stamp (steps may come faster than a second); and two seconds on from
+    now, so it is newer than every index built from the recordings before it.
+    """
+    return float(max(math.floor(simulated), math.floor(last) + 1, math.ceil(now) + 1))
 
 
 @contextlib.contextmanager
@@ -204,12 +219,12 @@ def run_fakes(
     agent_hosts = [fabric.node_names[i] for i in range(min(cfg.agent_hosts, cfg.hosts))]
     nccl = InspectorWriter(out / "nccl", debug_log=True)
 
+    stamps = [0.0]  # the last recordings' mtime
+
     def write_all() -> None:
         step = fake.step
-        # snmpsim notices a new recording by its mtime, in whole seconds: stamp the simulated
-        # time, which moves a whole interval each step even when steps come faster than that,
-        # before the recording takes its name (between the two, a walk saw two mtimes).
-        write_snmprec(step.port_sample, fabric, snmp_dir, mtime=step.time.timestamp())
+        stamps[0] = recording_mtime(step.time.timestamp(), stamps[0], time.time())
+        write_snmprec(step.port_sample, fabric, snmp_dir, mtime=stamps[0])
         hosts_writer.write(step.port_sample, hosts=agent_hosts)
         if step.nccl_timing is not None:
             nccl.write(step.nccl_timing)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from graywire.fabricsim.live import FakesConfig, run_fakes, snmpsim_binary
+from graywire.fabricsim.live import FakesConfig, recording_mtime, run_fakes, snmpsim_binary
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
 
@@ -93,3 +93,13 @@ def test_serve_reads_every_fake_source_and_finds_the_downgrade(tmp_path: Path, d
     finally:
         if "client" in state:
             state["client"].__exit__(None, None, None)
+
+
+def test_each_switch_recording_is_stamped_newer_than_any_index_snmpsim_built_before() -> None:
+    # snmpsim keeps an index whose mtime is newer than the recording (rebuild skipped): so a
+    # stamp must pass the present, move every step, and never go back.
+    now = 1_800_000_000.4
+    first = recording_mtime(now - 30.0, 0.0, now)  # simulated time behind the wall clock
+    assert first == 1_800_000_002.0 and first > now + 1
+    assert recording_mtime(now - 25.0, first, now + 0.1) == first + 1  # a step within the second
+    assert recording_mtime(now + 60.0, first, now) == 1_800_000_060.0  # simulated time ahead
