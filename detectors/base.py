@@ -36,6 +36,10 @@ class Detector(Protocol):
     def observe(self, batch: pa.RecordBatch) -> list[Finding]: ...
 
 
+#: Where a run of polls stops counting (:class:`Hysteresis` keeps runs in int16).
+RUN_MAX = int(np.iinfo(np.int16).max)
+
+
 @dataclass(frozen=True, slots=True)
 class HysteresisConfig:
     open_after: int = 2
@@ -43,8 +47,8 @@ class HysteresisConfig:
 
     def __post_init__(self) -> None:
         for name in ("open_after", "close_after"):
-            if not 1 <= getattr(self, name) <= 32767:  # runs are counted in int16 (Hysteresis)
-                raise ValueError(f"{name} must be 1 to 32767 polls, not {getattr(self, name)!r}")
+            if not 1 <= getattr(self, name) <= RUN_MAX:
+                raise ValueError(f"{name} must be 1 to {RUN_MAX} polls, not {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,10 +93,6 @@ def _last_position(ids: np.ndarray, which: np.ndarray) -> np.ndarray:
     """Position in ``ids`` of the last occurrence of each of ``which`` (all present)."""
     order = np.argsort(ids, kind="stable")
     return order[np.searchsorted(ids[order], which, side="right") - 1]
-
-
-#: Where a run of polls stops counting (int16).
-RUN_MAX = np.iinfo(np.int16).max
 
 
 class Hysteresis:
