@@ -1,10 +1,11 @@
 """Optional dependencies: which extra brings each one, and one clear error when it is missing.
 
-``pip install graywire`` installs what the service, the demo and the host agent need. Four
+``pip install graywire`` installs what the service, the demo and the host agent need. Five
 features pull in large packages and come as extras: the multivariate detector
 (scikit-learn and scipy, ``graywire[ml]``), SNMP sources and LLDP discovery (pysnmp,
-``graywire[snmp]``), the Kubernetes scheduler sync (the official client, ``graywire[k8s]``), and PostgreSQL
-(psycopg, ``graywire[postgres]``; SQLite needs nothing).
+``graywire[snmp]``), the Kubernetes scheduler sync (the official client, ``graywire[k8s]``), PostgreSQL
+(psycopg, ``graywire[postgres]``; SQLite needs nothing), and replicas (the NATS client,
+``graywire[cluster]``).
 
 Code that needs one of them imports it with :func:`require` where it is used, never at module
 level, so nothing loads it unless that feature runs. Start-up asks :func:`available` for every
@@ -32,6 +33,7 @@ EXTRAS: dict[str, Extra] = {
     "pysnmp": Extra("pysnmp", "snmp"),
     "kubernetes": Extra("kubernetes", "k8s"),
     "psycopg": Extra("psycopg[binary]", "postgres"),
+    "nats": Extra("nats-py", "cluster"),
 }
 
 

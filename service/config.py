@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -170,6 +171,67 @@ class HttpSettings(BaseModel):
     #: process drops it at once; the limit is for writes by another process on the database.
     #: ``0s``: never serve a rendered list again.
     read_cache_ttl: Duration = timedelta(seconds=1)
+
+
+class ClusterSettings(BaseModel):
+    """Several replicas (docs/architecture.md, Replicas): each scrapes a share of the targets and
+    publishes it to NATS JetStream; one leader, holding a lease in PostgreSQL, judges every poll
+    and decides (incidents, drains, alerts); every replica serves the read API and /metrics.
+
+    Timings left unset follow ``poll_interval`` (``Settings.cluster_timing``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    #: The NATS server(s) with JetStream: ``nats://host:4222``, or a list of a cluster's servers.
+    nats_url: list[str] = Field(min_length=1)
+    #: A NATS credentials file (``.creds``: the user's JWT and NKey seed), if the server wants one.
+    nats_credentials: Path | None = None
+    #: This replica's name among the members; default: ``<hostname>:<port>``. A restarted
+    #: replica keeps its share of the targets by keeping its name.
+    member_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\s]+$")
+    #: Where the other replicas reach this one's API (requests only the leader answers are
+    #: forwarded there); default: ``http://<hostname>:<port>``.
+    advertise_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+[^\s?#]*$", max_length=500)
+    #: May hold the decision lease (false: a collector-only member).
+    lead: bool = True
+    #: Scrapes a share of the targets (false: a member that only decides and serves).
+    collect: bool = True
+    #: How long the leader's lease lasts unrenewed: a dead leader is replaced this long after its
+    #: last renewal. Default 1.5 poll intervals.
+    lease_ttl: PositiveDuration | None = None
+    #: How long a member counts as alive after its last heartbeat: a dead member's targets move
+    #: to the others this long after it stopped. Default 1.5 poll intervals.
+    member_ttl: PositiveDuration | None = None
+    #: How long the stream keeps scrapes: a new leader replays this much to warm its detectors
+    #: up, and a leader that falls behind catches up within it.
+    history: PositiveDuration = timedelta(minutes=15)
+    #: The JetStream stream, its subjects' first token, and its replicas on a NATS cluster.
+    stream: str = Field("GRAYWIRE", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    subject_prefix: str = Field("graywire", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    stream_replicas: int = Field(1, ge=1, le=5)
+    #: The stream's size limit; its oldest scrapes go first.
+    stream_max_bytes: int = Field(8 * 2**30, ge=2**20)
+
+    @field_validator("nats_url", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [u.strip() for u in v.split(",") if u.strip()] if isinstance(v, str) else v
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            if not url.startswith(("nats://", "tls://", "ws://", "wss://")):
+                raise ValueError(f"{url!r} is not a NATS URL (nats://host:4222)")
+        return v
+
+    @model_validator(mode="after")
+    def _has_a_part(self) -> ClusterSettings:
+        if not self.lead and not self.collect:
+            raise ValueError(
+                "a member must lead, collect, or both (cluster.lead and cluster.collect are false)"
+            )
+        return self
 
 
 class RateLimit(BaseModel):
@@ -348,6 +410,15 @@ class SchedulerSettings(BaseModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterTiming:
+    """Seconds: the lease's and a heartbeat's lifetime, and how often both are renewed."""
+
+    lease_ttl: float
+    member_ttl: float
+    tick: float
+
+
 class ConfigFile(YamlConfigSettingsSource):
     """The YAML file, refused with a message naming it when it is not a mapping of settings."""
 
@@ -439,6 +510,8 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
     status_page: StatusPageSettings = Field(default_factory=StatusPageSettings)
+    #: Several replicas sharing collection and one decision leader; None: one process does all.
+    cluster: ClusterSettings | None = None
 
     @model_validator(mode="after")
     def _discover_has_an_inventory(self) -> Settings:
@@ -452,6 +525,16 @@ class Settings(BaseSettings):
         for t in self.auth.tokens:
             if t.scope is not None and t.scope.scheduler == "slurmrest" and self.scheduler.slurmrest is None:
                 raise ValueError(f"token {t.name!r}: scope scheduler slurmrest needs scheduler.slurmrest.url")
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_shares_postgres(self) -> Settings:
+        if self.cluster is not None and not (self.database_url or "").startswith("postgresql"):
+            raise ValueError(
+                "cluster: needs database_url on PostgreSQL (postgresql+psycopg://...): the replicas "
+                "share their membership, the leader's lease and every decision through it; SQLite "
+                "serves one replica only"
+            )
         return self
 
     def check_extras(self) -> None:
@@ -472,6 +555,8 @@ class Settings(BaseSettings):
                 out.append(("pysnmp", f"sources.{i} (type snmp: {shown})"))
         if self.multivariate_outliers:
             out.append(("sklearn", "multivariate_outliers: true"))
+        if self.cluster is not None:
+            out.append(("nats", "cluster (NATS JetStream)"))
         if self.database_url and self.database_url.startswith(("postgresql+psycopg", "postgresql:")):
             out.append(("psycopg", "database_url (PostgreSQL)"))
         for t in self.auth.tokens:
@@ -486,6 +571,17 @@ class Settings(BaseSettings):
     @property
     def poll_seconds(self) -> float:
         return self.poll_interval.total_seconds()
+
+    @property
+    def cluster_timing(self) -> ClusterTiming:
+        """The cluster's lease and membership timings, defaults filled in from the poll interval."""
+        c = self.cluster
+        if c is None:
+            raise ValueError("no cluster: section in the settings")
+        default = max(1.5 * self.poll_seconds, 2.0)
+        lease = c.lease_ttl.total_seconds() if c.lease_ttl else default
+        member = c.member_ttl.total_seconds() if c.member_ttl else default
+        return ClusterTiming(lease, member, min(lease, member) / 4)
 
     @property
     def db_url(self) -> str:

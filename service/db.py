@@ -41,6 +41,12 @@ def _sqlite_file(url: URL) -> Path | None:
 SQLITE_BEGIN_IMMEDIATE = "graywire_sqlite_begin_immediate"
 #: Seconds to wait for PostgreSQL to accept a connection (unless the URL sets connect_timeout).
 PG_CONNECT_TIMEOUT_S = 10
+#: Serializes migrations of replicas sharing one PostgreSQL database (any fixed 64-bit number).
+MIGRATION_LOCK_ID = 0x67727977_6D696772
+#: The transaction setting that carries a writer's fencing token (migration 0006's trigger reads
+#: it), and the value a migration writes under.
+FENCE_SETTING = "graywire.fence"
+MIGRATION_FENCE = "migration"
 
 
 def make_engine(url: str | URL) -> Engine:
@@ -108,6 +114,11 @@ def upgrade(url: str | URL, revision: str = "head") -> None:
     engine = make_engine(url)
     try:
         with engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                # Replicas starting together migrate one at a time (the others then find the
+                # schema at head), and a migration's own writes pass the decision fence.
+                connection.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_ID)))
+                connection.execute(sa.select(sa.func.set_config(FENCE_SETTING, MIGRATION_FENCE, True)))
             cfg.attributes["connection"] = connection
             command.upgrade(cfg, revision)
     finally:

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -45,6 +46,28 @@ class _Target:
     indexer: PortIndexer
     next_attempt: float = 0.0  # monotonic seconds
     ports: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    #: Failed scrapes in a row by this process (its backoff; ``status`` is what was reported).
+    failing: int = 0
+
+
+#: A scrape's target and outcome: what :meth:`Runner.record` accounts for.
+Scraped = tuple[_Target, ScrapeResult]
+#: A target no scrape was reported for, and why.
+Missing = tuple[_Target, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """What the detectors made of one poll's batches, before anything is stored."""
+
+    findings: list[Finding]
+    #: The batches judged (collected, then pushed), and the cables.
+    judged: list[pa.RecordBatch]
+    port_rates: pa.RecordBatch | None
+    newest: float
+    ingested: Counter[str]
+    dropped: Counter[str]
+    rejected: Counter[tuple[str, str]]
 
 
 class Runner:
@@ -66,7 +89,7 @@ class Runner:
         self.store = store
         #: Where every poll publishes what it learned (the only writer of the fabric state).
         self.state = state
-        self.pipeline = pipeline or Pipeline(fabric)
+        self._pipeline: Pipeline | None = pipeline or Pipeline(fabric)
         self.drain = drain
         self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
         self._record_indexers: dict[str, PortIndexer] = {}
@@ -93,6 +116,23 @@ class Runner:
         #: When storing ``_unstored`` first failed: what is stored after that is stored late.
         self._unstored_since: datetime | None = None
         self._busy = threading.Lock()
+
+    @property
+    def pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            raise RuntimeError("this replica does not lead: it keeps no detector state")
+        return self._pipeline
+
+    def new_term(self, pipeline: Pipeline | None) -> None:
+        """Start over with ``pipeline`` (a replica that takes the lead: fresh detector state, no
+        pushes or findings of an earlier term), or none at all (one that steps down)."""
+        with self._busy:
+            self._pipeline = pipeline
+            self.push_pipeline = Pipeline(self.fabric, nccl_timing_detectors(self.fabric))
+            self.push_communicators.clear()
+            self._pushed.clear()
+            self._unstored.clear()
+            self._unstored_since = None
 
     def push(self, batch: pa.RecordBatch) -> None:
         """Queue a batch a client pushed (NCCL timings); it is processed with the next poll."""
@@ -135,25 +175,47 @@ class Runner:
         results = await asyncio.gather(*(self._scrape(t) for t in due))
         return await asyncio.to_thread(self._after_scrapes, due, results, now)
 
+    async def scrape(self, targets: list[_Target]) -> list[ScrapeResult]:
+        """Scrape ``targets`` at once (each under the scrape timeout), in their order."""
+        return list(await asyncio.gather(*(self._scrape(t) for t in targets)))
+
     def _after_scrapes(self, due: list[_Target], results: list[ScrapeResult], now: float) -> list[Finding]:
         """Account for the scrapes, then process what they brought: both CPU work over the
         fabric's ports, so both run in the poll's worker thread, never on the event loop."""
-        self._account(due, results, now)
-        return self._process([b for r in results if r.ok for b in r.batches])
+        scraped = list(zip(due, results, strict=True))
+        self.schedule(scraped, now)
+        return self.judge(scraped, time.time())
+
+    def judge(self, scraped: list[Scraped], wall: float, missing: Sequence[Missing] = ()) -> list[Finding]:
+        """Account for a poll's scrapes (and targets nobody reported, ``missing``: target and
+        why), then judge and store what they brought."""
+        self.record(scraped, wall, missing)
+        return self._process([b for _, r in scraped if r.ok for b in r.batches])
 
     def tick(self) -> list[Finding]:
         """One poll, synchronously (tests and tools; the service uses :meth:`run`)."""
         return asyncio.run(self.poll_once())
 
-    def _account(self, due: list[_Target], results: list[ScrapeResult], now: float) -> None:
+    def schedule(self, scraped: list[Scraped], now: float) -> None:
+        """This process's backoff: a target that failed twice in a row or more waits, doubling
+        from one interval up to ``max_backoff``, before it is scraped again."""
         interval = self.settings.poll_seconds
         max_backoff = self.settings.max_backoff.total_seconds()
-        wall = time.time()
+        for t, r in scraped:
+            if r.ok:
+                t.failing, t.next_attempt = 0, 0.0
+                continue
+            t.failing += 1
+            backoff = min(interval * 2 ** (t.failing - 1), max_backoff)
+            t.next_attempt = now + backoff if t.failing > 1 else 0.0
+            log.warning("%s %s failed (%d in a row): %s", r.source, r.target, t.failing, r.error)
+
+    def record(self, scraped: list[Scraped], wall: float, missing: Sequence[Missing] = ()) -> None:
+        """Each target's status after a poll, its ports, and which ports are stale (published)."""
         skipped: Counter[tuple[str, str]] = Counter()
-        for t, r in zip(due, results, strict=True):
+        for t, r in scraped:
             s = t.status
             if r.ok:
-                t.next_attempt = 0.0
                 t.ports = self._ports_of(t, r.batches)
                 skipped.update({(r.source, reason): n for reason, n in r.skipped.items()})
                 s = replace(
@@ -168,12 +230,12 @@ class Runner:
                     error=r.error,
                     samples=0,
                 )
-                backoff = min(interval * 2 ** (s.consecutive_failures - 1), max_backoff)
-                t.next_attempt = now + backoff if s.consecutive_failures > 1 else 0.0
-                log.warning(
-                    "%s %s failed (%d in a row): %s", r.source, r.target, s.consecutive_failures, r.error
-                )
             t.status = replace(s, scrapes=s.scrapes + 1, last_attempt=wall, duration_s=r.duration_s)
+        for t, reason in missing:
+            s = t.status
+            t.status = replace(
+                s, ok=False, consecutive_failures=s.consecutive_failures + 1, error=reason, samples=0
+            )
         stale = np.zeros(self.fabric.n_ports, dtype=bool)
         for t in self.targets:
             s = t.status
@@ -209,8 +271,19 @@ class Runner:
                 self.cache.touch()  # the fabric state it publishes
                 return self._process_locked(batches)
 
-    def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:
-        t0 = time.perf_counter()
+    def warm(self, scraped: list[Scraped], wall: float, missing: Sequence[Missing] = ()) -> list[Finding]:
+        """A poll a former leader judged already, replayed to bring the detectors' state up to
+        date: accounted and judged, nothing stored, archived or decided. Returns the findings
+        the replay gave (for the log: the database has the real ones)."""
+        with self._busy:
+            self.record(scraped, wall, missing)
+            j = self._judge([b for _, r in scraped if r.ok for b in r.batches])
+            self.state.observe_poll(j.judged, j.port_rates, j.ingested, j.dropped, j.rejected)
+            self._record_ports([b for b in j.judged if record_kind(b.schema) == "port_sample"])
+            return j.findings
+
+    def _judge(self, batches: list[pa.RecordBatch]) -> Judged:
+        """The poll's batches (and what was pushed since the last) through the detectors."""
         newest = 0.0
         judged, pushed, links = [], [], []
         ahead_of = time.time() + self._max_skew
@@ -243,7 +316,13 @@ class Runner:
             dropped[kind] += rows
         findings = result.findings + self._judge_pushed(pushed)
         judged += pushed
-        self.state.observe_poll(judged, result.port_rates, ingested, dropped, rejected)
+        return Judged(findings, judged, result.port_rates, newest, ingested, dropped, rejected)
+
+    def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:
+        t0 = time.perf_counter()
+        j = self._judge(batches)
+        findings, judged, newest = j.findings, j.judged, j.newest
+        self.state.observe_poll(judged, j.port_rates, j.ingested, j.dropped, j.rejected)
         self._record_ports([b for b in judged if record_kind(b.schema) == "port_sample"])
         for batch in judged:
             kind = record_kind(batch.schema)

@@ -15,6 +15,7 @@ from graywire.service.models.alerts import (
     OutboxStatus,
 )
 from graywire.service.models.base import Base, FindingId, UTCDateTime, in_check, row_to_dict, to_jsonable
+from graywire.service.models.cluster import LEADER_ROW, ClusterLeader, ClusterMember
 from graywire.service.models.drain import (
     DRAIN_ACTIONS,
     VERDICT_SIDES,
@@ -43,9 +44,10 @@ metadata = Base.metadata
 
 __all__ = [
     "ACTIVE_STATUSES", "ALERT_ACTIONS", "ALERT_STATES", "DRAIN_ACTIONS", "FINDING_STATUSES",
-    "INCIDENT_STATUSES", "OUTBOX_STATUSES", "VERDICT_SIDES", "AlertAction", "AlertState",
-    "AlertStateName", "AuditEntry", "Base", "DrainAction", "DrainRecommendation", "DrainState",
-    "Exclusion", "FindingId", "FindingRecord", "FindingStatus", "Incident", "IncidentStatus",
-    "InventoryNode", "LateEpisode", "NodeVerdictRecord", "OutboxMessage", "OutboxStatus", "Silence",
-    "UTCDateTime", "VerdictSide", "in_check", "metadata", "row_to_dict", "to_jsonable",
+    "INCIDENT_STATUSES", "LEADER_ROW", "OUTBOX_STATUSES", "VERDICT_SIDES", "AlertAction", "AlertState",
+    "AlertStateName", "AuditEntry", "Base", "ClusterLeader", "ClusterMember", "DrainAction",
+    "DrainRecommendation", "DrainState", "Exclusion", "FindingId", "FindingRecord", "FindingStatus",
+    "Incident", "IncidentStatus", "InventoryNode", "LateEpisode", "NodeVerdictRecord", "OutboxMessage",
+    "OutboxStatus", "Silence", "UTCDateTime", "VerdictSide", "in_check", "metadata", "row_to_dict",
+    "to_jsonable",
 ]  # fmt: skip

@@ -21,7 +21,7 @@ from graywire.service.models import metadata
 TABLES = {
     "incidents", "findings", "alembic_version", "inventory_nodes", "node_verdicts",
     "drain_recommendations", "silences", "drain_excludes", "audit_log", "drain_state",
-    "alert_state", "alert_outbox", "late_episodes",
+    "alert_state", "alert_outbox", "late_episodes", "cluster_members", "cluster_leader",
 }  # fmt: skip
 
 

@@ -179,7 +179,7 @@ def test_a_poll_leaves_the_event_loop_to_the_api_after_its_scrapes(tmp_path: Pat
     the poll's worker thread: the loop only awaits the scrapes."""
     runner, _, state = make_runner(tmp_path, "", {})
     threads: dict[str, int] = {}
-    for name in ("_account", "_process"):
+    for name in ("record", "_process"):
         method = getattr(runner, name)
 
         def noted(*args: object, _name: str = name, _method: object = method) -> object:
@@ -193,6 +193,6 @@ def test_a_poll_leaves_the_event_loop_to_the_api_after_its_scrapes(tmp_path: Pat
         return threading.get_ident()
 
     loop_thread = asyncio.run(poll())
-    assert set(threads) == {"_account", "_process"} and loop_thread not in threads.values()
+    assert set(threads) == {"record", "_process"} and loop_thread not in threads.values()
     assert state.current.polls == 1 and state.current.targets[0].ok
     assert runner.targets[0].ports.size == runner.fabric.n_ports
