@@ -24,6 +24,9 @@ from graywire.service.api.deps import Services
 from graywire.service.api.main import install_api
 from graywire.service.api.schemas import COMMON_ERRORS
 from graywire.service.auth import Auth
+from graywire.service.cluster.fence import Fence
+from graywire.service.cluster.forward import ForwardToLeader, LeaderRelay
+from graywire.service.cluster.node import ClusterNode
 from graywire.service.config import Settings
 from graywire.service.db import make_engine, upgrade
 from graywire.service.drain_engine import DrainEngine, policy_from_settings
@@ -32,6 +35,7 @@ from graywire.service.ingest_guard import IngestGuards, RateLimiter
 from graywire.service.ingest_scope import JobPlacement
 from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
 from graywire.service.metrics.alerts import AlertsExporter
+from graywire.service.metrics.cluster import ClusterExporter
 from graywire.service.metrics.drain import DrainExporter
 from graywire.service.metrics.exporter import make_registry
 from graywire.service.metrics.exposition import CONTENT_TYPE, aiter_render, render_executor
@@ -67,27 +71,44 @@ def create_app(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     fabric, collectors = sources or build_sources(settings)
     upgrade(settings.db_url)
-    engine = make_engine(settings.db_url)
+    clustered = settings.cluster is not None
+    fence = Fence() if clustered else None
+    if clustered:
+        # A leader paused inside a transaction (SIGSTOP, a VM freeze) holds the lease row's
+        # lock its fence check took: the server ends such a transaction, so the takeover waits
+        # no longer than this.
+        idle_s = max(10.0, 2 * settings.cluster_timing.lease_ttl)
+        engine = make_engine(settings.db_url, {"idle_in_transaction_session_timeout": f"{idle_s:.0f}s"})
+        assert fence is not None
+        fence.install(engine)
+    else:
+        engine = make_engine(settings.db_url)
     store = IncidentStore(engine)
     cache = ReadCache(engine, ttl_s=settings.http.read_cache_ttl.total_seconds())
     state = StateBoard(fabric, settings.metrics.per_port, settings.metrics.raw_counters)
     registry = make_registry(state)
     drain = DrainEngine(engine, store, fabric, policy_from_settings(settings.drain))
-    drain.sync_inventory()
+    if not clustered:
+        drain.sync_inventory()  # in a cluster, each leader does as it takes over
     registry.register(DrainExporter(drain))
     auth = Auth(settings.auth)
     guards = IngestGuards(RateLimiter(settings.ingest.rate_limit), JobPlacement(settings.scheduler))
     registry.register(guards.refused)
     table = ThresholdTable.load(settings.ber_thresholds) if settings.ber_thresholds else None
+
+    def pipelines() -> Pipeline:
+        return Pipeline(fabric, default_detectors(fabric, table, settings.multivariate_outliers))
+
     runner = Runner(
         settings,
         fabric,
         collectors,
         store,
         state,
-        Pipeline(fabric, default_detectors(fabric, table, settings.multivariate_outliers)),
+        None if clustered else pipelines(),
         drain,
         cache,
+        lead=not clustered,
     )
 
     own_url = f"http://{settings.host}:{settings.port}"
@@ -98,6 +119,13 @@ def create_app(
     )
     if dispatcher is not None:
         registry.register(AlertsExporter(dispatcher))
+    node: ClusterNode | None = None
+    relay: LeaderRelay | None = None
+    if clustered:
+        assert fence is not None
+        node = ClusterNode(settings, runner, fence, pipelines, drain.sync_inventory, dispatcher)
+        relay = LeaderRelay(node)
+        registry.register(ClusterExporter(node, relay))
 
     # While the app runs, one thread renders every scrape, a batch at a time: scrapes share it
     # among themselves and take neither a poll's threads nor the API's, nor more than one core,
@@ -108,11 +136,17 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         nonlocal render_pool
         render_pool = pool = render_executor()
-        task = asyncio.create_task(runner.run()) if run_loop else None
-        alerts = asyncio.create_task(dispatcher.run()) if run_loop and dispatcher else None
+        task = asyncio.create_task(runner.run()) if run_loop and node is None else None
+        alerts = asyncio.create_task(dispatcher.run()) if run_loop and dispatcher and node is None else None
+        if run_loop and node is not None:
+            await node.start()  # it runs the leader's loop and the dispatcher while it leads
         try:
             yield
         finally:
+            if run_loop and node is not None:
+                await node.stop()
+            if relay is not None:
+                await relay.aclose()
             if alerts is not None:
                 alerts.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -135,6 +169,9 @@ def create_app(
         dependencies=[Depends(reject_nul), Depends(auth.read_guard())],
         responses=COMMON_ERRORS,
     )
+    if relay is not None:
+        # Innermost: what the leader alone answers is relayed after the body limit applied.
+        app.add_middleware(ForwardToLeader, relay=relay)
     # Outside every route: FastAPI buffers a JSON body before it checks the token.
     app.add_middleware(
         BodyLimit,
@@ -151,6 +188,7 @@ def create_app(
     app.state.drain = drain
     app.state.auth = auth
     app.state.ingest = guards
+    app.state.cluster = node
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> JSONResponse:
@@ -167,6 +205,7 @@ def create_app(
         body = {
             "status": "ok" if db_ok else "degraded",
             "database": "ok" if db_ok else "unreachable",
+            "role": "single" if node is None else node.role,
             "polls": now.polls,
             "poll_errors": now.poll_errors,
             "last_poll": datetime.fromtimestamp(last, UTC).isoformat() if last else None,
@@ -174,6 +213,15 @@ def create_app(
             "targets": len(now.targets),
             "targets_failing": sum(1 for t in now.targets if t.ok is False),
         }
+        if node is not None:
+            view = node.view
+            body["cluster"] = {
+                "member_id": node.member_id,
+                "leader": view.leader if view.lease_live else None,
+                "members": len(view.members),
+                "targets_owned": len(node.share()),
+                "nats": "connected" if node.bus.connected else "disconnected",
+            }
         return JSONResponse(body, status_code=200 if db_ok else 503)
 
     # HEAD too (uptime checks and load balancers probe with it), kept out of the schema.
@@ -184,7 +232,7 @@ def create_app(
         # Streamed as it renders: per-port series on a large fabric are hundreds of MB.
         return StreamingResponse(aiter_render(registry, render_pool), media_type=CONTENT_TYPE)
 
-    services = Services(store, cache, fabric, auth, state, drain, Operations(drain), runner, guards)
+    services = Services(store, cache, fabric, auth, state, drain, Operations(drain), runner, guards, node)
     install_api(app, services)
     install_status_page(app, settings.status_page.grafana_url)
     return app

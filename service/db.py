@@ -49,14 +49,16 @@ FENCE_SETTING = "graywire.fence"
 MIGRATION_FENCE = "migration"
 
 
-def make_engine(url: str | URL) -> Engine:
+def make_engine(url: str | URL, pg_settings: dict[str, str] | None = None) -> Engine:
     """Create an engine with graywire's connection settings.
 
     SQLite: create the file's directory (a fresh install has none), and turn on WAL (readers
     such as the API do not block the poll loop's writes) and foreign keys (off by default in
     SQLite). Transactions are begun by SQLAlchemy rather than the driver, so that
     ``SQLITE_BEGIN_IMMEDIATE`` can take the write lock up front. Other backends:
-    ``pool_pre_ping`` so a restarted PostgreSQL does not fail the first request after it.
+    ``pool_pre_ping`` so a restarted PostgreSQL does not fail the first request after it, and
+    ``pg_settings`` (PostgreSQL settings such as ``idle_in_transaction_session_timeout``) set on
+    every connection.
     """
     parsed = make_url(url)
     if _is_sqlite(parsed):
@@ -87,6 +89,8 @@ def make_engine(url: str | URL) -> Engine:
         # libpq waits forever for a server that accepts TCP but never answers (a host gone
         # dark behind a load balancer): every API worker thread and the poll loop would hang.
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    if pg_settings:
+        connect_args["options"] = " ".join(f"-c {k}={v}" for k, v in pg_settings.items())
     return sa.create_engine(
         parsed, pool_pre_ping=True, json_serializer=_json_dumps, connect_args=connect_args
     )

@@ -81,7 +81,10 @@ class Runner:
         pipeline: Pipeline | None = None,
         drain: DrainEngine | None = None,
         cache: ReadCache | None = None,
+        lead: bool = True,
     ) -> None:
+        """``lead`` False: a replica that judges nothing until it takes the lead
+        (:meth:`new_term`), and keeps no detector state meanwhile."""
         self.settings = settings
         #: The API's rendered answers: a poll's writes are background changes to them.
         self.cache = cache
@@ -89,7 +92,7 @@ class Runner:
         self.store = store
         #: Where every poll publishes what it learned (the only writer of the fabric state).
         self.state = state
-        self._pipeline: Pipeline | None = pipeline or Pipeline(fabric)
+        self._pipeline: Pipeline | None = (pipeline or Pipeline(fabric)) if lead else None
         self.drain = drain
         self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
         self._record_indexers: dict[str, PortIndexer] = {}
@@ -122,6 +125,11 @@ class Runner:
         if self._pipeline is None:
             raise RuntimeError("this replica does not lead: it keeps no detector state")
         return self._pipeline
+
+    @property
+    def has_unstored(self) -> bool:
+        """Findings the database has not taken yet (kept, and stored by a later poll)."""
+        return bool(self._unstored)
 
     def new_term(self, pipeline: Pipeline | None) -> None:
         """Start over with ``pipeline`` (a replica that takes the lead: fresh detector state, no

@@ -16,6 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 
 from graywire.collectors.model import Fabric
 from graywire.service.auth import Auth, Principal, Role, bearer
+from graywire.service.cluster.node import ClusterNode
 from graywire.service.drain_engine import DrainEngine
 from graywire.service.fabric_state import FabricState, StateBoard
 from graywire.service.ingest_guard import IngestGuards
@@ -42,6 +43,8 @@ class Services:
     ops: Operations | None = None
     runner: Runner | None = None
     guards: IngestGuards | None = None
+    #: This replica's part in a cluster; None without ``cluster:``.
+    cluster: ClusterNode | None = None
 
     def __post_init__(self) -> None:
         self.layout = FabricLayout(self.fabric) if self.fabric is not None else None

@@ -5,14 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from graywire.service.api import audit, drain, incidents, ingest, jobs, links, nodes, ports, sources
+from graywire.service.api import audit, cluster, drain, incidents, ingest, jobs, links, nodes, ports, sources
 from graywire.service.api.deps import Services
 from graywire.service.operations import Conflict, NotFound
 
 # Each router carries the /api/v1 prefix itself, so a route's own path is the full path the
 # read guard (Auth.read_guard) checks.
 api_router = APIRouter()
-for _module in (incidents, nodes, ports, links, drain, audit, sources, ingest, jobs):
+for _module in (incidents, nodes, ports, links, drain, audit, sources, ingest, jobs, cluster):
     api_router.include_router(_module.router)
 
 

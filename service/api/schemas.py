@@ -446,3 +446,35 @@ class JobDetailOut(JobOut):
 
     phases: list[JobPhaseOut] = Field(description="start-up, data path, steady state, fault path: each one.")
     fabric: list[JobIncidentOut] = Field(description="Link and port incidents on the job's hosts.")
+
+
+# -- cluster ------------------------------------------------------------------------------------
+class ClusterMemberOut(BaseModel):
+    member_id: str
+    url: str
+    lead: bool
+    collect: bool
+    #: Targets it scrapes now (every member computes the same assignment).
+    targets: int
+    leader: bool
+
+
+class ClusterOut(BaseModel):
+    """The replicas as this one sees them (README, Deploy: replicas)."""
+
+    enabled: bool
+    #: This replica: its member id and role (leader or follower); None without ``cluster:``.
+    member_id: str | None = None
+    role: Literal["leader", "follower", "single"] = "single"
+    leader: str | None = None
+    leader_url: str | None = None
+    #: The lease's fencing token: one more at every change of leader.
+    fencing_token: int | None = None
+    members: list[ClusterMemberOut] = []
+    #: Targets this replica scrapes, and of those every target in the configuration.
+    targets_owned: int = 0
+    targets: int = 0
+    #: Writes the database refused this replica (a stale token after it lost the lead).
+    fence_refusals: int = 0
+    takeovers: int = 0
+    nats_connected: bool = False

@@ -96,15 +96,18 @@ class Fence:
         @event.listens_for(engine, "handle_error")
         def _count_refusal(context: Any) -> None:
             error = context.original_exception
-            if not is_fence_refusal(error):
-                return
-            message = str(error).splitlines()[0]
-            with self._lock:
-                self.refusals += 1
-                self.last_refusal = message
-            log.error("%s", message)
-            for callback in self._on_refused:
-                try:
-                    callback(message)
-                except Exception:  # a listener's bug must not mask the refusal itself
-                    log.exception("fence refusal listener failed")
+            if is_fence_refusal(error):
+                self.refused(str(error).splitlines()[0])
+
+    def refused(self, message: str) -> None:
+        """The database refused a write of this process's for its token (the trigger's
+        refusal, or a renewal of a lease that moved): count it and tell the listeners."""
+        with self._lock:
+            self.refusals += 1
+            self.last_refusal = message
+        log.error("%s", message)
+        for callback in self._on_refused:
+            try:
+                callback(message)
+            except Exception:  # a listener's bug must not mask the refusal itself
+                log.exception("fence refusal listener failed")

@@ -1,0 +1,212 @@
+"""Three ``graywire serve`` replicas against ``graywire fakes``, sharing the real PostgreSQL and
+NATS JetStream: targets spread over them, one leader decides, and the cluster survives its
+leader killed, its leader paused past the lease, and a collector killed, deciding everything
+exactly once."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graywire.fabricsim.live import snmpsim_binary
+from graywire.service.cluster.leader import runner_key
+from graywire.service.cluster.shard import Shards
+from tests.fabricsim.test_live import free_port, free_run
+from tests.service.alerts.receiver import serve_recorder
+from tests.service.cluster.conftest import rows
+from tests.service.cluster.replicas import Fakes, Replica, replica_configs, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+POLL = 3.0
+FAULT_A = ("gpu-0003", "gpu-0003/mlx5_2", 24)
+#: Injected one second after the leader is killed: it starts while nobody leads.
+FAULT_B = ("gpu-0005", "gpu-0005/mlx5_1", 75)
+
+
+def cluster_view(r: Replica) -> dict[str, Any]:
+    return r.get("/api/v1/cluster")
+
+
+def leader_of(r: Replica) -> str | None:
+    return cluster_view(r)["leader"]
+
+
+def open_incidents(r: Replica) -> list[dict[str, Any]]:
+    return r.get("/api/v1/incidents", status="open", limit=500)["items"]
+
+
+def downgrade_of(r: Replica, port: str) -> list[dict[str, Any]]:
+    return [i for i in open_incidents(r) if i["kind"] == "speed_downgrade" and i["port"] == port]
+
+
+def drained(r: Replica) -> dict[str, str]:
+    return {d["node"]: d["action"] for d in r.get("/api/v1/drain")}
+
+
+@pytest.fixture
+def fakes_and_replicas(tmp_path: Path, pg_url: str, nats_server: str, stream_name: str):
+    try:
+        snmpsim_binary()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    faults = ",".join(f"speed_downgrade@{at}s+2h:{port}" for _, port, at in (FAULT_A, FAULT_B))
+    ports = {"ufm": free_port(), "snmp": free_port(socket.SOCK_DGRAM), "agent": free_run(8)}
+    fakes = Fakes.start(tmp_path, hosts=8, interval=POLL, faults=faults, ports=ports, agents=8)
+    replicas: list[Replica] = []
+    with serve_recorder() as pager:
+        extra = {
+            "drain": {"shadow": False},
+            "alerts": {
+                "group_wait": "0s",
+                "receivers": [
+                    {"name": "pager", "type": "pagerduty", "url": f"{pager.url}/pd", "routing_key": "k" * 32}
+                ],
+            },
+        }
+        try:
+            replicas = replica_configs(
+                fakes,
+                tmp_path,
+                database_url=pg_url,
+                nats_url=nats_server,
+                stream=stream_name,
+                ports=[free_port() for _ in range(3)],
+                lead=[True, True, False],  # gw-2 only collects
+                extra=extra,
+            )
+            yield fakes, replicas, pager
+        except BaseException:
+            for r in replicas:
+                print(r.log_text()[-20000:])
+            raise
+        finally:
+            for r in replicas:
+                r.stop()
+            fakes.stop()
+
+
+def test_three_replicas_decide_once_through_leader_loss_pause_and_collector_loss(
+    fakes_and_replicas, pg
+) -> None:
+    fakes, (r0, r1, r2), pager = fakes_and_replicas
+
+    # -- three replicas, one leader, targets spread over all of them -------------------------
+    r0.start()
+    wait_until("gw-0 to lead", lambda: r0.up() and leader_of(r0) == "gw-0", 60)
+    r1.start()
+    r2.start()
+    view = wait_until(
+        "three members with a share each",
+        lambda: (
+            (v := cluster_view(r0))
+            and len(v["members"]) == 3
+            and all(m["targets"] for m in v["members"])
+            and v
+        ),
+        60,
+    )
+    total = view["targets"]
+    assert sum(m["targets"] for m in view["members"]) == total >= 20
+    assert [m["member_id"] for m in view["members"] if m["leader"]] == ["gw-0"]
+    assert {m["member_id"]: m["lead"] for m in view["members"]} == {"gw-0": True, "gw-1": True, "gw-2": False}
+
+    # -- fault A: found once, drained once, paged once ----------------------------------------
+    node_a, port_a, _ = FAULT_A
+    wait_until("fault A's incident", lambda: downgrade_of(r2, port_a), 60)
+    wait_until("fault A's drain", lambda: drained(r1).get(node_a) == "drain", 30)
+
+    # -- kill -9 the leader; fault B starts while nobody leads -------------------------------
+    node_b, port_b, at_b = FAULT_B
+    kill_at = fakes.started + at_b - 1
+    assert time.time() < kill_at, (
+        "the cluster took too long to set up: fault B would not fall in the takeover"
+    )
+    time.sleep(kill_at - time.time())
+    killed = time.time()
+    r0.kill()
+    wait_until("gw-1 to take over", lambda: leader_of(r1) == "gw-1", 4 * POLL)
+    (takeover,) = rows(
+        pg,
+        "SELECT time, evidence FROM audit_log WHERE action = 'leader_takeover' AND evidence->>'token' = '2'",
+    )
+    assert takeover.evidence["member"] == "gw-1" and takeover.evidence["previous_holder"] == "gw-0"
+    assert takeover.time.timestamp() - killed <= 2 * POLL, "a follower takes over within two poll intervals"
+    wait_until("fault B's incident, injected during the takeover", lambda: downgrade_of(r2, port_b), 60)
+    wait_until("fault B's drain", lambda: drained(r2).get(node_b) == "drain", 30)
+
+    # -- pause the new leader past its lease: fenced, and it steps down -----------------------
+    wait_until(
+        "gw-0's old heartbeat to expire",
+        lambda: "gw-0" not in {m["member_id"] for m in cluster_view(r1)["members"]},
+        20,
+    )
+    r0.start()
+    wait_until("gw-0 back as a follower", lambda: r0.up() and cluster_view(r0)["role"] == "follower", 60)
+    r1.signal(19)  # SIGSTOP
+    try:
+        wait_until("gw-0 to take over from the paused gw-1", lambda: leader_of(r2) == "gw-0", 8 * POLL)
+    finally:
+        r1.signal(18)  # SIGCONT
+    resumed = wait_until(
+        "gw-1 to find its lease gone and step down",
+        lambda: (v := cluster_view(r1)) and v["role"] == "follower" and v["leader"] == "gw-0" and v,
+        6 * POLL,
+    )
+    assert resumed["fence_refusals"] >= 1, "the paused leader's write under its old token was refused"
+    assert resumed["fencing_token"] == 3
+
+    # -- kill a collector-only member: its targets move, stale at most two polls -------------
+    shards = Shards(
+        [runner_key(t["source"], t["target"]) for t in r0.get("/api/v1/sources")["items"]]
+    )  # the leader's list: every target, in the order every member hashes them
+    leader_sources = r0.get("/api/v1/sources")["items"]
+    keys = [runner_key(t["source"], t["target"]) for t in leader_sources]
+    names, owner = shards.owners(["gw-0", "gw-1", "gw-2"])
+    moving = {keys[i] for i in range(len(keys)) if names[owner[i]] == "gw-2"}
+    assert moving
+    r2.kill()
+    worst: dict[str, int] = dict.fromkeys(moving, 0)
+    deadline = time.monotonic() + 8 * POLL
+    while time.monotonic() < deadline:
+        for t in r0.get("/api/v1/sources")["items"]:
+            key = runner_key(t["source"], t["target"])
+            if key in moving and (t["error"] or "").startswith("no member reported"):
+                worst[key] = max(worst[key], t["consecutive_failures"])
+        time.sleep(0.3)
+    assert max(worst.values()) >= 1, "the killed collector's targets went missing for a while"
+    assert max(worst.values()) <= 2, f"stale longer than two polls: {worst}"
+    after = {runner_key(t["source"], t["target"]): t for t in r0.get("/api/v1/sources")["items"]}
+    assert all(after[k]["ok"] for k in moving if k.startswith(("ufm|", "agent|", "nccl|"))), after
+    view = cluster_view(r0)
+    assert sum(m["targets"] for m in view["members"]) == total and len(view["members"]) == 2
+
+    # -- every decision exactly once ----------------------------------------------------------
+    incidents = r0.get("/api/v1/incidents", limit=500)["items"]
+    roots = [i for i in incidents if i["caused_by"] is None]
+    assert sorted((i["kind"], i["port"], i["status"]) for i in roots) == [
+        ("speed_downgrade", port_a, "open"),
+        ("speed_downgrade", port_b, "open"),
+    ], roots
+    drains = rows(
+        pg, "SELECT node, count(*) AS n FROM audit_log WHERE action = 'drain' GROUP BY node ORDER BY node"
+    )
+    assert [(d.node, d.n) for d in drains] == [(node_a, 1), (node_b, 1)]
+    assert drained(r0) == {node_a: "drain", node_b: "drain"}
+    handovers = rows(pg, "SELECT evidence FROM audit_log WHERE action = 'leader_takeover' ORDER BY id")
+    assert [
+        (h.evidence["member"], h.evidence["token"], h.evidence["previous_holder"]) for h in handovers
+    ] == [
+        ("gw-0", 1, None),
+        ("gw-1", 2, "gw-0"),
+        ("gw-0", 3, "gw-1"),
+    ]
+    wait_until("both pages", lambda: len({p.json()["dedup_key"] for p in pager.delivered("/pd")}) >= 2, 30)
+    pages = [p.json() for p in pager.delivered("/pd") if p.json()["event_action"] == "trigger"]
+    by_key = {p["dedup_key"]: p["payload"]["summary"] for p in pages}
+    root_keys = {f"graywire-incident-{i['id']}" for i in roots}
+    assert set(by_key) == root_keys, f"a page under a key of its own beside the incidents': {by_key}"
