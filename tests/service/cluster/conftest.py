@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import socket
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -98,3 +103,69 @@ def stream_name() -> Iterator[str]:
 def rows(engine: Engine, sql: str) -> list[sa.Row]:
     with engine.connect() as conn:
         return list(conn.execute(sa.text(sql)))
+
+
+class PrivateNats:
+    """A nats-server of this test's own (JetStream on a store directory of its own), so it can
+    be stopped and started again without touching the server other tests share."""
+
+    def __init__(self, store: Path, port: int) -> None:
+        self.store = store
+        self.port = port
+        self.url = f"nats://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = store.parent / "nats-server.log"
+
+    def start(self) -> None:
+        binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        cmd = [
+            binary,
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-js",
+            "-sd",
+            str(self.store),
+            "-l",
+            str(self.log),
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(
+            f"nats-server did not listen on {self.port}: {self.log.read_text() if self.log.exists() else ''}"
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_nats(tmp_path: Path) -> Iterator[PrivateNats]:
+    """nats-server (Debian's nats-server package) on a free port; fails under CI if missing."""
+    binary = shutil.which("nats-server") or (
+        "/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None
+    )
+    if binary is None:
+        reason = "nats-server not found (Debian: apt install nats-server)"
+        if _in_ci():
+            pytest.fail(f"CI is set but {reason}", pytrace=False)
+        pytest.skip(reason)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = PrivateNats(tmp_path / "nats-store", port)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -7,19 +7,25 @@ kernel would, and its log read back when an assertion fails.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+
+from graywire.fabricsim.live import snmpsim_binary
+from tests.fabricsim.test_live import free_port, free_run
+from tests.service.alerts.receiver import Recorder, serve_recorder
 
 GRAYWIRE = str(Path(sys.executable).parent / "graywire")
 
@@ -180,3 +186,57 @@ def replica_configs(
         path.write_text(yaml.safe_dump(c, sort_keys=False))
         replicas.append(Replica(f"gw-{i}", port, path, out / f"replica-{i}"))
     return replicas
+
+
+@contextlib.contextmanager
+def fakes_and_replicas(
+    out: Path,
+    *,
+    database_url: str,
+    nats_url: str,
+    stream: str,
+    poll: float,
+    faults: list[tuple[str, int]],
+    lead: list[bool],
+) -> Iterator[tuple[Fakes, list[Replica], Recorder]]:
+    """``graywire fakes`` with ``faults`` (port, seconds after the start: a speed downgrade
+    each), and one replica config per ``lead`` flag, paging a PagerDuty-style recorder. The
+    replicas are not started; everything stops at the end, and a failure prints their logs."""
+    try:
+        snmpsim_binary()
+    except RuntimeError as e:
+        raise AssertionError(str(e)) from None  # a dev install has it: never a skip
+    spec = ",".join(f"speed_downgrade@{at}s+2h:{port}" for port, at in faults)
+    ports = {"ufm": free_port(), "snmp": free_port(socket.SOCK_DGRAM), "agent": free_run(8)}
+    fakes = Fakes.start(out, hosts=8, interval=poll, faults=spec, ports=ports, agents=8)
+    replicas: list[Replica] = []
+    with serve_recorder() as pager:
+        extra = {
+            "drain": {"shadow": False},
+            "alerts": {
+                "group_wait": "0s",
+                "receivers": [
+                    {"name": "pager", "type": "pagerduty", "url": f"{pager.url}/pd", "routing_key": "k" * 32}
+                ],
+            },
+        }
+        try:
+            replicas = replica_configs(
+                fakes,
+                out,
+                database_url=database_url,
+                nats_url=nats_url,
+                stream=stream,
+                ports=[free_port() for _ in lead],
+                lead=lead,
+                extra=extra,
+            )
+            yield fakes, replicas, pager
+        except BaseException:
+            for r in replicas:
+                print(r.log_text()[-20000:])
+            raise
+        finally:
+            for r in replicas:
+                r.stop()
+            fakes.stop()
