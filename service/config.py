@@ -197,14 +197,15 @@ class ClusterSettings(BaseModel):
     #: Scrapes a share of the targets (false: a member that only decides and serves).
     collect: bool = True
     #: How long the leader's lease lasts unrenewed: a dead leader is replaced this long after its
-    #: last renewal. Default 1.5 poll intervals.
+    #: last renewal. Default 1.25 poll intervals (at least 2 s).
     lease_ttl: PositiveDuration | None = None
     #: How long a member counts as alive after its last heartbeat: a dead member's targets move
-    #: to the others this long after it stopped. Default 1.5 poll intervals.
+    #: to the others this long after it stopped. Default 1.25 poll intervals (at least 2 s).
     member_ttl: PositiveDuration | None = None
     #: How long the stream keeps scrapes: a new leader replays this much to warm its detectors
-    #: up, and a leader that falls behind catches up within it.
-    history: PositiveDuration = timedelta(minutes=15)
+    #: up (30 minutes covers every default detector's window but BER's 125-minute ones), and a
+    #: leader that falls behind catches up within it.
+    history: PositiveDuration = timedelta(minutes=30)
     #: The JetStream stream, its subjects' first token, and its replicas on a NATS cluster.
     stream: str = Field("GRAYWIRE", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     subject_prefix: str = Field("graywire", pattern=r"^[A-Za-z0-9_-]{1,64}$")
@@ -578,7 +579,7 @@ class Settings(BaseSettings):
         c = self.cluster
         if c is None:
             raise ValueError("no cluster: section in the settings")
-        default = max(1.5 * self.poll_seconds, 2.0)
+        default = max(1.25 * self.poll_seconds, 2.0)
         lease = c.lease_ttl.total_seconds() if c.lease_ttl else default
         member = c.member_ttl.total_seconds() if c.member_ttl else default
         return ClusterTiming(lease, member, min(lease, member) / 4)

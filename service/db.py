@@ -47,6 +47,15 @@ MIGRATION_LOCK_ID = 0x67727977_6D696772
 #: it), and the value a migration writes under.
 FENCE_SETTING = "graywire.fence"
 MIGRATION_FENCE = "migration"
+#: SQLSTATE of the trigger's refusal (migration 0006).
+FENCE_SQLSTATE = "GW001"
+
+
+def is_fence_refusal(error: BaseException) -> bool:
+    """Whether ``error`` (a SQLAlchemy or driver error) is the fence refusing a write: this
+    replica wrote under a lease it no longer holds (``service/cluster/fence.py``)."""
+    orig = getattr(error, "orig", error)
+    return getattr(orig, "sqlstate", None) == FENCE_SQLSTATE
 
 
 def make_engine(url: str | URL, pg_settings: dict[str, str] | None = None) -> Engine:

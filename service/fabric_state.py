@@ -142,9 +142,20 @@ class StateBoard:
         self.fabric = fabric
         self._lock = threading.Lock()
         self._indexer = PortIndexer(fabric)
-        self._raw = RawCounterBook(fabric) if per_port and raw_counters else None
-        self._state = FabricState(fabric, per_port, _frozen(leaf_of_ports(fabric)))
-        self._job_seen: dict[tuple[str, str], float] = {}  # (job, host) -> monotonic seen
+        self._per_port, self._raw_counters = per_port, raw_counters
+        self.reset()
+        #: Whether /metrics shows this state: a replica that does not lead knows nothing of the
+        #: fabric, and its empty state must not count beside the leader's (every port unknown,
+        #: no poll for ever) in a sum across replicas.
+        self.exported = True
+
+    def reset(self) -> None:
+        """Forget everything (a replica that starts or stops leading)."""
+        with self._lock:
+            raw = self._raw_counters and self._per_port
+            self._raw = RawCounterBook(self.fabric) if raw else None
+            self._state = FabricState(self.fabric, self._per_port, _frozen(leaf_of_ports(self.fabric)))
+            self._job_seen: dict[tuple[str, str], float] = {}  # (job, host) -> monotonic seen
 
     @property
     def current(self) -> FabricState:

@@ -31,6 +31,7 @@ from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
 from graywire.service.config import Settings
+from graywire.service.db import is_fence_refusal
 from graywire.service.drain_engine import DrainEngine
 from graywire.service.fabric_state import StateBoard, TargetStatus
 from graywire.service.read_cache import ReadCache
@@ -136,6 +137,9 @@ class Runner:
         pushes or findings of an earlier term), or none at all (one that steps down)."""
         with self._busy:
             self._pipeline = pipeline
+            for t in self.targets:  # what an earlier term accounted is not this one's to go on
+                t.status = TargetStatus(t.collector.source, t.collector.target)
+                t.ports = np.zeros(0, dtype=np.int32)
             self.push_pipeline = Pipeline(self.fabric, nccl_timing_detectors(self.fabric))
             self.push_communicators.clear()
             self._pushed.clear()
@@ -348,8 +352,8 @@ class Runner:
         if self._unstored:
             try:
                 self.store.apply(self._unstored, stored_late_since=self._unstored_since)
-            except Exception:
-                log.exception("storing %d findings failed; will retry next poll", len(self._unstored))
+            except Exception as e:
+                _log_failure(e, f"storing {len(self._unstored)} findings failed; will retry next poll")
                 db_failed = True
                 self._unstored_since = self._unstored_since or datetime.now(UTC)
             else:
@@ -366,8 +370,8 @@ class Runner:
         if self.drain is not None:
             try:  # every poll, findings or not: clean windows and expiries run on time
                 self.drain.evaluate()
-            except Exception:
-                log.exception("drain policy run failed; the next poll retries from the stored state")
+            except Exception as e:
+                _log_failure(e, "drain policy run failed; the next poll retries from the stored state")
                 db_failed = True
         try:
             self.state.set_incidents(self.store.open_counts(), self.store.active_on_ports())
@@ -451,6 +455,15 @@ class Runner:
                 await c.aclose()
             except Exception:  # closing is best effort; the process is going away
                 log.debug("closing %s %s failed", c.source, c.target, exc_info=True)
+
+
+def _log_failure(e: Exception, what: str) -> None:
+    """A write's failure with its traceback, or in one line when the fence refused it: this
+    replica wrote under a lease it lost, and it is stepping down (the fence logged why)."""
+    if is_fence_refusal(e):
+        log.warning("%s: refused by the fence (this replica no longer leads)", what)
+    else:
+        log.exception("%s", what)
 
 
 def _zero_filled(batch: pa.RecordBatch, name: str) -> np.ndarray:

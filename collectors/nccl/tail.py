@@ -322,6 +322,19 @@ class NcclFileCollector:
         # A scrape that timed out keeps running in its thread; the next must not share the state.
         self._busy = threading.Lock()
 
+    def skip_existing(self) -> None:
+        """From the first scrape on, read only what the files gain (as ``start_at: end``): the
+        directory moved here from another reader (a replica whose share changed), which read
+        what they hold. Ignored once this collector has scraped. The NCCL_DEBUG files are still
+        read whole: the Init lines that name GPUs and NICs come first."""
+        if self.tailer._polled:
+            return
+        self.tailer.start_at = "end"
+        if self.rank_files is not None and not self.rank_files._polled:
+            self.rank_files.skip_existing = True
+            if self.rank_files.watchdog is not None:
+                self.rank_files.watchdog.start_at = "end"
+
     def _job(self, path: Path) -> str:
         return self.job or job_from_path(path, self.directory)
 

@@ -31,6 +31,7 @@ from graywire.service.alerts.config import AlertsSettings, ReceiverConfig
 from graywire.service.alerts.events import NO_CONTEXT, AlertContext, AlertEvent
 from graywire.service.alerts.places import FabricPlaces
 from graywire.service.alerts.sync import SyncResult, SyncTarget, sync_alerts
+from graywire.service.db import is_fence_refusal
 from graywire.service.models import OutboxMessage
 
 log = logging.getLogger("graywire.alerts")
@@ -237,8 +238,13 @@ class Dispatcher:
                         task = senders.get(dest.name)
                         if task is None or task.done():
                             senders[dest.name] = asyncio.create_task(self._drain_logged(dest))
-                except Exception:  # a database hiccup must not end alerting for good
-                    log.exception("alert dispatch cycle failed; retrying")
+                except Exception as e:  # a database hiccup must not end alerting for good
+                    if is_fence_refusal(e):  # this replica lost the lead: it stops this loop soon
+                        log.warning(
+                            "alert dispatch cycle refused by the fence (this replica no longer leads)"
+                        )
+                    else:
+                        log.exception("alert dispatch cycle failed; retrying")
                 await asyncio.sleep(interval)
         finally:
             for task in senders.values():
@@ -266,8 +272,13 @@ class Dispatcher:
             return await self._drain(dest)
         except asyncio.CancelledError:
             raise
-        except Exception:  # the lease runs out and the next cycle retries
-            log.exception("alerts: sending to %s failed unexpectedly", dest.name)
+        except Exception as e:  # the lease runs out and the next cycle retries
+            if is_fence_refusal(e):
+                log.warning(
+                    "alerts: sending to %s refused by the fence (this replica no longer leads)", dest.name
+                )
+            else:
+                log.exception("alerts: sending to %s failed unexpectedly", dest.name)
             return 0
 
     async def _drain(self, dest: Destination) -> int:

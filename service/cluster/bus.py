@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from graywire.collectors.extras import require
-from graywire.service.cluster.wire import Outgoing, subjects
+from graywire.service.cluster.wire import Outgoing, status_subject, subjects
 from graywire.service.config import ClusterSettings
 
 log = logging.getLogger("graywire.cluster")
@@ -105,9 +105,13 @@ class Bus:
     async def close(self) -> None:
         self._closing = True
         if self._nc is not None:
-            try:
-                await self._nc.drain()
+            try:  # what was acknowledged is sent (publishes are awaited one by one), then close:
+                await self._nc.flush(timeout=2)  # a drain would wait for the leader's fetches
             except Exception:  # closing is best effort; the process is going away
+                log.debug("flushing the NATS connection failed", exc_info=True)
+            try:
+                await self._nc.close()
+            except Exception:
                 log.debug("closing the NATS connection failed", exc_info=True)
             self._nc = self._js = None
 
@@ -151,6 +155,17 @@ class Bus:
             await self._js.publish(m.subject, m.data, timeout=PUBLISH_TIMEOUT_S, headers=m.headers)
             sent += len(m.data)
         return sent
+
+    async def reported_before(self, source: str, target: str) -> bool:
+        """Whether the stream holds a report of this target (another member scraped it)."""
+        errors = require("nats.js.errors", "cluster (NATS JetStream)")
+        try:
+            await self._js.get_last_msg(
+                self.cfg.stream, status_subject(self.cfg.subject_prefix, source, target)
+            )
+        except errors.NotFoundError:
+            return False
+        return True
 
     # -- the leader ---------------------------------------------------------------------------
     async def last_sequence(self) -> int:

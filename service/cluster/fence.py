@@ -22,23 +22,15 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from graywire.service.db import FENCE_SETTING
+from graywire.service.db import FENCE_SETTING, is_fence_refusal
 
 log = logging.getLogger("graywire.cluster")
 
-#: SQLSTATE of the trigger's refusal (migration 0006).
-FENCE_SQLSTATE = "GW001"
 #: The tables migration 0006 fences: every table whose rows are decisions.
 FENCED_TABLES = (
     "incidents", "findings", "late_episodes", "node_verdicts", "drain_recommendations",
     "drain_state", "drain_excludes", "silences", "audit_log", "alert_state", "alert_outbox",
 )  # fmt: skip
-
-
-def is_fence_refusal(error: BaseException) -> bool:
-    """Whether ``error`` (a SQLAlchemy or driver error) is the fence refusing a write."""
-    orig = getattr(error, "orig", error)
-    return getattr(orig, "sqlstate", None) == FENCE_SQLSTATE
 
 
 class Fence:

@@ -65,6 +65,8 @@ class Member:
         self._scrape_prefix = f"{member_id}/{incarnation[:12]}"
         self.stats = MemberStats()
         self._warned_publish = 0.0
+        #: Targets this member has owned (by object id: the runner's targets live as long as it).
+        self._scraped: set[int] = set()
 
     async def run(self) -> None:
         while True:
@@ -80,6 +82,8 @@ class Member:
         t0 = time.monotonic()
         owned = self.share()
         self.stats.owned = len(owned)
+        await self._take_over_tails([t for t in owned if id(t) not in self._scraped])
+        self._scraped.update(id(t) for t in owned)
         due = [t for t in owned if t.next_attempt <= t0]
         waiting = [t for t in owned if t.next_attempt > t0]
         await asyncio.gather(
@@ -88,6 +92,27 @@ class Member:
         )
         self.stats.last_slot = slot
         self.stats.last_slot_seconds = time.monotonic() - t0
+
+    async def _take_over_tails(self, new: list[_Target]) -> None:
+        """A file-tailing target another member read until now (its share moved here) is read
+        from where the files end: what they hold was judged already, and read again it would
+        reach the detectors twice. What was written between the two owners' scrapes (at most
+        the stale window) is not read at all."""
+        for t in new:
+            c = t.collector
+            skip = getattr(c, "skip_existing", None)
+            if skip is None:
+                continue
+            try:
+                moved = await self.bus.reported_before(c.source, redact_url(c.target))
+            except Exception as e:  # NATS away: read it all rather than lose it
+                log.warning(
+                    "member: cannot tell whether %s was read before (%s); reading it whole", c.target, e
+                )
+                continue
+            if moved:
+                log.info("member: %s %s moved here; reading what it gains from now on", c.source, c.target)
+                skip()
 
     async def _scrape_and_publish(self, t: _Target, slot: float) -> None:
         (result,) = await self.runner.scrape([t])

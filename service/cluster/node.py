@@ -20,9 +20,10 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from graywire.service.db import make_engine
 from graywire.service.runner import Runner, _Target
 
 log = logging.getLogger("graywire.cluster")
+
+#: Seconds a stopping replica waits for its leader's loop (a poll in flight) before going on.
+STOP_TIMEOUT_S = 10.0
 
 
 def _version() -> str:
@@ -116,6 +120,7 @@ class ClusterNode:
         self._thread: threading.Thread | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._leading: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self._last_error = 0.0
         fence.on_refused(lambda message: self._lost(f"the database refused a write: {message}"))
 
@@ -147,7 +152,7 @@ class ClusterNode:
     async def start(self) -> None:
         """Connect to NATS (retrying until it answers), then start heartbeating and collecting."""
         self._loop = asyncio.get_running_loop()
-        self.runner.state.set_targets([], np.zeros(self.runner.fabric.n_ports, dtype=bool))
+        self.runner.state.exported = False  # the fabric's series come from the leader alone
         try:  # a second live process under this member id fails its start-up, here
             await asyncio.to_thread(self.members.heartbeat)
         except MemberIdInUse:
@@ -180,10 +185,13 @@ class ClusterNode:
         """Stop leading (releasing the lease, so another member takes over at once), leave the
         membership (so the targets move at once), and close NATS."""
         self._stop.set()
-        await self._end_term("this member is stopping")
-        for task in self._tasks:
+        try:
+            await asyncio.wait_for(self._end_term("this member is stopping"), STOP_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("cluster: the leader's loop did not stop within %.0f s", STOP_TIMEOUT_S)
+        for task in [*self._tasks, *self._background]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 5.0)
         token = self.fence.drop()
@@ -244,7 +252,14 @@ class ClusterNode:
             return
         log.error("cluster: %s stops leading (token %d): %s", self.member_id, token, reason)
         self.stepdowns += 1
-        self._on_loop(lambda: asyncio.ensure_future(self._end_term(reason)))
+        self._on_loop(self._spawn, self._end_term(reason))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task this node keeps a reference to until it is done (the loop
+        itself keeps only a weak one: a task awaiting nothing else could be collected)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- a term -------------------------------------------------------------------------------
     def _begin_term(self, taken: Takeover) -> None:
@@ -252,6 +267,8 @@ class ClusterNode:
             return  # lost again before the loop got to it
         self.takeovers += 1
         self.led_since = time.time()
+        self.runner.state.reset()
+        self.runner.state.exported = True
         log.warning(
             "cluster: %s leads now (fencing token %d%s)",
             self.member_id,
@@ -298,6 +315,7 @@ class ClusterNode:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await asyncio.to_thread(self.runner.new_term, None)
-        self.runner.state.set_targets([], np.zeros(self.runner.fabric.n_ports, dtype=bool))
+        self.runner.state.exported = False
+        self.runner.state.reset()
         self.led_since = None
         log.warning("cluster: %s follows now (%s)", self.member_id, reason)

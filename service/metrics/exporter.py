@@ -66,6 +66,8 @@ class GraywireExporter(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Families of one published state: immutable, so rendering takes no lock at all."""
+        if not self.board.exported:
+            return
         s = self.board.current
         yield from self._service(s)
         yield from self._targets(s)

@@ -195,8 +195,24 @@ def test_compose_config_is_valid(deploy_dir: Path) -> None:
 
 
 # -- Kubernetes -----------------------------------------------------------------------------------
-def test_kubernetes_configmap_loads_as_settings_and_inventory(deploy_dir: Path, tmp_path: Path) -> None:
+def pod_env(deploy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service container's environment as Kubernetes gives it: the Secret's database URL,
+    the pod's IP in the variables that name it."""
+    m = k8s(deploy_dir)
+    (c,) = m["Deployment/graywire"]["spec"]["template"]["spec"]["containers"]
+    for e in c["env"]:
+        if "value" in e:
+            monkeypatch.setenv(e["name"], e["value"].replace("$(POD_IP)", "10.1.2.3"))
+        elif "secretKeyRef" in e["valueFrom"]:
+            ref = e["valueFrom"]["secretKeyRef"]
+            monkeypatch.setenv(e["name"], m[f"Secret/{ref['name']}"]["stringData"][ref["key"]])
+
+
+def test_kubernetes_configmap_loads_as_settings_and_inventory(
+    deploy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cm = k8s(deploy_dir)["ConfigMap/graywire-config"]
+    pod_env(deploy_dir, monkeypatch)
     settings = settings_from_text(cm["data"]["graywire.yaml"], tmp_path)
     assert (settings.host, settings.port, str(settings.data_dir)) == ("0.0.0.0", SERVICE_PORT, DATA_DIR)
     assert settings.alerts.enabled and settings.alerts.alertmanager.urls
@@ -213,6 +229,41 @@ def test_kubernetes_configmap_loads_as_settings_and_inventory(deploy_dir: Path, 
     assert str(settings.inventory) == f"{mount['mountPath']}/inventory.yaml"
     assert c["args"][-1] == f"{mount['mountPath']}/graywire.yaml" == CONFIG_PATH
     parses(c["args"])
+
+
+def test_kubernetes_runs_three_replicas_on_a_nats_jetstream_cluster(
+    deploy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HA layout: replicas rolled one at a time and never disrupted two at once, the
+    cluster section pointing at the NATS Service, NATS three servers routed to each other."""
+    m = k8s(deploy_dir)
+    dep = m["Deployment/graywire"]
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    pdb = m["PodDisruptionBudget/graywire"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    pod_env(deploy_dir, monkeypatch)
+    settings = settings_from_text(m["ConfigMap/graywire-config"]["data"]["graywire.yaml"], tmp_path)
+    cluster = settings.cluster
+    assert cluster is not None and cluster.advertise_url == f"http://10.1.2.3:{SERVICE_PORT}"
+    nats_svc, sts = m["Service/nats"], m["StatefulSet/nats"]
+    (client,) = nats_svc["spec"]["ports"]
+    assert cluster.nats_url == [f"nats://{nats_svc['metadata']['name']}:{client['port']}"]
+    assert nats_svc["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    assert c["image"].startswith("nats:")  # the official image
+    conf = m["ConfigMap/nats-config"]["data"]["nats.conf"]
+    assert "jetstream" in conf and "store_dir: /data" in conf
+    routes = [r for r in conf.split() if r.startswith("nats://nats-")]
+    assert len(routes) == sts["spec"]["replicas"] == 3
+    assert all(f".{sts['spec']['serviceName']}:6222" in r for r in routes)
+    assert 1 < cluster.stream_replicas <= sts["spec"]["replicas"]
+    assert m["PodDisruptionBudget/nats"]["spec"]["selector"]["matchLabels"].items() <= (
+        sts["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def test_kubernetes_service_monitor_and_ports_match(deploy_dir: Path) -> None:

@@ -20,7 +20,7 @@ from graywire.service.cli import build_parser, main
 from graywire.service.config import ApiToken
 from graywire.service.schedsync.cli import with_environment
 from graywire.service.schedsync.k8s import TAINT_KEY
-from tests.deploy.test_manifests import k8s, parses, settings_from_text, unit
+from tests.deploy.test_manifests import k8s, parses, pod_env, settings_from_text, unit
 from tests.service.schedsync.conftest import DrainApi, drain_api, drain_entry  # noqa: F401 (fixture)
 from tests.service.schedsync.fake_kube_api import FakeKubeApi, make_node, serve
 
@@ -115,6 +115,7 @@ def test_k8s_sync_token_is_one_the_cli_sends_and_the_service_accepts(
         "the CLI reads GRAYWIRE_TOKEN"
     )
     # The service reads the same Secret key from the file its Deployment mounts it as.
+    pod_env(deploy_dir, monkeypatch)
     settings = settings_from_text(m["ConfigMap/graywire-config"]["data"]["graywire.yaml"], tmp_path)
     (api_token,) = [t for t in settings.auth.tokens if t.name == "k8s-sync"]
     svc_pod = m["Deployment/graywire"]["spec"]["template"]["spec"]

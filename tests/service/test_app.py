@@ -131,3 +131,13 @@ def test_openapi_documents_every_error_the_service_sends(app_client: TestClient)
             assert {"400", "401", "413", "422", "431", "503"} <= codes, (method, path, codes)
             ref = op["responses"]["422"]["content"]["application/json"]["schema"]["$ref"]
             assert ref.endswith("/ValidationErrorOut"), (method, path)
+
+
+def test_a_single_process_says_it_runs_no_cluster(app_client: TestClient) -> None:
+    assert app_client.get("/api/v1/cluster").json() == {
+        "enabled": False, "member_id": None, "role": "single", "leader": None, "leader_url": None,
+        "fencing_token": None, "members": [], "targets_owned": 0, "targets": 0, "fence_refusals": 0,
+        "takeovers": 0, "nats_connected": False,
+    }  # fmt: skip
+    assert app_client.get("/healthz").json()["role"] == "single"
+    assert "graywire_cluster_" not in app_client.get("/metrics").text

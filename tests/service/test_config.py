@@ -170,3 +170,32 @@ def test_a_fresh_install_is_in_shadow_mode(tmp_path: Path) -> None:
     settings = load_settings(None, data_dir=tmp_path)
     assert settings.drain.shadow is True
     assert (settings.drain.min_nodes, settings.drain.max_fraction) == (2, 0.1)
+
+
+def test_a_cluster_needs_postgresql_and_a_part_to_play(tmp_path: Path) -> None:
+    nats = {"nats_url": "nats://127.0.0.1:4222"}
+    with pytest.raises(ValueError, match="cluster: needs database_url on PostgreSQL"):
+        load_settings(None, data_dir=tmp_path, cluster=nats)
+    pg = "postgresql+psycopg://graywire@db/graywire"
+    with pytest.raises(ValueError, match="a member must lead, collect, or both"):
+        load_settings(None, database_url=pg, cluster={**nats, "lead": False, "collect": False})
+    with pytest.raises(ValueError, match="is not a NATS URL"):
+        load_settings(None, database_url=pg, cluster={"nats_url": "http://nats:4222"})
+    s = load_settings(
+        None, database_url=pg, poll_interval="10s", cluster={"nats_url": "nats://a:4222, nats://b:4222"}
+    )
+    assert s.cluster is not None and s.cluster.nats_url == ["nats://a:4222", "nats://b:4222"]
+    assert s.cluster.history == timedelta(minutes=30) and s.cluster.stream == "GRAYWIRE"
+    timing = s.cluster_timing
+    # Defaults follow the poll: a dead leader is replaced within lease + a tick, under two polls.
+    assert (timing.lease_ttl, timing.member_ttl, timing.tick) == (12.5, 12.5, 3.125)
+    assert timing.lease_ttl + timing.tick < 2 * s.poll_seconds
+    fast = load_settings(None, database_url=pg, poll_interval="1s", cluster={**nats, "lease_ttl": "5s"})
+    assert (fast.cluster_timing.lease_ttl, fast.cluster_timing.member_ttl) == (5.0, 2.0)
+
+
+def test_without_a_cluster_section_there_is_no_cluster(tmp_path: Path) -> None:
+    s = load_settings(None, data_dir=tmp_path)
+    assert s.cluster is None
+    with pytest.raises(ValueError, match="no cluster"):
+        s.cluster_timing  # noqa: B018

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from graywire.collectors.base import Collector, ScrapeResult, failed
 from graywire.collectors.schemas import PORT_CAPABILITY, TS, make_batch
+from graywire.detectors.pipeline import Pipeline
 from graywire.service.config import FabricSimSource, Settings, load_settings
 from graywire.service.db import make_engine, upgrade
 from graywire.service.fabric_state import StateBoard
@@ -196,3 +198,42 @@ def test_a_poll_leaves_the_event_loop_to_the_api_after_its_scrapes(tmp_path: Pat
     assert set(threads) == {"record", "_process"} and loop_thread not in threads.values()
     assert state.current.polls == 1 and state.current.targets[0].ok
     assert runner.targets[0].ports.size == runner.fabric.n_ports
+
+
+def test_a_replica_that_does_not_lead_keeps_no_detectors_and_a_new_term_starts_fresh(tmp_path: Path) -> None:
+    runner, _, state = make_runner(tmp_path, "none", {})
+    follower = Runner(runner.settings, runner.fabric, [], runner.store, StateBoard(runner.fabric), lead=False)
+    with pytest.raises(RuntimeError, match="does not lead"):
+        follower.pipeline  # noqa: B018
+    runner.tick()
+    assert state.current.targets[0].scrapes == 1
+    runner.new_term(Pipeline(runner.fabric))
+    assert runner.targets[0].status.scrapes == 0 and runner.targets[0].ports.size == 0
+    assert not runner.has_unstored
+
+
+def test_a_target_nobody_reported_is_a_failed_scrape_and_its_ports_go_stale(tmp_path: Path) -> None:
+    """The leader's accounting: a report judges a target fresh, a missing one stale."""
+    runner, _, state = make_runner(tmp_path, "none", {})
+    (t,) = runner.targets
+    (result,) = asyncio.run(runner.scrape([t]))
+    runner.judge([(t, result)], 1000.0)
+    assert (state.current.targets[0].ok, state.current.targets[0].last_success) == (True, 1000.0)
+    runner.judge([], 1010.0, [(t, "no member reported a scrape for the poll at 00:16:50")])
+    s = state.current.targets[0]
+    assert (s.ok, s.consecutive_failures, s.scrapes, s.error) == (
+        False, 1, 1, "no member reported a scrape for the poll at 00:16:50"
+    )  # fmt: skip
+    assert s.stale_port_count == runner.fabric.n_ports
+
+
+def test_warming_up_judges_without_storing_anything(tmp_path: Path) -> None:
+    runner, _, state = make_runner(tmp_path, "speed_downgrade@0s+1h", {})
+    (t,) = runner.targets
+    found = []
+    for _ in range(4):
+        (result,) = asyncio.run(runner.scrape([t]))
+        found += runner.warm([(t, result)], time.time())
+    assert [f.kind for f in found if f.status == "firing"].count("speed_downgrade") == 1
+    assert runner.store.list_incidents() == []  # the database keeps what a leader decided
+    assert state.current.polls == 0 and state.current.targets[0].ok is True

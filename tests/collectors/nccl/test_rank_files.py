@@ -111,3 +111,21 @@ def test_host_regex_must_name_a_host_group() -> None:
         NcclSourceConfig(directory=Path("."), host_regex="^([^/]+)/")
     with pytest.raises(ValueError, match="regular expression"):
         NcclSourceConfig(directory=Path("."), host_regex="(")
+
+
+def test_a_directory_taken_over_from_another_reader_is_read_from_where_it_ends(tmp_path: Path) -> None:
+    """A replica whose share grew reads only what the files gain: the one before it read the
+    rest. Once it has scraped, skipping is too late and changes nothing."""
+    job_files(tmp_path)
+    c = collector(tmp_path)
+    c.skip_existing()
+    assert rows(c) == []
+    with (tmp_path / "job-42" / "gpu-0004" / "train.err").open("a") as fh:
+        fh.write(WATCHDOG.replace("SeqNum=3", "SeqNum=5"))
+    assert rows(c) == [("job-42", "gpu-0004", 0, "timeout", 5, "watchdog")]
+    late = collector(tmp_path)
+    assert len(rows(late)) == 4  # it read everything first
+    late.skip_existing()
+    with (tmp_path / "job-42" / "gpu-0004" / "train.err").open("a") as fh:
+        fh.write(WATCHDOG.replace("SeqNum=3", "SeqNum=6"))
+    assert [r[4] for r in rows(late)] == [6]

@@ -170,6 +170,24 @@ def test_collector_returns_rows_appended_since_the_last_scrape(tmp_path: Path, r
     assert res.target == str(tmp_path / "*/*-pid*.log")
 
 
+def test_a_directory_taken_over_from_another_reader_yields_only_new_records(
+    tmp_path: Path, real_fixtures: Path
+) -> None:
+    """A replica whose share grew reads what the files gain from now on; the rows already there
+    reached the leader through the replica that read them."""
+    job = tmp_path / "nccl-inspector-777"
+    job.mkdir()
+    f = job / "example-hostname-pid438776.log"
+    f.write_text(inspector_line(real_fixtures) + "\n")
+    col = NcclFileCollector(tmp_path, "*/*-pid*.log")
+    col.skip_existing()
+    assert asyncio.run(col.scrape()).batches == ()
+    with f.open("a") as fh:
+        fh.write(inspector_line(real_fixtures, coll_sn=1300) + "\n")
+    (batch,) = asyncio.run(col.scrape()).batches
+    assert batch.column("seq").to_pylist() == [1300, 1300]
+
+
 def test_v43_dump_context_survives_a_dump_split_across_scrapes(tmp_path: Path, real_fixtures: Path) -> None:
     rec = json.loads(inspector_line(real_fixtures))
     marker = {"header": rec["header"], "metadata": rec["metadata"], "dump_stats": {"coll_records": 1}}

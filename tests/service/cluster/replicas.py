@@ -28,6 +28,7 @@ from tests.fabricsim.test_live import free_port, free_run
 from tests.service.alerts.receiver import Recorder, serve_recorder
 
 GRAYWIRE = str(Path(sys.executable).parent / "graywire")
+OPERATOR_TOKEN = "operator-token-for-the-cluster-tests"
 
 
 def wait_until(what: str, predicate: Callable[[], Any], timeout: float, every: float = 0.2) -> Any:
@@ -153,6 +154,22 @@ class Replica:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in self.logs if p.exists())
 
 
+def stop_all(replicas: list[Replica]) -> None:
+    """SIGTERM every replica at once (each stops gracefully: lease released, membership left),
+    then wait for them all."""
+    running = [r for r in replicas if r.proc is not None and r.proc.poll() is None]
+    for r in running:
+        with contextlib.suppress(ProcessLookupError):
+            r.signal(signal.SIGCONT)
+            r.signal(signal.SIGTERM)
+    for r in running:
+        assert r.proc is not None
+        try:
+            r.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            r.proc.kill()
+
+
 def replica_configs(
     fakes: Fakes,
     out: Path,
@@ -212,6 +229,7 @@ def fakes_and_replicas(
     replicas: list[Replica] = []
     with serve_recorder() as pager:
         extra = {
+            "auth": {"tokens": [{"name": "oncall", "role": "operator", "token": OPERATOR_TOKEN}]},
             "drain": {"shadow": False},
             "alerts": {
                 "group_wait": "0s",
@@ -237,6 +255,5 @@ def fakes_and_replicas(
                 print(r.log_text()[-20000:])
             raise
         finally:
-            for r in replicas:
-                r.stop()
+            stop_all(replicas)
             fakes.stop()

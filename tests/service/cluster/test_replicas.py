@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from graywire.service.cluster.leader import runner_key
 from graywire.service.cluster.shard import Shards
 from tests.service.cluster.conftest import rows
-from tests.service.cluster.replicas import Replica, fakes_and_replicas, wait_until
+from tests.service.cluster.replicas import OPERATOR_TOKEN, Replica, fakes_and_replicas, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -58,9 +59,7 @@ def cluster(tmp_path: Path, pg_url: str, nats_server: str, stream_name: str):
         yield running
 
 
-def test_three_replicas_decide_once_through_leader_loss_pause_and_collector_loss(
-    fakes_and_replicas, pg
-) -> None:
+def test_three_replicas_decide_once_through_leader_loss_pause_and_collector_loss(cluster, pg) -> None:
     fakes, (r0, r1, r2), pager = cluster
 
     # -- three replicas, one leader, targets spread over all of them -------------------------
@@ -107,6 +106,25 @@ def test_three_replicas_decide_once_through_leader_loss_pause_and_collector_loss
     wait_until("fault B's incident, injected during the takeover", lambda: downgrade_of(r2, port_b), 60)
     wait_until("fault B's drain", lambda: drained(r2).get(node_b) == "drain", 30)
 
+    # -- a follower relays a change, and a read of the leader's state, to the leader ---------
+    (incident_a,) = downgrade_of(r2, port_a)
+    acked = httpx.post(
+        f"{r2.url}/api/v1/incidents/{incident_a['id']}/ack",
+        json={"comment": "on it"},
+        headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+        timeout=30,
+    )
+    assert acked.status_code == 200, acked.text
+    assert acked.json()["status"] == "acknowledged"
+    (ack,) = rows(pg, "SELECT actor, incident_id FROM audit_log WHERE action = 'acknowledge'")
+    assert (ack.actor, ack.incident_id) == ("oncall", incident_a["id"])
+    unauthorized = httpx.post(
+        f"{r2.url}/api/v1/incidents/{incident_a['id']}/resolve", json={"comment": "x"}, timeout=30
+    )
+    assert unauthorized.status_code == 401  # the leader checked the (missing) token
+    relayed = r2.get("/api/v1/sources")
+    assert len(relayed["items"]) == total  # every target: the leader's view, not gw-2's share
+
     # -- pause the new leader past its lease: fenced, and it steps down -----------------------
     wait_until(
         "gw-0's old heartbeat to expire",
@@ -129,11 +147,15 @@ def test_three_replicas_decide_once_through_leader_loss_pause_and_collector_loss
     assert resumed["fencing_token"] == 3
 
     # -- kill a collector-only member: its targets move, stale at most two polls -------------
-    shards = Shards(
-        [runner_key(t["source"], t["target"]) for t in r0.get("/api/v1/sources")["items"]]
-    )  # the leader's list: every target, in the order every member hashes them
-    leader_sources = r0.get("/api/v1/sources")["items"]
+    # The leader's list (every target, in the order every member hashes them), once the new
+    # leader has judged a poll.
+    leader_sources = wait_until(
+        "the new leader's first poll",
+        lambda: (t := r0.get("/api/v1/sources")["items"]) and len(t) == total and t,
+        30,
+    )
     keys = [runner_key(t["source"], t["target"]) for t in leader_sources]
+    shards = Shards(keys)
     names, owner = shards.owners(["gw-0", "gw-1", "gw-2"])
     moving = {keys[i] for i in range(len(keys)) if names[owner[i]] == "gw-2"}
     assert moving
@@ -163,7 +185,7 @@ def test_three_replicas_decide_once_through_leader_loss_pause_and_collector_loss
     incidents = r0.get("/api/v1/incidents", limit=500)["items"]
     roots = [i for i in incidents if i["caused_by"] is None]
     assert sorted((i["kind"], i["port"], i["status"]) for i in roots) == [
-        ("speed_downgrade", port_a, "open"),
+        ("speed_downgrade", port_a, "acknowledged"),
         ("speed_downgrade", port_b, "open"),
     ], roots
     drains = rows(

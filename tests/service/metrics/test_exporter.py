@@ -390,3 +390,18 @@ def test_the_render_thread_yields_the_cpu_to_the_rest_of_the_process() -> None:
     with render_executor() as pool:
         assert pool.submit(niceness).result() == min(19, niceness() + RENDER_NICER_BY)
     assert niceness() == os.getpriority(os.PRIO_PROCESS, 0)  # the rest of the process is untouched
+
+
+def test_a_replica_that_does_not_lead_shows_nothing_of_the_fabric_and_a_reset_forgets() -> None:
+    """A follower's empty state (no poll ever, every port unknown) would count beside the
+    leader's in a sum across replicas: it is not exported at all."""
+    fabric = Fabric.from_specs({"h": "host", "sw": "leaf"}, [PortSpec("h", "p1"), PortSpec("sw", "p1")], [])
+    board = StateBoard(fabric, per_port=False)
+    board.set_targets([], np.zeros(fabric.n_ports, dtype=bool), {("snmp", "out_of_range"): 3})
+    assert "graywire_ports" in render(GraywireExporter(board)).decode()
+    board.exported = False
+    assert render(GraywireExporter(board)).decode() == ""
+    board.reset()
+    board.exported = True
+    text = render(GraywireExporter(board)).decode()
+    assert value(text, "graywire_ports") == 2 and 'reason="out_of_range"' not in text
