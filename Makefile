@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_ufm_parse.py
 	$(BIN)/python bench/bench_snmp.py
 	$(BIN)/python bench/bench_api_load.py --hosts 16384 --routes /api/v1/drain,/api/v1/ports
+	$(BIN)/python bench/bench_cluster.py
 
 clean:
 	rm -rf $(VENV) graywire-data .pytest_cache .ruff_cache
