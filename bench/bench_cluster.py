@@ -10,13 +10,18 @@ the leader judges every poll. Over ``--seconds`` it reads each replica's
 ``graywire_cluster_scrapes_total`` and its process CPU time (``/proc``), and the leader's polls
 judged.
 
-Printed per member count: targets scraped and published a second (all members), ports a
-second, each member's CPU milliseconds per target, the leader's polls judged against the polls
-due, and the machine's idle share. The limit, measured in the same run by this process: the CPU
-milliseconds per target of the collection alone, as the single-process service does it
-(``AgentCollector.scrape``, the fetch and the decode, no publishing), and the ratio of the
-members' figure to it. Run: ``python bench/bench_cluster.py [--hosts 2048] [--interval 2]
-[--seconds 30] [--members 1,2,3]``.
+Each member scrapes its whole share at the start of every slot, at once, and publishes each
+scrape as it completes; how long that takes (``graywire_cluster_slot_seconds``, read after
+each slot) bounds how many targets it can take in a poll. Printed per member count: the targets
+a second the cluster sustains (all targets over the slowest member's slot), and ports a second;
+the ratio to the limit; the slowest slot; what the busiest member sustains alone; each
+member's CPU milliseconds per target (a follower's; the leader's besides, which includes
+judging every poll); bytes published per target (the stream's load); scrapes that failed; and
+the leader's polls judged against the polls due. The limit, measured in the same run by this
+process: one process scraping every target at once, as the single-process service does
+(``AgentCollector.scrape``: the fetch and the decode, nothing published), in targets a second
+and CPU milliseconds a target. Run: ``python bench/bench_cluster.py [--hosts 512]
+[--interval 10] [--slots 4] [--members 1,2,3]``.
 """
 
 from __future__ import annotations
@@ -250,6 +255,11 @@ def run_members(
     judged = metric(after[leader], "graywire_cluster_polls_judged_total") - metric(
         before[leader], "graywire_cluster_polls_judged_total"
     )
+    sent = sum(
+        metric(a, "graywire_cluster_published_bytes_total")
+        - metric(b, "graywire_cluster_published_bytes_total")
+        for a, b in zip(after, before, strict=True)
+    )
     slot_s = [statistics.median(x) for x in slots]
     cpu_ms = [1000 * (c1 - c0) / max(k, 1) for c0, c1, k in zip(cpu0, cpu1, ok, strict=True)]
     others = [i for i in range(n) if i != leader] or [leader]
@@ -263,6 +273,7 @@ def run_members(
         "judged": judged,
         "due_polls": elapsed / args.interval,
         "ports_per_target": ports / len(urls),
+        "bytes_per_target": sent / max(sum(ok), 1),
     }
 
 
@@ -318,8 +329,8 @@ def main() -> int:
             print(f"limit, one process scraping them all at once (fetch + decode, no publishing): "
                   f"{alone:,.0f} targets/s, {alone_ms:.1f} CPU ms a target")  # fmt: skip
             head = ("members", "targets/s", "ports/s", "ratio", "slowest slot", "per member/s",
-                    "member ms/t", "leader ms/t", "failed", "polls judged")  # fmt: skip
-            widths = (7, 10, 10, 6, 12, 12, 11, 11, 6, 13)
+                    "member ms/t", "leader ms/t", "B/target", "failed", "polls judged")  # fmt: skip
+            widths = (7, 10, 10, 6, 12, 12, 11, 11, 8, 6, 13)
             print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
             for n in (int(x) for x in args.members.split(",")):
                 r = run_members(n, args, work, urls, ports)
@@ -327,7 +338,8 @@ def main() -> int:
                 cells = (
                     f"{n:>7}", f"{rate:>10,.0f}", f"{rate * r['ports_per_target']:>10,.0f}",
                     f"{rate / alone:>6.2f}", f"{r['slot_max']:>11.2f}s", f"{r['per_member']:>12,.0f}",
-                    f"{r['member_ms']:>11.1f}", f"{r['leader_ms']:>11.1f}", f"{r['failed']:>6.0f}",
+                    f"{r['member_ms']:>11.1f}", f"{r['leader_ms']:>11.1f}", f"{r['bytes_per_target']:>8,.0f}",
+                    f"{r['failed']:>6.0f}",
                     f"{r['judged']:>6.0f} of {r['due_polls']:<4.0f}",
                 )  # fmt: skip
                 print(" ".join(cells), flush=True)

@@ -7,7 +7,8 @@ running service through this one seam (docs/architecture.md).
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from graywire.collectors.base import ScrapeResult
 from graywire.fabricsim.faults import Fault, parse_spec
@@ -23,7 +24,9 @@ def check_fault_spec(spec: str) -> None:
 
 
 class FabricSimCollector:
-    """fabricsim stepped once per scrape, simulated time starting now (wall-clock pace)."""
+    """fabricsim stepped once per scrape, simulated time starting at the first scrape
+    (wall-clock pace). A replica that takes the simulation over from another (its share moved)
+    starts its own then: a fresh fabric's counters, as after a reboot, never data from the past."""
 
     source = "fabricsim"
 
@@ -43,6 +46,7 @@ class FabricSimCollector:
         )
         self.fabric = self.sim.fabric
         self.target = f"fabricsim:{cfg.hosts}-hosts"
+        self._scraped = False
 
     @property
     def faults(self) -> list[Fault]:
@@ -52,6 +56,11 @@ class FabricSimCollector:
         """The simulator holds nothing open."""
 
     async def scrape(self) -> ScrapeResult:
+        if not self._scraped:
+            self._scraped = True
+            now = datetime.now(UTC).replace(microsecond=0)
+            if now - self.sim.cfg.start > timedelta(seconds=self.sim.cfg.interval_s):
+                self.sim.cfg = replace(self.sim.cfg, start=now)
         # A step of a large fabric is tens of milliseconds of CPU: off the event loop, so the
         # API goes on answering meanwhile.
         step = await asyncio.to_thread(self.sim.step)

@@ -170,7 +170,8 @@ class Leader:
     # -- the term -----------------------------------------------------------------------------
     async def run(self) -> None:
         started = time.monotonic()
-        self.runner.new_term(self.pipelines())
+        # Fresh detectors (their state arrays sized to the fabric): off the event loop.
+        await asyncio.to_thread(lambda: self.runner.new_term(self.pipelines()))
         await asyncio.to_thread(self.prepare)
         judged_up_to = await self.bus.judged_up_to(self.token)
         if judged_up_to is None:

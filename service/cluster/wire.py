@@ -8,8 +8,9 @@ One scrape of one target is published as:
   target, for which poll slot, whether the scrape succeeded (its error, duration, what the parse
   skipped), and how many chunks each batch has.
 
-Every message carries the scrape's id (``Graywire-Scrape``: member, incarnation, sequence), and
-a ``Nats-Msg-Id`` JetStream de-duplicates a re-sent publish by. A member publishes the status
+Every message carries the scrape's id (``Graywire-Scrape``: member, incarnation, sequence), its
+poll slot and sequence on their own (``Graywire-Poll-Time``, ``Graywire-Sequence``), and a
+``Nats-Msg-Id`` JetStream de-duplicates a re-sent publish by. A member publishes the status
 last, so once it and every chunk it names have arrived the scrape is complete; a scrape whose
 member died mid-way never completes and is dropped after a while (:meth:`Assembler.expire`).
 The chunks of one batch are concatenated before they are read, so a dictionary-encoded port
@@ -33,6 +34,9 @@ from graywire.collectors.schemas import record_kind
 
 SCRAPE_HEADER = "Graywire-Scrape"
 PART_HEADER = "Graywire-Part"
+#: Every message also says which poll slot (unix seconds) and which of its member's scrapes.
+POLL_TIME_HEADER = "Graywire-Poll-Time"
+SEQUENCE_HEADER = "Graywire-Sequence"
 MSG_ID_HEADER = "Nats-Msg-Id"
 #: Room left in each message for its headers and the protocol line.
 HEADROOM = 4096
@@ -93,6 +97,11 @@ def encode_scrape(
     after failures): the target is accounted for, with nothing new.
     """
     limit = max_payload - HEADROOM
+    common = {
+        SCRAPE_HEADER: scrape_id,
+        POLL_TIME_HEADER: f"{slot:.3f}",
+        SEQUENCE_HEADER: scrape_id.rsplit("/", 1)[-1],
+    }
     if limit < 1024:
         raise ValueError(f"the NATS server's max_payload ({max_payload} bytes) is too small to carry scrapes")
     out: list[Outgoing] = []
@@ -109,7 +118,7 @@ def encode_scrape(
                     subject,
                     data[c * limit : (c + 1) * limit],
                     {
-                        SCRAPE_HEADER: scrape_id,
+                        **common,
                         PART_HEADER: f"{part}/{n}",
                         MSG_ID_HEADER: f"{scrape_id}/{part}",
                     },
@@ -134,7 +143,7 @@ def encode_scrape(
         Outgoing(
             status_subject(prefix, result.source, result.target),
             json.dumps(status, separators=(",", ":")).encode(),
-            {SCRAPE_HEADER: scrape_id, MSG_ID_HEADER: f"{scrape_id}/status"},
+            {**common, MSG_ID_HEADER: f"{scrape_id}/status"},
         )
     )
     return out

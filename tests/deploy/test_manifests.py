@@ -174,6 +174,45 @@ def test_compose_wires_the_stack_together(deploy_dir: Path, tmp_path: Path) -> N
     assert ds["datasources"][0]["url"] == "http://prometheus:9090"
 
 
+def test_compose_ha_runs_three_replicas_on_nats_jetstream(
+    deploy_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HA override: NATS with JetStream (the official image), three replicas with their own
+    member ids and addresses the others resolve, every one scraped by Prometheus."""
+    cdir = deploy_dir / "compose"
+    base = yaml.safe_load((cdir / "docker-compose.yml").read_text())["services"]
+    ha = yaml.safe_load((cdir / "docker-compose.ha.yml").read_text())["services"]
+    nats = ha["nats"]
+    assert nats["image"].startswith("nats:") and "--jetstream" in nats["command"]
+    replicas = {name: svc for name, svc in ha.items() if name.startswith("graywire")}
+    assert len(replicas) == 3
+    ids, urls, host_ports = set(), set(), set()
+    for name, svc in replicas.items():
+        env = {**base.get(name, {}).get("environment", {}), **svc["environment"]}
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        (config,) = [m for m in svc["volumes"] if m.endswith(f":{CONFIG_PATH}:ro")]
+        settings = load_settings(cdir / config.split(":")[0])
+        cluster = settings.cluster
+        assert cluster is not None and cluster.nats_url == ["nats://nats:4222"]
+        assert settings.database_url and settings.database_url.startswith("postgresql+psycopg://")
+        ids.add(cluster.member_id)
+        urls.add(cluster.advertise_url)
+        assert cluster.advertise_url == f"http://{name}:{SERVICE_PORT}"  # a compose name resolves
+        ports = svc.get("ports") or base[name]["ports"]
+        host_ports |= {p.split(":")[0] for p in ports}
+        parses(svc.get("command") or base[name]["command"])
+    assert len(ids) == len(urls) == len(host_ports) == 3
+    (prom_mount,) = ha["prometheus"]["volumes"]
+    prom = yaml.safe_load((cdir / prom_mount.split(":")[0]).read_text())
+    (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "graywire"]
+    assert sorted(job["static_configs"][0]["targets"]) == sorted(f"{n}:{SERVICE_PORT}" for n in replicas)
+    assert (
+        prom["rule_files"]
+        == yaml.safe_load((deploy_dir / "prometheus/prometheus.yml").read_text())["rule_files"]
+    )
+
+
 def has_compose() -> bool:
     if shutil.which("docker") is None:
         return False
@@ -185,13 +224,12 @@ def test_compose_config_is_valid(deploy_dir: Path) -> None:
     """Compose's own validation, where the compose plugin is installed (it needs no engine)."""
     if not has_compose():
         pytest.skip("docker compose plugin not installed")
-    r = subprocess.run(
-        ["docker", "compose", "-f", str(deploy_dir / "compose/docker-compose.yml"), "config", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stderr
+    for files in (["docker-compose.yml"], ["docker-compose.yml", "docker-compose.ha.yml"]):
+        args = [a for f in files for a in ("-f", str(deploy_dir / "compose" / f))]
+        r = subprocess.run(
+            ["docker", "compose", *args, "config", "-q"], capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == 0, (files, r.stderr)
 
 
 # -- Kubernetes -----------------------------------------------------------------------------------

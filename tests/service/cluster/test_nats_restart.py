@@ -14,9 +14,9 @@ from tests.service.cluster.replicas import Replica, fakes_and_replicas, wait_unt
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 POLL = 2.0
-BEFORE = ("gpu-0002", "gpu-0002/mlx5_4", 10)
+BEFORE = ("gpu-0002", "gpu-0002/mlx5_4", 8)
 #: Injected after NATS is back: judging must have resumed to find it.
-AFTER = ("gpu-0006", "gpu-0006/mlx5_0", 40)
+AFTER = ("gpu-0006", "gpu-0006/mlx5_0", 36)
 OUTAGE = 4 * POLL
 
 

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 POLL = 3.0
 FAULT_A = ("gpu-0003", "gpu-0003/mlx5_2", 15)
 #: Injected one second after the leader is killed: it starts while nobody leads.
-FAULT_B = ("gpu-0005", "gpu-0005/mlx5_1", 50)
+FAULT_B = ("gpu-0005", "gpu-0005/mlx5_1", 42)
 
 
 def cluster_view(r: Replica) -> dict[str, Any]:

@@ -61,6 +61,8 @@ def test_a_scrape_crosses_whole_chunked_under_the_payload_limit(scrape: ScrapeRe
     assert {m.subject.split(".")[2] for m in chunks} == {"port_sample", "nccl_timing"}
     assert messages[-1].subject.startswith("gw.status.ufm.") and PART_HEADER not in messages[-1].headers
     assert len({m.headers["Nats-Msg-Id"] for m in messages}) == len(messages)
+    stamps = {(m.headers["Graywire-Poll-Time"], m.headers["Graywire-Sequence"]) for m in messages}
+    assert stamps == {("1000.000", "7")}
     shuffled = messages[:]
     random.Random(1).shuffle(shuffled)
     (report,) = feed(Assembler(), shuffled)

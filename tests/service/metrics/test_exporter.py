@@ -358,7 +358,7 @@ def test_served_pieces_are_the_render_rendered_off_the_loop_while_a_poll_runs(tm
     board, runner = app.state.fabric_state, app.state.runner
     for _ in range(2):
         runner.tick()
-    frozen = SimpleNamespace(current=board.current)  # the state the scrape starts from
+    frozen = SimpleNamespace(current=board.current, exported=True)  # the state the scrape starts from
     collector = _Recording(GraywireExporter(board))
 
     async def scrape_across_a_poll() -> tuple[list[bytes], int, int]:
