@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
@@ -182,8 +183,9 @@ class ClusterSettings(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    #: The NATS server(s) with JetStream: ``nats://host:4222``, or a list of a cluster's servers.
-    nats_url: list[str] = Field(min_length=1)
+    #: The NATS server(s) with JetStream: ``nats://host:4222``, or a list of a cluster's servers
+    #: (in ``GRAYWIRE_CLUSTER__NATS_URL``, comma-separated).
+    nats_url: Annotated[list[str], NoDecode] = Field(min_length=1)
     #: A NATS credentials file (``.creds``: the user's JWT and NKey seed), if the server wants one.
     nats_credentials: Path | None = None
     #: This replica's name among the members; default: ``<hostname>:<port>``. A restarted

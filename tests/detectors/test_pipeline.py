@@ -419,3 +419,55 @@ def test_a_joined_view_keeps_one_port_dictionary_across_polls() -> None:
         pipe.process_poll([b.filter(on_host), b.filter(pc.invert(on_host))])
     assert spy.polls >= 3
     assert lookups == [sim.fabric.n_ports]  # hashed once, then every poll hits the cache
+
+
+def _per_host(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    """A poll's port samples as host agents send them: one small batch per node."""
+    nodes = [k.split("/", 1)[0] for k in batch.column("port").cast(pa.string()).to_pylist()]
+    rows: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        rows.setdefault(n, []).append(i)
+    return [batch.take(r) for r in rows.values()]
+
+
+def test_a_poll_of_many_small_batches_judges_as_one_batch_does() -> None:
+    """Thousands of host agents send a small batch each: a source's batches go through its
+    rates stage joined, and every finding, time and evidence is what one batch gives."""
+    from graywire.fabricsim.sim import FabricSim, SimConfig
+    from graywire.fabricsim.topology import TopologySpec
+
+    sim = FabricSim(
+        SimConfig(
+            topology=TopologySpec(hosts=8),
+            duration_s=300.0,
+            seed=5,
+            faults="speed_downgrade@60s+1h:gpu-0002/mlx5_1,pfc_storm@90s+1h",
+        )
+    )
+    whole, split = Pipeline(sim.fabric), Pipeline(sim.fabric)
+    found_whole, found_split = [], []
+    for step in sim.run():
+        found_whole += whole.process_poll([step.port_sample]).findings
+        parts = _per_host(step.port_sample)
+        assert len(parts) > 8
+        found_split += split.process_poll(parts[::-1]).findings  # in any order
+        assert split.stats["rates"].batches == whole.stats["rates"].batches  # one stage call a poll
+    key = lambda f: (f.time, f.kind, f.entity, f.status, f.severity, f.summary)  # noqa: E731
+    assert sorted(map(key, found_split)) == sorted(map(key, found_whole))
+    assert {f.kind for f in found_whole if f.status == "firing"} >= {"speed_downgrade"}
+
+
+def test_a_source_whose_batches_cannot_join_is_judged_batch_by_batch() -> None:
+    """A port in two of a source's batches of one poll: the joined batch is refused, and each
+    batch goes through the stage alone, as before they were joined; nothing else is lost."""
+    from graywire.fabricsim.sim import FabricSim, SimConfig
+    from graywire.fabricsim.topology import TopologySpec
+
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=4), duration_s=30.0, seed=1, faults="none"))
+    step = next(iter(sim.run()))
+    parts = _per_host(step.port_sample)
+    pipe = Pipeline(sim.fabric)
+    result = pipe.process_poll([*parts, parts[0].slice(0, 2)])
+    assert result.dropped == []
+    assert result.port_rates is not None and result.port_rates.num_rows == step.port_sample.num_rows + 2
+    assert pipe.stats["rates"].batches == len(parts) + 1

@@ -199,3 +199,16 @@ def test_without_a_cluster_section_there_is_no_cluster(tmp_path: Path) -> None:
     assert s.cluster is None
     with pytest.raises(ValueError, match="no cluster"):
         s.cluster_timing  # noqa: B018
+
+
+def test_a_cluster_is_configured_from_the_environment_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a container platform sets it: one variable per field, the servers comma-separated."""
+    monkeypatch.setenv("GRAYWIRE_DATABASE_URL", "postgresql+psycopg://graywire@db/graywire")
+    monkeypatch.setenv("GRAYWIRE_CLUSTER__NATS_URL", "nats://nats-0:4222,nats://nats-1:4222")
+    monkeypatch.setenv("GRAYWIRE_CLUSTER__MEMBER_ID", "graywire-7")
+    monkeypatch.setenv("GRAYWIRE_CLUSTER__LEAD", "false")
+    s = load_settings(None)
+    assert s.cluster is not None
+    assert (s.cluster.nats_url, s.cluster.member_id, s.cluster.lead) == (
+        ["nats://nats-0:4222", "nats://nats-1:4222"], "graywire-7", False
+    )  # fmt: skip
