@@ -487,6 +487,9 @@ class Settings(BaseSettings):
     poll_interval: PositiveDuration = timedelta(seconds=10)
     #: Per-scrape time limit; default: 80% of the poll interval.
     scrape_timeout: PositiveDuration | None = None
+    #: Scrapes running at once in this process; the rest of a poll's targets wait their turn
+    #: (within the scrape timeout).
+    max_concurrent_scrapes: int = Field(256, ge=1)
     #: Longest wait before retrying a failing target (backoff doubles from one interval).
     max_backoff: PositiveDuration = timedelta(minutes=5)
     #: A target's ports are stale once its last good scrape is older than this many polls.

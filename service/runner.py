@@ -120,6 +120,7 @@ class Runner:
         #: When storing ``_unstored`` first failed: what is stored after that is stored late.
         self._unstored_since: datetime | None = None
         self._busy = threading.Lock()
+        self._scrape_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     @property
     def pipeline(self) -> Pipeline:
@@ -168,11 +169,23 @@ class Runner:
     async def _scrape(self, t: _Target) -> ScrapeResult:
         c = t.collector
         t0 = time.perf_counter()
+        started = False
+
+        async def bounded() -> ScrapeResult:
+            nonlocal started
+            async with self._concurrency():
+                started = True
+                return await c.scrape()
+
         try:
-            res = await asyncio.wait_for(c.scrape(), timeout=self.settings.scrape_timeout_seconds)
+            res = await asyncio.wait_for(bounded(), timeout=self.settings.scrape_timeout_seconds)
         except TimeoutError:
             limit = self.settings.scrape_timeout_seconds
-            res = failed(c.source, c.target, f"timed out after {limit:g} s", time.perf_counter() - t0)
+            why = f"timed out after {limit:g} s" if started else (
+                f"not scraped within {limit:g} s: {self.settings.max_concurrent_scrapes} scrapes of this "
+                "process were running (max_concurrent_scrapes); it has more targets than it can scrape a poll"
+            )  # fmt: skip
+            res = failed(c.source, c.target, why, time.perf_counter() - t0)
         except Exception as e:  # a collector bug must not take the loop down
             log.exception("collector %s %s raised", c.source, c.target)
             res = failed(c.source, c.target, e, time.perf_counter() - t0)
@@ -186,6 +199,15 @@ class Runner:
         due = [t for t in self.targets if t.next_attempt <= now]
         results = await asyncio.gather(*(self._scrape(t) for t in due))
         return await asyncio.to_thread(self._after_scrapes, due, results, now)
+
+    def _concurrency(self) -> asyncio.Semaphore:
+        """At most ``max_concurrent_scrapes`` scrapes at once (one semaphore per event loop):
+        thousands of host agents started at once would each open a connection and all time out
+        together, where a bounded queue scrapes them in turn."""
+        loop = asyncio.get_running_loop()
+        if self._scrape_slots is None or self._scrape_slots[0] is not loop:
+            self._scrape_slots = (loop, asyncio.Semaphore(self.settings.max_concurrent_scrapes))
+        return self._scrape_slots[1]
 
     async def scrape(self, targets: list[_Target]) -> list[ScrapeResult]:
         """Scrape ``targets`` at once (each under the scrape timeout), in their order."""

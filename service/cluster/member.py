@@ -144,7 +144,8 @@ class Member:
                 max_payload=self.bus.max_payload,
                 attempted=attempted,
             )
-            self.stats.published_bytes += await self.bus.publish(messages)
+            sent = await self.bus.publish(messages)  # (not `+= await`: the read would race)
+            self.stats.published_bytes += sent
         except Exception as e:  # NATS away or refusing: the leader sees this target missing
             self.stats.unpublished += 1
             now = time.monotonic()

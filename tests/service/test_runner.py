@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +238,43 @@ def test_warming_up_judges_without_storing_anything(tmp_path: Path) -> None:
     assert [f.kind for f in found if f.status == "firing"].count("speed_downgrade") == 1
     assert runner.store.list_incidents() == []  # the database keeps what a leader decided
     assert state.current.polls == 0 and state.current.targets[0].ok is True
+
+
+class Sleepy:
+    """A target that answers after ``delay`` seconds, counting how many are scraped at once."""
+
+    source = "agent"
+    running = 0
+    most = 0
+
+    def __init__(self, n: int, delay: float) -> None:
+        self.target = f"http://gpu-{n:04d}:9470"
+        self.delay = delay
+
+    async def scrape(self) -> ScrapeResult:
+        Sleepy.running += 1
+        Sleepy.most = max(Sleepy.most, Sleepy.running)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            Sleepy.running -= 1
+        return ScrapeResult(self.source, self.target, True)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_scrapes_are_bounded_and_those_that_never_got_a_turn_say_so(tmp_path: Path) -> None:
+    runner, _, _ = make_runner(tmp_path, "none", {})
+    settings = runner.settings.model_copy(
+        update={"max_concurrent_scrapes": 2, "scrape_timeout": timedelta(seconds=0.35)}
+    )
+    targets = [Sleepy(i, 0.1) for i in range(12)]
+    bounded = Runner(settings, runner.fabric, targets, runner.store, StateBoard(runner.fabric))
+    Sleepy.most = 0
+    results = asyncio.run(bounded.scrape(bounded.targets))
+    assert Sleepy.most == 2
+    assert 4 <= sum(r.ok for r in results) <= 6  # two at a time, 0.1 s each, within 0.35 s
+    errors = [r.error or "" for r in results if not r.ok]
+    queued = [e for e in errors if e.startswith("not scraped within 0.35 s: 2 scrapes of this process")]
+    assert len(queued) >= 4 and all(e in queued or e == "timed out after 0.35 s" for e in errors)
