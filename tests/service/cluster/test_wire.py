@@ -3,6 +3,7 @@ in any arrival order; broken or partial scrapes never reach the detectors."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pyarrow as pa
@@ -142,3 +143,24 @@ def test_a_chunk_that_is_not_arrow_spoils_its_scrape_and_hands_back_every_messag
 def test_a_payload_limit_too_small_for_any_scrape_is_refused(scrape: ScrapeResult) -> None:
     with pytest.raises(ValueError, match="max_payload"):
         encode(scrape, max_payload=HEADROOM + 10)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"encoding": "brotli"}, "unknown encoding"),
+        ({"bytes": 2**40}, "over the"),
+        ({"bytes": 10}, "cannot be read"),
+    ],
+)
+def test_a_status_that_misstates_its_batches_spoils_the_scrape(
+    scrape: ScrapeResult, change: dict, match: str
+) -> None:
+    """A batch's encoding and size come from its status: one it cannot hold to is refused,
+    never decompressed into an allocation the status chose."""
+    messages = encode(scrape)
+    status = json.loads(messages[-1].data)
+    status["batches"][0] |= change
+    messages[-1] = Outgoing(messages[-1].subject, json.dumps(status).encode(), messages[-1].headers)
+    with pytest.raises(WireError, match=match):
+        feed(Assembler(), messages)
