@@ -6,21 +6,22 @@ of its own serves them all, so the only graywire code running is the replicas'. 
 member count, ``graywire serve`` replicas start with ``cluster:`` on PostgreSQL and NATS
 (``GRAYWIRE_BENCH_PG_URL``, ``GRAYWIRE_BENCH_NATS_URL``; a stream of the run's own), share the
 agent targets by rendezvous hashing, scrape their share every ``--interval`` and publish it;
-the leader judges every poll. Over ``--seconds`` it reads each replica's
-``graywire_cluster_scrapes_total`` and its process CPU time (``/proc``), and the leader's polls
-judged.
+the leader judges every poll. Over ``--slots`` polls it reads each replica's
+``graywire_cluster_scrapes_total``, its process CPU time (``/proc``), the stream's bytes, and the
+leader's polls judged.
 
-Each member scrapes its whole share at the start of every slot, at once, and publishes each
-scrape as it completes; how long that takes (``graywire_cluster_slot_seconds``, read after
-each slot) bounds how many targets it can take in a poll. Printed per member count: the targets
-a second the cluster sustains (all targets over the slowest member's slot), and ports a second;
-the ratio to the limit; the slowest slot; what the busiest member sustains alone; each
-member's CPU milliseconds per target (a follower's; the leader's besides, which includes
-judging every poll); bytes published per target (the stream's load); scrapes that failed; and
-the leader's polls judged against the polls due. The limit, measured in the same run by this
-process: one process scraping every target at once, as the single-process service does
-(``AgentCollector.scrape``: the fetch and the decode, nothing published), in targets a second
-and CPU milliseconds a target. Run: ``python bench/bench_cluster.py [--hosts 512]
+Each member scrapes its share at the start of every slot (at most ``max_concurrent_scrapes`` at
+once) and publishes each scrape as it completes; how long that takes
+(``graywire_cluster_slot_seconds``, read after each slot) bounds how many targets it can take a
+poll. Printed per member count: the targets a second scraped and published, and those that
+failed (a share that does not fit its poll times out); the slowest slot; the capacity, the sum
+of each member's share over its slot (while none failed); ports a second at that rate and its
+ratio to the limit; a follower's CPU milliseconds per target it scraped; the cores the leader
+used (its own share, and the judging of every poll); the bytes the stream stored per scrape
+(size NATS by it); and the leader's polls judged against the polls due. The limit, measured in
+the same run by this process: one process scraping every target, as the single-process service
+does (``AgentCollector.scrape``: the fetch and the decode, nothing published), in targets a
+second and CPU milliseconds a target. Run: ``python bench/bench_cluster.py [--hosts 512]
 [--interval 10] [--slots 4] [--members 1,2,3]``.
 """
 
@@ -151,7 +152,7 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 
 def single_process(urls: list[str]) -> tuple[float, float]:
-    """The limit, in this process: every agent scraped at once, as the single-process service
+    """The limit, in this process: every agent scraped, 256 at once, as the single-process service
     scrapes them (``AgentCollector.scrape``: fetch and decode, no publishing), after a warm-up
     round. Targets a second (all of them over the round's wall time) and CPU ms a target."""
     collectors = [AgentCollector(u, timeout=60.0) for u in urls]
@@ -279,10 +280,12 @@ def run_members(
         "failed_per_s": failed / elapsed,
         # What the members could take a poll, from how long their shares took: meaningful while
         # every slot ends within the interval (else the shares did not fit).
-        "capacity": sum(owned[i] / slot_s[i] for i in range(n)) if max(slot_s) < args.interval else None,
+        "capacity": sum(owned[i] / slot_s[i] for i in range(n))
+        if not failed and max(slot_s) < args.interval
+        else None,
         "slot_max": max(slot_s),
         "member_ms": statistics.median(cpu_ms[i] for i in others),
-        "leader_ms": cpu_ms[leader],
+        "leader_cores": (cpu1[leader] - cpu0[leader]) / elapsed,
         "failed": failed,
         "judged": judged,
         "due_polls": elapsed / args.interval,
@@ -360,8 +363,8 @@ def main() -> int:
             print(f"limit, one process scraping them all at once (fetch + decode, no publishing): "
                   f"{alone:,.0f} targets/s, {alone_ms:.1f} CPU ms a target")  # fmt: skip
             head = ("members", "scraped/s", "failed/s", "slowest slot", "capacity/s", "ports/s", "ratio",
-                    "member ms/t", "leader ms/t", "B stored/t", "polls judged")  # fmt: skip
-            widths = (7, 9, 8, 12, 10, 10, 6, 11, 11, 10, 13)
+                    "member ms/t", "leader cores", "B stored/t", "polls judged")  # fmt: skip
+            widths = (7, 9, 8, 12, 10, 10, 6, 11, 12, 10, 13)
             print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
             for n in (int(x) for x in args.members.split(",")):
                 r = run_members(n, args, work, urls, ports)
@@ -372,7 +375,7 @@ def main() -> int:
                     f"{cap:>10,.0f}" if cap else f"{'over':>10}",
                     f"{(cap or r['scraped']) * r['ports_per_target']:>10,.0f}",
                     f"{(cap or r['scraped']) / alone:>6.2f}",
-                    f"{r['member_ms']:>11.1f}", f"{r['leader_ms']:>11.1f}",
+                    f"{r['member_ms']:>11.1f}", f"{r['leader_cores']:>12.2f}",
                     f"{r['stored_per_target']:>10,.0f}",
                     f"{r['judged']:>6.0f} of {r['due_polls']:<4.0f}",
                 )  # fmt: skip

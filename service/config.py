@@ -208,6 +208,10 @@ class ClusterSettings(BaseModel):
     #: up (30 minutes covers every default detector's window but BER's 125-minute ones), and a
     #: leader that falls behind catches up within it.
     history: PositiveDuration = timedelta(minutes=30)
+    #: How much of that a new leader replays before it judges live (default: all of it). The
+    #: replay runs at the leader's judging speed: a large fabric judged in seconds a poll
+    #: replays 30 minutes (180 polls at 10 s) in minutes, and decides nothing meanwhile.
+    warmup: PositiveDuration | None = None
     #: The JetStream stream, its subjects' first token, and its replicas on a NATS cluster.
     stream: str = Field("GRAYWIRE", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     subject_prefix: str = Field("graywire", pattern=r"^[A-Za-z0-9_-]{1,64}$")

@@ -16,7 +16,7 @@ database refuses them they stay unacknowledged, so a leader that dies before sto
 leaves them to the next.
 
 On taking over, the new leader first replays the stream's history up to what the previous term
-acknowledged (``cluster.history`` back at most) through fresh detectors, storing nothing: the
+acknowledged (``cluster.warmup`` back at most) through fresh detectors, storing nothing: the
 statistical detectors come out warm and judge the first live poll as the old leader would have,
 so a failover neither opens nor closes incidents of its own making. Deterministic ones would
 judge at once anyway. Then it judges, live, everything after that point: the polls published
@@ -145,6 +145,7 @@ class Leader:
         pipelines: Callable[[], Pipeline],
         token: int,
         history_s: float,
+        warmup_s: float,
         prepare: Callable[[], object],
     ) -> None:
         self.runner = runner
@@ -152,6 +153,7 @@ class Leader:
         self.pipelines = pipelines
         self.token = token
         self.history_s = history_s
+        self.warmup_s = min(warmup_s, history_s)
         self.prepare = prepare
         s = runner.settings
         self.interval = s.poll_seconds
@@ -197,7 +199,7 @@ class Leader:
 
     # -- warm-up ------------------------------------------------------------------------------
     async def _warm_up(self, until_seq: int) -> None:
-        since = datetime.now(UTC) - timedelta(seconds=self.history_s)
+        since = datetime.now(UTC) - timedelta(seconds=self.warmup_s)
         async for batch in self.bus.history(since, until_seq):
             await asyncio.to_thread(self._absorb, batch, False)
             # A slot is replayed once reports two slots newer arrived: its own are all in by then.

@@ -279,9 +279,7 @@ class ClusterNode:
 
     async def _lead(self, taken: Takeover) -> None:
         alerts = asyncio.create_task(self.dispatcher.run()) if self.dispatcher is not None else None
-        leader = Leader(
-            self.runner, self.bus, self.pipelines, taken.token, self.cfg.history.total_seconds(), self.prepare
-        )
+        leader = Leader(self.runner, self.bus, self.pipelines, taken.token, *self._windows(), self.prepare)
         self.leader_stats = leader.stats
         try:
             while True:
@@ -299,7 +297,7 @@ class ClusterNode:
                         self.bus,
                         self.pipelines,
                         taken.token,
-                        self.cfg.history.total_seconds(),
+                        *self._windows(),
                         self.prepare,
                     )
                     self.leader_stats = leader.stats
@@ -307,6 +305,11 @@ class ClusterNode:
             if alerts is not None:
                 alerts.cancel()
                 await asyncio.gather(alerts, return_exceptions=True)
+
+    def _windows(self) -> tuple[float, float]:
+        """Seconds of history the stream keeps, and of it a new leader replays."""
+        history = self.cfg.history.total_seconds()
+        return history, self.cfg.warmup.total_seconds() if self.cfg.warmup else history
 
     async def _end_term(self, reason: str) -> None:
         task, self._leading = self._leading, None
