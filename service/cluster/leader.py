@@ -32,7 +32,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -123,16 +123,13 @@ class LeaderStats:
 
     slots_judged: int = 0
     slots_warmed: int = 0
-    #: Seconds the last takeover's warm-up took, and the polls it replayed.
+    #: Seconds the takeover took to warm the detectors up (the replay, and building them).
     warmup_seconds: float = 0.0
     #: Slot (unix seconds) of the newest poll judged, and when it was judged.
     last_slot: float = 0.0
     last_judged_at: float = 0.0
-    waiting_reports: int = 0
-    dropped: Counter[str] | None = None
-
-    def __post_init__(self) -> None:
-        self.dropped = Counter()
+    #: Reports and messages not judged, by reason (``DROP_REASONS``).
+    dropped: Counter[str] = field(default_factory=Counter)
 
 
 class Leader:

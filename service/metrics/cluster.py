@@ -113,5 +113,5 @@ class ClusterExporter(Collector):
             labels=["reason"],
         )
         for reason in DROP_REASONS:
-            dropped.add_metric([reason], (lead.dropped or {}).get(reason, 0))
+            dropped.add_metric([reason], lead.dropped.get(reason, 0))
         yield dropped
