@@ -664,6 +664,15 @@ def _known_keys(model: Any = None, seen: set[Any] | None = None) -> set[str]:
     return keys
 
 
+#: Keys a reader of the design might expect that are deliberately not settings, and why.
+_NOT_SETTINGS = {
+    ("cluster", "members_table"): (
+        "the members are rows of the table cluster_members, made by the migrations with the rest "
+        "of the schema (docs/architecture.md, Replicas); remove the key"
+    ),
+}
+
+
 def _explain(err: Any) -> str:
     """pydantic's message, with what the user most likely meant where a name is wrong."""
     if err["type"] == "source_type":
@@ -675,6 +684,8 @@ def _explain(err: Any) -> str:
         return f"unknown source type {given!r}{hint}; use one of {', '.join(SOURCE_TYPES)}"
     if err["type"] == "extra_forbidden":
         name = str(err["loc"][-1])
+        if tuple(map(str, err["loc"])) in _NOT_SETTINGS:
+            return f"{name!r} is not a setting: {_NOT_SETTINGS[tuple(map(str, err['loc']))]}"
         near = difflib.get_close_matches(name, sorted(_known_keys()), n=1, cutoff=0.75)
         return f"unknown key {name!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
     return err["msg"]

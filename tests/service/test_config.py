@@ -157,6 +157,14 @@ def test_the_readme_sources_example_is_a_valid_config(tmp_path: Path) -> None:
             "targets.0.comunity: unknown key 'comunity' (did you mean 'community'?)",
         ),
         ({"zzzz": 1}, "zzzz: unknown key 'zzzz'\n"),
+        (
+            {
+                "database_url": "postgresql+psycopg://gw@db/graywire",
+                "cluster": {"nats_url": "nats://nats:4222", "members_table": "gw_members"},
+            },
+            "cluster.members_table: 'members_table' is not a setting: the members are rows of "
+            "the table cluster_members",
+        ),
     ],
 )
 def test_a_typo_is_named_with_what_was_meant(tmp_path: Path, overrides: dict, message: str) -> None:
