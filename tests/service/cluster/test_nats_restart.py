@@ -26,6 +26,14 @@ def incidents(r: Replica) -> dict[int, tuple[str, str | None, str]]:
     }
 
 
+def judged_slot(leader: Replica) -> float:
+    """The newest poll slot the leader judged (unix time), from its metrics."""
+    for line in leader.get("/metrics").splitlines():
+        if line.startswith("graywire_cluster_judged_slot_timestamp_seconds "):
+            return float(line.split()[1])
+    raise AssertionError("the leader exports no graywire_cluster_judged_slot_timestamp_seconds")
+
+
 def test_a_nats_restart_loses_no_decision_and_shows_as_stale_targets(
     tmp_path: Path, pg_url: str, private_nats: PrivateNats, stream_name: str, pg
 ) -> None:
@@ -45,15 +53,22 @@ def test_a_nats_restart_loses_no_decision_and_shows_as_stale_targets(
         wait_until(
             "the first fault's drain", lambda: BEFORE[0] in {d["node"] for d in r1.get("/api/v1/drain")}, 90
         )
-        # Its effects (the slow NCCL channels of that host) settle too: no change for two polls.
-        decided, since = incidents(r1), time.monotonic()
-        give_up = since + 30
-        while time.monotonic() - since < 2 * POLL:
+        # Its effect, the slow NCCL channels of that host's rank, shows once the job's logs show
+        # it (later on a busy machine); then everything settles: the leader has judged three
+        # polls' worth of slots since the last change (it may be behind the clock).
+        wait_until(
+            "the fault's slow NCCL channels",
+            lambda: ("nccl_channel_slow", BEFORE[1], "open") in incidents(r1).values(),
+            60,
+        )
+        decided, since = incidents(r1), time.time()
+        give_up = time.monotonic() + 60
+        while judged_slot(r0) < since + 3 * POLL:
             assert time.monotonic() < give_up, "the incidents never settled before the outage"
             time.sleep(0.5)
             now = incidents(r1)
             if now != decided:
-                decided, since = now, time.monotonic()
+                decided, since = now, time.time()
         drains_before = rows(pg, "SELECT id, node FROM audit_log WHERE action = 'drain' ORDER BY id")
         assert [d.node for d in drains_before] == [BEFORE[0]]
 
@@ -75,8 +90,20 @@ def test_a_nats_restart_loses_no_decision_and_shows_as_stale_targets(
             time.sleep(1.0)
         private_nats.start()
 
-        wait_until("fresh targets again", lambda: r0.get("/api/v1/sources")["stale_ports"] == 0, 10 * POLL)
-        assert incidents(r1) == decided, "NATS coming back opened or closed an incident"
+        def reported_again() -> bool:
+            # The gap must close on every target. One whose own scrape failed (an SNMP walk that
+            # timed out on a busy machine) is stale for its own reason, not NATS's.
+            s = r0.get("/api/v1/sources")
+            if any((t["error"] or "").startswith("no member reported") for t in s["items"]):
+                return False
+            own = sum(t["stale_port_count"] for t in s["items"] if t["ok"] is False)
+            return s["stale_ports"] <= own
+
+        wait_until("every target reported again", reported_again, 10 * POLL)
+        # (On a busy machine the second fault may already be found here: it is injected at a
+        # fixed time, and the steps before took longer.)
+        later = {k: v for k, v in incidents(r1).items() if v[1] != AFTER[1]}
+        assert later == decided, "NATS coming back opened or closed an incident"
         assert r0.get("/api/v1/cluster")["leader"] == "gw-0", "the lead never depended on NATS"
         wait_until(
             "the fault injected after the restart to be found and drained",
