@@ -16,9 +16,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/graywire demo $(if $(PORT),--port $(PORT))
 
+# Pure computation on every core (at most four), then what starts servers or keeps time, one
+# test at a time: a busy second core would only test the machine's load.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest
+	$(BIN)/pytest -m compute -n auto --maxprocesses 4 --dist loadfile
+	$(BIN)/pytest -m "not compute"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

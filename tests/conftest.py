@@ -19,6 +19,18 @@ from graywire.service.db import make_engine, upgrade
 from graywire.service.store import IncidentStore
 
 PG_URL_ENV = "GRAYWIRE_TEST_PG_URL"
+#: Folders of pure computation (no server, no clock, no shared database): their tests, unless
+#: marked slow, are marked ``compute``, and ``make test`` runs those on every core first.
+COMPUTE_DIRS = ("detectors", "evaluation", "fabricsim")
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        part = item.path.relative_to(here).parts[0]
+        if part in COMPUTE_DIRS and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.compute)
 
 
 def _in_ci() -> bool:

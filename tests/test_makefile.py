@@ -29,5 +29,9 @@ def test_make_run_without_a_port_leaves_it_to_the_demo() -> None:
     assert line.endswith("graywire demo")  # the demo's default: $GRAYWIRE_PORT, else 8000
 
 
-def test_make_test_runs_pytest() -> None:
-    assert dry_run("test") == [".venv/bin/pytest"]
+def test_make_test_runs_every_test_once() -> None:
+    """The computation on every core, then the rest: the two selections are complements."""
+    assert dry_run("test") == [
+        ".venv/bin/pytest -m compute -n auto --maxprocesses 4 --dist loadfile",
+        '.venv/bin/pytest -m "not compute"',
+    ]
