@@ -119,3 +119,23 @@ def test_each_term_reads_from_where_the_last_acknowledged_and_the_replay_stops_t
             await bus.close()
 
     asyncio.run(go())
+
+
+class _SpentPull:
+    """A pull subscription whose fetch ends as nats-py's does when its deadline is spent
+    between its two pull requests: the builtin TimeoutError, not nats.errors.TimeoutError."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    async def fetch(self, batch: int, timeout: float) -> list[object]:
+        raise self.error
+
+
+def test_a_fetch_that_runs_out_of_time_is_empty_not_a_failure() -> None:
+    import nats.errors
+
+    assert asyncio.run(Bus.fetch(_SpentPull(TimeoutError()), 0.1)) == []
+    assert asyncio.run(Bus.fetch(_SpentPull(nats.errors.TimeoutError()), 0.1)) == []
+    with pytest.raises(nats.errors.ConnectionClosedError):  # a real failure still is one
+        asyncio.run(Bus.fetch(_SpentPull(nats.errors.ConnectionClosedError()), 0.1))
