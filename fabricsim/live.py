@@ -217,6 +217,9 @@ def run_fakes(
     snmp_dir.mkdir(exist_ok=True)
     hosts_writer = HostTreeWriter(out / "hosts", fabric)
     agent_hosts = [fabric.node_names[i] for i in range(min(cfg.agent_hosts, cfg.hosts))]
+    # The job's files come once it starts; the directory is there from the first poll, so the
+    # nccl source reads "nothing yet", not "no such directory".
+    (out / "nccl").mkdir(exist_ok=True)
     nccl = InspectorWriter(out / "nccl", debug_log=True)
 
     stamps = [0.0]  # the last recordings' mtime
