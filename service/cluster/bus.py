@@ -176,7 +176,6 @@ class Bus:
         """The stream sequence of the first message published at or after unix time ``t``
         (one past the last if none was)."""
         api = require("nats.js.api", "cluster (NATS JetStream)")
-        errors = require("nats.errors", "cluster (NATS JetStream)")
         config = api.ConsumerConfig(
             deliver_policy=api.DeliverPolicy.BY_START_TIME,
             opt_start_time=datetime.fromtimestamp(t, UTC),
@@ -188,7 +187,7 @@ class Bus:
         try:
             msgs = await sub.fetch(1, timeout=1.0)
             return int(msgs[0].metadata.sequence.stream)
-        except errors.TimeoutError:
+        except TimeoutError:  # nats-py's own or the builtin one: nothing since
             return await self.last_sequence() + 1
         finally:
             await self._end(sub)
@@ -213,7 +212,10 @@ class Bus:
         earlier = [(t, info) for t, info in terms if t <= token]
         if not earlier:
             return None
-        return int(max(earlier, key=lambda x: x[0])[1].ack_floor.stream_seq)
+        info = max(earlier, key=lambda x: x[0])[1]
+        # A consumer that acknowledged nothing yet reports an ack floor of 0 (nats-server
+        # 2.9), not the sequence before its start: the term that made it had judged up to there.
+        return max(int(info.ack_floor.stream_seq), int(info.config.opt_start_seq or 1) - 1)
 
     async def term_consumer(self, token: int, start_seq: int, ack_wait_s: float) -> Any:
         """The durable consumer of term ``token``, reading from ``start_seq`` on; the other
@@ -233,14 +235,26 @@ class Bus:
             filter_subject=self.filter,
         )
         sub = await self._js.pull_subscribe(self.filter, durable=name, stream=self.cfg.stream, config=config)
-        await self._delete_other_terms(keep=name)
+        await self._delete_earlier_terms(token)
         return sub
 
-    async def _delete_other_terms(self, keep: str) -> None:
-        names = await self._js.consumers_info(self.cfg.stream)
-        for info in names:
+    async def consumer_gone(self, token: int) -> bool:
+        """Term ``token``'s consumer no longer exists (a pull from a deleted consumer just
+        times out, like one from an idle stream)."""
+        errors = require("nats.js.errors", "cluster (NATS JetStream)")
+        try:
+            await self._js.consumer_info(self.cfg.stream, consumer_name(token))
+        except errors.NotFoundError:
+            return True
+        return False
+
+    async def _delete_earlier_terms(self, token: int) -> None:
+        """Earlier terms' consumers, never a later one's: a leader paused past its lease that
+        wakes up here must not take the new leader's consumer away."""
+        for info in await self._js.consumers_info(self.cfg.stream):
             name = info.name
-            if name.startswith(CONSUMER_PREFIX) and name != keep:
+            tail = name.removeprefix(CONSUMER_PREFIX)
+            if name.startswith(CONSUMER_PREFIX) and tail.isdigit() and int(tail) < token:
                 try:
                     await self._js.delete_consumer(self.cfg.stream, name)
                 except Exception as e:  # it may be gone already: another term's clean-up
@@ -252,7 +266,6 @@ class Bus:
         if until_seq < 1:
             return
         api = require("nats.js.api", "cluster (NATS JetStream)")
-        errors = require("nats.errors", "cluster (NATS JetStream)")
         config = api.ConsumerConfig(
             deliver_policy=api.DeliverPolicy.BY_START_TIME,
             opt_start_time=since.astimezone(UTC),
@@ -265,7 +278,7 @@ class Bus:
             while True:
                 try:
                     msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
-                except errors.TimeoutError:
+                except TimeoutError:  # nats-py's own or the builtin one: the history is read
                     return
                 batch = [m for m in msgs if m.metadata.sequence.stream <= until_seq]
                 if batch:

@@ -54,6 +54,11 @@ def runner_key(source: str, target: str) -> str:
     return target_key(source, redact_url(target))
 
 
+class ConsumerGone(RuntimeError):
+    """This term's consumer was deleted under it: pulls from it only time out, so the term's
+    loop starts again and makes it anew."""
+
+
 class SlotBook:
     """Reports waiting to be judged, per target in slot order, and the newest slot judged of
     each target. Thread-safe: messages are absorbed and slots taken from different threads."""
@@ -188,11 +193,16 @@ class Leader:
         )
         sub = await self.bus.term_consumer(self.token, judged_up_to + 1, ack_wait_s=self.history_s)
         fetcher = asyncio.create_task(self._fetch(sub))
+        judge = asyncio.create_task(self._judge_slots())
         try:
-            await self._judge_slots()
+            # Either ends only by failing: the term's loop then starts again.
+            done, _ = await asyncio.wait({fetcher, judge}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
         finally:
-            fetcher.cancel()
-            await asyncio.gather(fetcher, return_exceptions=True)
+            for task in (fetcher, judge):
+                task.cancel()
+            await asyncio.gather(fetcher, judge, return_exceptions=True)
 
     # -- warm-up ------------------------------------------------------------------------------
     async def _warm_up(self, until_seq: int) -> None:
@@ -220,10 +230,17 @@ class Leader:
     async def _fetch(self, sub: Any) -> None:
         """Take what the consumer delivers into the book, for ever."""
         quiet_until = 0.0
+        heard = time.monotonic()  # the last fetch that brought something
         while True:
             try:
                 msgs = await self.bus.fetch(sub, timeout_s=1.0)
                 self._caught_up = len(msgs) < FETCH_BATCH
+                if msgs:
+                    heard = time.monotonic()
+                elif time.monotonic() - heard > max(10.0, 2 * self.interval):
+                    heard = time.monotonic()
+                    if await self.bus.consumer_gone(self.token):
+                        raise ConsumerGone(f"the consumer of term {self.token} was deleted")
                 if msgs:
                     spoiled = await asyncio.to_thread(self._absorb, msgs, True)
                     if spoiled:
@@ -234,7 +251,7 @@ class Leader:
                     self.stats.dropped["incomplete"] += 1
                     log.warning("leader: dropped a scrape whose member stopped publishing it mid-way")
                     await self.bus.ack(expired)
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, ConsumerGone):
                 raise
             except Exception as e:  # NATS away: the slots go on, their targets missing
                 self._caught_up = True

@@ -261,7 +261,11 @@ class Assembler:
         if s is None:
             return None
         layout = s["batches"]
-        if any((b, c) not in p.chunks for b, spec in enumerate(layout) for c in range(int(spec["chunks"]))):
+        try:
+            counts = [int(spec["chunks"]) for spec in layout]
+        except (KeyError, TypeError, ValueError) as e:
+            raise WireError(f"scrape {scrape_id} has a bad batch layout: {e!r}") from None
+        if any((b, c) not in p.chunks for b, n in enumerate(counts) for c in range(n)):
             return None
         del self._pending[scrape_id]
         try:

@@ -115,6 +115,18 @@ def test_each_term_reads_from_where_the_last_acknowledged_and_the_replay_stops_t
             names = {c.name for c in await bus._js.consumers_info(stream_name)}
             assert names == {"leader-2"}  # term 1's is gone: a paused former leader takes nothing
             assert await bus.fetch(first, 0.5) == []
+            assert await bus.consumer_gone(1) and not await bus.consumer_gone(2)
+
+            # Term 2 dies before acknowledging anything: term 3 starts where term 2 started,
+            # not from the stream's beginning (an unacknowledging consumer's floor reads 0).
+            assert await bus.judged_up_to(3) == 3
+            third = await bus.term_consumer(3, 4, ack_wait_s=60)
+            # Term 2's leader, paused past its lease, wakes and makes its consumer again: it
+            # must not take term 3's away.
+            await bus.term_consumer(2, 4, ack_wait_s=60)
+            names = {c.name for c in await bus._js.consumers_info(stream_name)}
+            assert names == {"leader-2", "leader-3"}
+            assert [m.metadata.sequence.stream for m in await bus.fetch(third, 2.0)] == [4, 5]
         finally:
             await bus.close()
 

@@ -164,3 +164,20 @@ def test_a_status_that_misstates_its_batches_spoils_the_scrape(
     messages[-1] = Outgoing(messages[-1].subject, json.dumps(status).encode(), messages[-1].headers)
     with pytest.raises(WireError, match=match):
         feed(Assembler(), messages)
+
+
+@pytest.mark.parametrize("layout", [[{}], ["one"], [{"chunks": "x"}], [None]])
+def test_a_status_with_a_bad_batch_layout_spoils_its_scrape_with_every_message(
+    scrape: ScrapeResult, layout: list
+) -> None:
+    """Refused as the wire's error, handing back every message of the scrape: anything else
+    would escape the leader's filing and leave the rest of its fetch unacknowledged."""
+    messages = encode(scrape)
+    status = json.loads(messages[-1].data)
+    status["batches"] = layout
+    messages[-1] = Outgoing(messages[-1].subject, json.dumps(status).encode(), messages[-1].headers)
+    assembler = Assembler()
+    with pytest.raises(WireError, match="bad batch layout") as caught:
+        feed(assembler, messages)
+    assert sorted(caught.value.handles) == list(range(len(messages)))
+    assert len(assembler) == 0
