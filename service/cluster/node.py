@@ -120,6 +120,10 @@ class ClusterNode:
         self._thread: threading.Thread | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._leading: asyncio.Task[None] | None = None
+        self._leading_token: int | None = None  # the term ``_leading`` runs
+        #: A term begins and ends one at a time: an ending that waits on a slow judge must not
+        #: reset the state of the term that began meanwhile, nor cancel it.
+        self._term_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self._last_error = 0.0
         fence.on_refused(lambda message: self._lost(f"the database refused a write: {message}"))
@@ -252,7 +256,7 @@ class ClusterNode:
             return
         log.error("cluster: %s stops leading (token %d): %s", self.member_id, token, reason)
         self.stepdowns += 1
-        self._on_loop(self._spawn, self._end_term(reason))
+        self._on_loop(self._spawn, self._end_term(reason, token))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` as a task this node keeps a reference to until it is done (the loop
@@ -263,8 +267,16 @@ class ClusterNode:
 
     # -- a term -------------------------------------------------------------------------------
     def _begin_term(self, taken: Takeover) -> None:
-        if self.fence.token != taken.token:
-            return  # lost again before the loop got to it
+        self._spawn(self._start_term(taken))
+
+    async def _start_term(self, taken: Takeover) -> None:
+        async with self._term_lock:
+            if self.fence.token != taken.token:
+                return  # lost again before the loop got to it
+            await self._stop_leading()  # a term whose ending has not come round yet
+            self._start_leading(taken)
+
+    def _start_leading(self, taken: Takeover) -> None:
         self.takeovers += 1
         self.led_since = time.time()
         self.runner.state.reset()
@@ -276,6 +288,7 @@ class ClusterNode:
             f", after {taken.previous_holder}" if taken.previous_holder else "",
         )
         self._leading = asyncio.create_task(self._lead(taken))
+        self._leading_token = taken.token
 
     async def _lead(self, taken: Takeover) -> None:
         alerts = asyncio.create_task(self.dispatcher.run()) if self.dispatcher is not None else None
@@ -311,14 +324,21 @@ class ClusterNode:
         history = self.cfg.history.total_seconds()
         return history, self.cfg.warmup.total_seconds() if self.cfg.warmup else history
 
-    async def _end_term(self, reason: str) -> None:
-        task, self._leading = self._leading, None
+    async def _end_term(self, reason: str, token: int | None = None) -> None:
+        """End term ``token`` (None: whichever runs); a later term is left alone."""
+        async with self._term_lock:
+            if self._leading is None or (token is not None and token != self._leading_token):
+                return
+            await self._stop_leading()
+            await asyncio.to_thread(self.runner.new_term, None)
+            self.runner.state.exported = False
+            self.runner.state.reset()
+            self.led_since = None
+            log.warning("cluster: %s follows now (%s)", self.member_id, reason)
+
+    async def _stop_leading(self) -> None:
+        task, self._leading, self._leading_token = self._leading, None, None
         if task is None:
             return
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await asyncio.to_thread(self.runner.new_term, None)
-        self.runner.state.exported = False
-        self.runner.state.reset()
-        self.led_since = None
-        log.warning("cluster: %s follows now (%s)", self.member_id, reason)
