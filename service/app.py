@@ -112,8 +112,9 @@ def create_app(
     )
 
     own_url = f"http://{settings.host}:{settings.port}"
+    may_send = (lambda: fence.locally_valid) if fence is not None else None
     dispatcher = (
-        Dispatcher(engine, settings.alerts, default_external_url=own_url, fabric=fabric)
+        Dispatcher(engine, settings.alerts, default_external_url=own_url, fabric=fabric, may_send=may_send)
         if settings.alerts.enabled
         else None
     )

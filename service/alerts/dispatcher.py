@@ -18,7 +18,7 @@ import socket
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -180,8 +180,13 @@ class Dispatcher:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         default_external_url: str | None = None,
         fabric: Fabric | None = None,
+        may_send: Callable[[], bool] | None = None,
     ) -> None:
         self.engine = engine
+        #: Asked just before each POST (a replica: "do I still hold the lease?"). The database
+        #: fences the claim and the acknowledgement, not the HTTP request between them: a
+        #: leader paused past its lease must not page from a claim it no longer owns.
+        self.may_send = may_send
         #: The ``instance`` label, decided before external_url takes its default (which may
         #: be a wildcard address such as 0.0.0.0).
         self.instance = default_instance(settings, default_external_url)
@@ -286,16 +291,23 @@ class Dispatcher:
         sent = 0
         lease_s = 2 * dest.timeout_s + 1.0
         while True:
+            claimed_at = self.clock()
             batch = await asyncio.to_thread(
-                outbox.claim_head, self.engine, dest.name, self.clock(), lease_s, dest.batch
+                outbox.claim_head, self.engine, dest.name, claimed_at, lease_s, dest.batch
             )
             if not batch:
                 return sent
-            if not await self._send(dest, batch):
+            if not await self._send(dest, batch, claimed_at + timedelta(seconds=lease_s)):
                 return sent
             sent += len(batch)
 
-    async def _send(self, dest: Destination, batch: list[OutboxMessage]) -> bool:
+    def _still_ours(self, dest: Destination, claimed_until: datetime) -> bool:
+        """The claim outlasts the POST about to be made, and this process may still send."""
+        if self.clock() + timedelta(seconds=dest.timeout_s) > claimed_until:
+            return False  # paused since the claim: another sender may have taken it over
+        return self.may_send is None or self.may_send()
+
+    async def _send(self, dest: Destination, batch: list[OutboxMessage], claimed_until: datetime) -> bool:
         ids = [m.id for m in batch]
         now = self.clock()
         try:
@@ -305,6 +317,14 @@ class Dispatcher:
             await asyncio.to_thread(outbox.give_up, self.engine, ids, f"render failed: {e!r}")
             self.dead[dest.name] += len(ids)
             return True
+        if not self._still_ours(dest, claimed_until):
+            log.warning(
+                "alerts: not sending messages %s to %s: their claim ran out or this replica no longer "
+                "leads (whoever sends next sends them)",
+                ids,
+                dest.name,
+            )
+            return False
         try:
             response = await self.client.post(dest.url, content=body, headers=headers, timeout=dest.timeout_s)
         except httpx.HTTPError as e:

@@ -261,3 +261,48 @@ def test_a_flood_behind_a_dead_receiver_stays_within_max_outbox_and_keeps_the_pa
     warnings = {lab["entity"] for lab in sent if lab["severity"] == "warning"}
     assert {f"w{waves - 1}-{i}" for i in range(10)} <= warnings  # the newest wave whole
     assert len(sent) <= 20
+
+
+def test_a_sender_that_may_no_longer_send_leaves_its_claim_to_the_next(
+    store: IncidentStore, engine: Engine, recorder: Recorder
+) -> None:
+    """A replica paused past its lease between claiming and POSTing: the claim and the ack are
+    fenced in the database, the POST is not, so the dispatcher asks just before it."""
+    allowed, now = [False], [T0 + timedelta(minutes=5)]
+    dispatcher = Dispatcher(
+        engine,
+        settings(recorder, {"name": "noc", "type": "webhook", "url": "/hook"}),
+        clock=lambda: now[0],
+        may_send=lambda: allowed[0],
+    )
+    store.apply([finding(t=0)])
+
+    async def cycles(n: int) -> None:
+        for _ in range(n):
+            await asyncio.to_thread(dispatcher.sync)
+            await dispatcher.deliver_due()
+
+    asyncio.run(cycles(3))
+    assert recorder.delivered("/hook") == []
+    with Session(engine) as session:
+        (message,) = session.scalars(sa.select(OutboxMessage))
+        assert message.status != "delivered" and message.attempts == 0  # not a failure: not sent
+
+    allowed[0] = True  # the claim runs out; whoever may send now sends it, once
+    now[0] += timedelta(minutes=1)
+    cycle_until(dispatcher, lambda: len(recorder.delivered("/hook")) == 1)
+    assert [r.json()["status"] for r in recorder.delivered("/hook")] == ["firing"]
+
+
+def test_a_claim_that_runs_out_before_the_post_would_end_is_not_used(
+    engine: Engine, recorder: Recorder
+) -> None:
+    """The process stalled between the claim and the POST until too little of the claim is left
+    for the POST's own timeout: another sender may take the messages meanwhile, so not this one."""
+    dispatcher = Dispatcher(
+        engine, settings(recorder, {"name": "noc", "type": "webhook", "url": "/hook"}), clock=lambda: T0
+    )
+    dest = dispatcher.destinations["noc"]
+    assert dispatcher._still_ours(dest, T0 + timedelta(seconds=2 * dest.timeout_s + 1))  # just claimed
+    assert not dispatcher._still_ours(dest, T0 + timedelta(seconds=dest.timeout_s / 2))  # stalled
+    assert not dispatcher._still_ours(dest, T0 - timedelta(seconds=1))  # ran out
