@@ -58,7 +58,9 @@ def is_fence_refusal(error: BaseException) -> bool:
     return getattr(orig, "sqlstate", None) == FENCE_SQLSTATE
 
 
-def make_engine(url: str | URL, pg_settings: dict[str, str] | None = None) -> Engine:
+def make_engine(
+    url: str | URL, pg_settings: dict[str, str] | None = None, libpq: dict[str, Any] | None = None
+) -> Engine:
     """Create an engine with graywire's connection settings.
 
     SQLite: create the file's directory (a fresh install has none), and turn on WAL (readers
@@ -67,7 +69,7 @@ def make_engine(url: str | URL, pg_settings: dict[str, str] | None = None) -> En
     ``SQLITE_BEGIN_IMMEDIATE`` can take the write lock up front. Other backends:
     ``pool_pre_ping`` so a restarted PostgreSQL does not fail the first request after it, and
     ``pg_settings`` (PostgreSQL settings such as ``idle_in_transaction_session_timeout``) set on
-    every connection.
+    every connection, and ``libpq`` connection parameters (``keepalives_idle``, ...).
     """
     parsed = make_url(url)
     if _is_sqlite(parsed):
@@ -100,6 +102,7 @@ def make_engine(url: str | URL, pg_settings: dict[str, str] | None = None) -> En
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     if pg_settings:
         connect_args["options"] = " ".join(f"-c {k}={v}" for k, v in pg_settings.items())
+    connect_args |= libpq or {}
     return sa.create_engine(
         parsed, pool_pre_ping=True, json_serializer=_json_dumps, connect_args=connect_args
     )

@@ -103,7 +103,21 @@ class ClusterNode:
         self.member_id = cfg.member_id or default_member_id(settings)
         self.url = (cfg.advertise_url or default_url(settings)).rstrip("/")
         self.incarnation = uuid.uuid4().hex
-        self._engine = make_engine(settings.db_url)  # the coordinator's own connections
+        # The coordinator's own connections. A renewal that hangs (a half-open connection after
+        # a database failover) would keep this replica leading in its own eyes: the server
+        # ends a statement past the lease's lifetime, TCP keepalives find a dead peer within it.
+        ttl = self.timing.lease_ttl
+        self._engine = make_engine(
+            settings.db_url,
+            {"statement_timeout": f"{max(1000, round(ttl * 1000))}ms"},
+            {
+                "keepalives": 1,
+                "keepalives_idle": max(1, round(ttl / 2)),
+                "keepalives_interval": 1,
+                "keepalives_count": 3,
+                "tcp_user_timeout": max(1000, round(ttl * 1000)),
+            },
+        )
         me = MemberInfo(self.member_id, self.url, cfg.lead, cfg.collect)
         self.members = Members(self._engine, me, self.incarnation, self.timing.member_ttl, _version())
         self.lease = Lease(self._engine, self.member_id, self.url, self.timing.lease_ttl, self.timing.tick)
@@ -164,8 +178,20 @@ class ClusterNode:
         except Exception as e:  # the database away: the coordinator keeps trying
             log.warning("cluster: first heartbeat failed (%s: %s); retrying", type(e).__name__, e)
         self._tasks.append(asyncio.create_task(self._connect_and_collect()))
+        self._tasks.append(asyncio.create_task(self._watch_lease()))
         self._thread = threading.Thread(target=self._coordinate, name="graywire-cluster", daemon=True)
         self._thread.start()
+
+    async def _watch_lease(self) -> None:
+        """Step down once the lease has been out here for a whole lease lifetime unrenewed,
+        whatever the coordinator is doing: it may be stuck in a renewal that never answers
+        while another member takes the lease over. (Sooner, the coordinator's own renewal,
+        refused by the database, steps it down: the fence at work.)"""
+        ttl = self.timing.lease_ttl
+        while True:
+            await asyncio.sleep(self.timing.tick / 2)
+            if self.fence.token is not None and time.monotonic() > self.fence.valid_until + ttl:
+                self._lost("the lease ran out before it could be renewed (the database did not answer)")
 
     async def _connect_and_collect(self) -> None:
         delay = 1.0

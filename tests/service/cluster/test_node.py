@@ -43,6 +43,7 @@ def node_for(tmp_path: Path) -> tuple[ClusterNode, _Runner, list[int]]:
         None,
         data_dir=tmp_path,
         database_url="postgresql+psycopg://gw@127.0.0.1:9/graywire",  # never connected to
+        poll_interval="2s",  # the lease's watch looks every tick (a quarter of the lease's life)
         cluster={"nats_url": "nats://127.0.0.1:9", "member_id": "gw-0"},
     )
     runner = _Runner()
@@ -104,5 +105,30 @@ def test_a_late_ending_of_an_earlier_term_leaves_the_later_one_alone(tmp_path: P
         assert led == [1, 2] and node.runner.state.exported is True
         await node._end_term("test over")
         assert node._leading is None and node.runner.state.exported is False
+
+    asyncio.run(go())
+
+
+def test_a_lease_that_ran_out_unrenewed_ends_the_term_whatever_the_coordinator_does(tmp_path: Path) -> None:
+    """The coordinator stuck in a renewal that never answers renews nothing; the loop's own
+    watch steps down once the lease has been out here for a lease lifetime."""
+
+    async def go() -> None:
+        node, _runner, led = node_for(tmp_path)
+        node._begin_term(takeover(node, 1))
+        await settle()
+        assert node._leading_token == 1
+        # The last renewal that got through: its lease ran out here a lifetime ago.
+        node.fence.extend(1, time.monotonic() - node.timing.lease_ttl + 0.2)
+        watch = asyncio.create_task(node._watch_lease())
+        try:
+            for _ in range(100):
+                if node._leading is None:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            watch.cancel()
+        assert node._leading is None and node.fence.token is None and node.stepdowns == 1
+        assert led == [1]
 
     asyncio.run(go())
