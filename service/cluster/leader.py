@@ -243,7 +243,11 @@ class Leader:
                         raise ConsumerGone(f"the consumer of term {self.token} was deleted")
                 if msgs:
                     spoiled = await asyncio.to_thread(self._absorb, msgs, True)
-                    if spoiled:
+                    if spoiled and self.runner.has_unstored:
+                        # Some may be redeliveries of messages judged but not stored yet (the
+                        # store failing for ack_wait): acknowledged with the rest, once stored.
+                        self._held += spoiled
+                    elif spoiled:
                         await self.bus.ack(spoiled)
                     self._arrived.set()
                 expired = self.assembler.expire(time.monotonic() - 2 * self.interval - self.wait_s)
@@ -275,6 +279,10 @@ class Leader:
                 log.error("leader: dropped a message it cannot read: %s", e)
                 spoiled += [h for h in e.handles if h is not None]
                 continue
+            finally:
+                # Filed (the assembler keeps what it still needs): the message is only a handle
+                # to acknowledge from here on, which may wait long while stores fail.
+                m.data = b""
             if report is None:
                 continue
             r = report.result
