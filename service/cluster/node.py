@@ -282,7 +282,8 @@ class ClusterNode:
             return
         log.error("cluster: %s stops leading (token %d): %s", self.member_id, token, reason)
         self.stepdowns += 1
-        self._on_loop(self._spawn, self._end_term(reason, token))
+        # The coroutine is made on the loop: with no loop yet there is nothing to end.
+        self._on_loop(lambda: self._spawn(self._end_term(reason, token)))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` as a task this node keeps a reference to until it is done (the loop
