@@ -684,8 +684,9 @@ def _explain(err: Any) -> str:
         return f"unknown source type {given!r}{hint}; use one of {', '.join(SOURCE_TYPES)}"
     if err["type"] == "extra_forbidden":
         name = str(err["loc"][-1])
-        if tuple(map(str, err["loc"])) in _NOT_SETTINGS:
-            return f"{name!r} is not a setting: {_NOT_SETTINGS[tuple(map(str, err['loc']))]}"
+        why = _NOT_SETTINGS.get(tuple(map(str, err["loc"])))
+        if why:
+            return f"{name!r} is not a setting: {why}"
         near = difflib.get_close_matches(name, sorted(_known_keys()), n=1, cutoff=0.75)
         return f"unknown key {name!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
     return err["msg"]

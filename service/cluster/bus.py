@@ -41,6 +41,12 @@ def consumer_name(token: int) -> str:
     return f"{CONSUMER_PREFIX}{token}"
 
 
+def term_of(name: str) -> int | None:
+    """The term whose consumer ``name`` is; None for any other consumer."""
+    tail = name.removeprefix(CONSUMER_PREFIX)
+    return int(tail) if name.startswith(CONSUMER_PREFIX) and tail.isdigit() else None
+
+
 class Bus:
     """The stream and this replica's connection to it."""
 
@@ -204,12 +210,8 @@ class Bus:
         """The last stream sequence the latest term up to ``token`` acknowledged, with all
         before it (its consumer's ack floor): an earlier leader's, or this term's own when its
         loop starts again. None if no term left a consumer."""
-        terms = [
-            (int(info.name.removeprefix(CONSUMER_PREFIX)), info)
-            for info in await self._js.consumers_info(self.cfg.stream)
-            if info.name.startswith(CONSUMER_PREFIX) and info.name.removeprefix(CONSUMER_PREFIX).isdigit()
-        ]
-        earlier = [(t, info) for t, info in terms if t <= token]
+        terms = [(term_of(info.name), info) for info in await self._js.consumers_info(self.cfg.stream)]
+        earlier = [(t, info) for t, info in terms if t is not None and t <= token]
         if not earlier:
             return None
         info = max(earlier, key=lambda x: x[0])[1]
@@ -253,8 +255,8 @@ class Bus:
         wakes up here must not take the new leader's consumer away."""
         for info in await self._js.consumers_info(self.cfg.stream):
             name = info.name
-            tail = name.removeprefix(CONSUMER_PREFIX)
-            if name.startswith(CONSUMER_PREFIX) and tail.isdigit() and int(tail) < token:
+            term = term_of(name)
+            if term is not None and term < token:
                 try:
                     await self._js.delete_consumer(self.cfg.stream, name)
                 except Exception as e:  # it may be gone already: another term's clean-up

@@ -235,13 +235,12 @@ class Leader:
             try:
                 msgs = await self.bus.fetch(sub, timeout_s=1.0)
                 self._caught_up = len(msgs) < FETCH_BATCH
-                if msgs:
-                    heard = time.monotonic()
-                elif time.monotonic() - heard > max(10.0, 2 * self.interval):
+                if not msgs and time.monotonic() - heard > max(10.0, 2 * self.interval):
                     heard = time.monotonic()
                     if await self.bus.consumer_gone(self.token):
                         raise ConsumerGone(f"the consumer of term {self.token} was deleted")
                 if msgs:
+                    heard = time.monotonic()
                     spoiled = await asyncio.to_thread(self._absorb, msgs, True)
                     if spoiled and self.runner.has_unstored:
                         # Some may be redeliveries of messages judged but not stored yet (the

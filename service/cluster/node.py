@@ -107,15 +107,16 @@ class ClusterNode:
         # a database failover) would keep this replica leading in its own eyes: the server
         # ends a statement past the lease's lifetime, TCP keepalives find a dead peer within it.
         ttl = self.timing.lease_ttl
+        ttl_ms = max(1000, round(ttl * 1000))
         self._engine = make_engine(
             settings.db_url,
-            {"statement_timeout": f"{max(1000, round(ttl * 1000))}ms"},
+            {"statement_timeout": f"{ttl_ms}ms"},
             {
                 "keepalives": 1,
                 "keepalives_idle": max(1, round(ttl / 2)),
                 "keepalives_interval": 1,
                 "keepalives_count": 3,
-                "tcp_user_timeout": max(1000, round(ttl * 1000)),
+                "tcp_user_timeout": ttl_ms,
             },
         )
         me = MemberInfo(self.member_id, self.url, cfg.lead, cfg.collect)
