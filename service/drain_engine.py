@@ -211,21 +211,26 @@ class DrainEngine:
 
     def link_causes(self) -> dict[int, int]:
         """Record each active incident's root cause (``caused_by``), and clear causes that
-        resolved; after the switch incidents are raised, so a switch can be a cause. Returns
-        effect id -> cause id."""
+        resolved (an operator's resolve, too); after the switch incidents are raised, so a switch
+        can be a cause. Returns effect id -> cause id."""
         with self.writing() as session:
-            rows = list(session.scalars(sa.select(Incident).where(Incident.status.in_(ACTIVE_STATUSES))))
-            causes = root_causes((row_to_dict(r) for r in rows), self.fabric, frozenset({NETWORK_KIND}))
-            for row in rows:
-                cause = causes.get(row.id)
-                cid, why = (cause.incident_id, cause.reason) if cause else (None, None)
-                if row.caused_by != cid:
-                    if cid is not None:
-                        log.info("incident %d (%s %s) is an effect of incident %d: %s",
-                                 row.id, row.kind, row.entity, cid, why)  # fmt: skip
-                    row.caused_by, row.cause_reason = cid, why
-                elif row.cause_reason != why:
-                    row.cause_reason = why
+            return self.link_causes_in(session)
+
+    def link_causes_in(self, session: Session) -> dict[int, int]:
+        """``link_causes`` inside a caller's transaction: the store's, as it writes findings, so
+        an effect is never committed without its cause."""
+        rows = list(session.scalars(sa.select(Incident).where(Incident.status.in_(ACTIVE_STATUSES))))
+        causes = root_causes((row_to_dict(r) for r in rows), self.fabric, frozenset({NETWORK_KIND}))
+        for row in rows:
+            cause = causes.get(row.id)
+            cid, why = (cause.incident_id, cause.reason) if cause else (None, None)
+            if row.caused_by != cid:
+                if cid is not None:
+                    log.info("incident %d (%s %s) is an effect of incident %d: %s",
+                             row.id, row.kind, row.entity, cid, why)  # fmt: skip
+                row.caused_by, row.cause_reason = cid, why
+            elif row.cause_reason != why:
+                row.cause_reason = why
         return {e: c.incident_id for e, c in causes.items()}
 
     def _recent_drains(self, session: Session, now: datetime) -> int:
@@ -388,7 +393,7 @@ class DrainEngine:
                 )
             )
         if findings:
-            self.store.apply(findings)
+            self.store.apply(findings, link=self.link_causes_in)
 
     # -- reads ------------------------------------------------------------------------------
     def list_drain(self, action: str | None = None) -> list[dict[str, Any]]:

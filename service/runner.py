@@ -378,7 +378,11 @@ class Runner:
         self._unstored.extend(findings)
         if self._unstored:
             try:
-                self.store.apply(self._unstored, stored_late_since=self._unstored_since)
+                self.store.apply(
+                    self._unstored,
+                    stored_late_since=self._unstored_since,
+                    link=self.drain.link_causes_in if self.drain is not None else None,
+                )
             except Exception as e:
                 _log_failure(e, f"storing {len(self._unstored)} findings failed; will retry next poll")
                 db_failed = True

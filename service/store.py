@@ -7,7 +7,7 @@ poll of a large fabric costs the same handful of round trips whether it carries 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -75,7 +75,13 @@ class IncidentStore:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def apply(self, findings: Sequence[Finding], *, stored_late_since: datetime | None = None) -> ApplyResult:
+    def apply(
+        self,
+        findings: Sequence[Finding],
+        *,
+        stored_late_since: datetime | None = None,
+        link: Callable[[Session], object] | None = None,
+    ) -> ApplyResult:
         """Roll a batch of findings into incidents, in one transaction.
 
         Findings are taken in time order (stable, so equal times keep batch order). For each
@@ -92,6 +98,10 @@ class IncidentStore:
         unavailable). Their evidence, and so their incidents', then says ``stored_late``, and an
         episode that both opens and resolves in the batch, which nobody could be told of while it
         lasted, is recorded in ``late_episodes`` for the alert sync to page.
+
+        ``link`` runs in the same transaction once the incidents are written: the drain engine's
+        root causes (``caused_by``). A reader such as the alert sync, which runs on its own
+        clock, then never sees a new effect without its cause, and pages it on its own.
         """
         if not findings:
             return ApplyResult()
@@ -158,6 +168,9 @@ class IncidentStore:
             for incident, episode in episodes:
                 episode["incident"]["id"] = incident.id
                 session.add(LateEpisode(incident_id=incident.id, **episode))
+            if link is not None:
+                session.flush()
+                link(session)
         return ApplyResult(**counts, late_episodes=len(episodes))
 
     @staticmethod

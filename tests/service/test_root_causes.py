@@ -98,6 +98,42 @@ def test_a_link_fault_that_slows_nccl_is_one_page_with_its_effects(downgrade: Te
     assert drain["node"] == "gpu-0003" and link["id"] in drain["incident_ids"]
 
 
+def test_an_alert_sync_between_storing_and_judging_never_pages_an_effect_alone(
+    tmp_path: Path, db_url: str
+) -> None:
+    """The dispatcher syncs on its own clock: with no group_wait, a sync that runs after a poll
+    stored its findings and before the drain engine judged them sees only what is committed.
+    Each effect is committed with its cause, so it never pages under a key of its own."""
+    settings = load_settings(
+        None,
+        data_dir=tmp_path,
+        database_url=db_url,
+        archive={"enabled": False},
+        sources=[
+            {"type": "fabricsim", "hosts": 16, "seed": 7, "faults": "speed_downgrade@15s+1h:gpu-0003/mlx5_2"}
+        ],
+        drain={"shadow": False},
+    )
+    with TestClient(create_app(settings, run_loop=False)) as c:
+        runner = c.app.state.runner  # type: ignore[attr-defined]
+        engine = c.app.state.services.store.engine  # type: ignore[attr-defined]
+        at_once = SyncTarget("pd", "warning", inhibit=True, group_wait_s=0)
+        evaluate = runner.drain.evaluate
+
+        def sync_then_evaluate():  # the dispatcher's thread, at the worst moment
+            # The simulated fabric's clock runs ahead of the wall clock: sync past its polls.
+            sync_alerts(engine, [at_once], datetime.now(UTC) + timedelta(minutes=5))
+            return evaluate()
+
+        runner.drain.evaluate = sync_then_evaluate
+        for _ in range(8):
+            runner.tick()
+        items = c.get("/api/v1/incidents", params={"status": "open", "limit": 100}).json()["items"]
+        (link,) = [i for i in items if i["kind"] == "speed_downgrade"]
+        assert link["effects"], "the downgraded NIC's rank runs slow"
+        assert triggers(c) == {"pd": [link["id"]]}
+
+
 def test_an_ecn_hotspot_victim_is_watched_not_drained(tmp_path: Path, db_url: str) -> None:
     c = run(tmp_path, db_url, "ecn_hotspot@15s+1h:gpu-0003/mlx5_2")
     try:
