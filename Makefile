@@ -16,12 +16,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/graywire demo $(if $(PORT),--port $(PORT))
 
-# Pure computation on every core (at most four), then what starts servers or keeps time, one
-# test at a time: a busy second core would only test the machine's load.
+# Everything on every core (at most four; each worker has a PostgreSQL database of its own),
+# then the tests that hold real processes to wall-clock deadlines, one at a time: a busy
+# second core would only test the machine's load.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -m compute -n auto --maxprocesses 4 --dist loadfile
-	$(BIN)/pytest -m "not compute"
+	$(BIN)/pytest -m "not alone" -n auto --maxprocesses 4 --dist loadfile
+	$(BIN)/pytest -m alone
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -7,30 +7,19 @@ misconfigured pipeline cannot pass by testing nothing.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
 from graywire.service.db import make_engine, upgrade
 from graywire.service.store import IncidentStore
 
 PG_URL_ENV = "GRAYWIRE_TEST_PG_URL"
-#: Folders of pure computation (no server, no clock, no shared database): their tests, unless
-#: marked slow, are marked ``compute``, and ``make test`` runs those on every core first.
-COMPUTE_DIRS = ("detectors", "evaluation", "fabricsim")
-
-
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the mark
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        part = item.path.relative_to(here).parts[0]
-        if part in COMPUTE_DIRS and item.get_closest_marker("slow") is None:
-            item.add_marker(pytest.mark.compute)
 
 
 def _in_ci() -> bool:
@@ -41,11 +30,29 @@ def postgres_url() -> str:
     """The test server's URL, or skip (locally) / fail (in CI) when it is not configured."""
     url = os.environ.get(PG_URL_ENV, "").strip()
     if url:
-        return url
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        return _worker_database(url, worker) if worker else url
     reason = f"{PG_URL_ENV} is not set; set it to a PostgreSQL URL to run the PostgreSQL tests"
     if _in_ci():
         pytest.fail(f"CI is set but {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@functools.cache
+def _worker_database(url: str, worker: str) -> str:
+    """A database of this pytest-xdist worker's own beside the named one (created on first
+    use): tests wipe their database, so workers running at once must not share one."""
+    base = make_url(url)
+    name = f"{base.database}_{worker}"
+    engine = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            exists = conn.scalar(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name})
+            if not exists:
+                conn.execute(sa.text(f"CREATE DATABASE {conn.dialect.identifier_preparer.quote(name)}"))
+    finally:
+        engine.dispose()
+    return base.set(database=name).render_as_string(hide_password=False)
 
 
 def reset_postgres(url: str) -> None:

@@ -30,8 +30,8 @@ def test_make_run_without_a_port_leaves_it_to_the_demo() -> None:
 
 
 def test_make_test_runs_every_test_once() -> None:
-    """The computation on every core, then the rest: the two selections are complements."""
+    """Most tests on every core, then the ``alone`` ones: the two selections are complements."""
     assert dry_run("test") == [
-        ".venv/bin/pytest -m compute -n auto --maxprocesses 4 --dist loadfile",
-        '.venv/bin/pytest -m "not compute"',
+        '.venv/bin/pytest -m "not alone" -n auto --maxprocesses 4 --dist loadfile',
+        ".venv/bin/pytest -m alone",
     ]

@@ -24,6 +24,8 @@ from graywire.service.app import create_app
 from graywire.service.config import load_settings
 from tests.scrape import ALERTS, in_ci
 
+pytestmark = pytest.mark.alone  # real processes against wall-clock deadlines
+
 PROMETHEUS = "prometheus"
 
 

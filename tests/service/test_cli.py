@@ -215,6 +215,7 @@ def test_agent_command_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     assert reader.ethtool.path == tmp_path / "e"
 
 
+@pytest.mark.alone  # a real demo against a deadline
 def test_demo_shows_both_injected_faults_within_a_minute(tmp_path: Path) -> None:
     hosts, seed = 32, 7
     expected = FabricSimCollector(FabricSimSource(hosts=hosts, seed=seed, faults=DEMO_FAULTS), 2.0).faults

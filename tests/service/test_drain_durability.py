@@ -21,6 +21,8 @@ import httpx
 import pytest
 import yaml
 
+pytestmark = pytest.mark.alone  # real processes against wall-clock deadlines
+
 FAULTS = "speed_downgrade@2s+1h:gpu-0001/mlx5_3"
 GRAYWIRE = Path(sys.executable).parent / "graywire"
 

@@ -13,6 +13,8 @@ import yaml
 
 from tests.service.test_drain_durability import Service, free_port
 
+pytestmark = pytest.mark.alone  # real processes against wall-clock deadlines
+
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:

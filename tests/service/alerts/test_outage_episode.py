@@ -22,6 +22,8 @@ from tests.service.alerts.receiver import Recorder
 from tests.service.alerts.test_dispatcher import FAST_RETRY, cycle_until
 from tests.service.pg_relay import Relay
 
+pytestmark = pytest.mark.alone  # real processes against wall-clock deadlines
+
 RK = "R0UT1NGKEY0000000000000000000000"
 # gpu-0001 rail 3 is down to 400G from 3 s on (open throughout); gpu-0002 rail 1 from 9 s to
 # 13 s, which the 2 s polls see firing at 12 s and cleared at 16 s: inside the outage below.

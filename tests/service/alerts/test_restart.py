@@ -25,6 +25,8 @@ import yaml
 from graywire.service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from tests.service.alerts.receiver import Received, Recorder
 
+pytestmark = pytest.mark.alone  # real processes against wall-clock deadlines
+
 SECRET = "restart-test-secret"
 FAULTS = "speed_downgrade@2s+4s:gpu-0002/mlx5_5,speed_downgrade@3s+1h:gpu-0005/mlx5_1"
 

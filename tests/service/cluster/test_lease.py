@@ -19,7 +19,7 @@ from graywire.service.db import is_fence_refusal, make_engine
 from graywire.service.store import IncidentStore
 from tests.service.cluster.conftest import rows
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.alone]
 
 
 def lease(engine: Engine, member: str, ttl: float = 30.0) -> Lease:

@@ -11,7 +11,7 @@ import pytest
 from tests.service.cluster.conftest import PrivateNats, rows
 from tests.service.cluster.replicas import Replica, fakes_and_replicas, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.alone]
 
 POLL = 2.0
 BEFORE = ("gpu-0002", "gpu-0002/mlx5_4", 8)

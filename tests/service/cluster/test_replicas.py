@@ -18,7 +18,7 @@ from graywire.service.cluster.shard import Shards
 from tests.service.cluster.conftest import rows
 from tests.service.cluster.replicas import OPERATOR_TOKEN, Replica, fakes_and_replicas, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.alone]
 
 POLL = 3.0
 FAULT_A = ("gpu-0003", "gpu-0003/mlx5_2", 15)
