@@ -1,8 +1,9 @@
 """One bounded HTTP GET for the pull collectors (host agents, exporters): fetch apart from parse.
 
-Every scrape opens and closes its own client; they share one verifying TLS context, because
-building one loads the CA store (~50 ms of CPU). A body is read in chunks and refused past its
-size limit, so a misbehaving target cannot fill the service's memory.
+Every scrape opens and closes its own client, which its requests share; all clients share one
+verifying TLS context, because building one loads the CA store (~50 ms of CPU). A body is read
+in chunks and refused past its size limit, so a misbehaving target cannot fill the service's
+memory.
 """
 
 from __future__ import annotations
@@ -22,13 +23,22 @@ def ssl_context() -> ssl.SSLContext:
     return _SSL_CONTEXT
 
 
-async def fetch_bounded(url: str, accept: str, max_bytes: int, timeout: float) -> tuple[int, str, bytes]:
+def scrape_client(timeout: float) -> httpx.AsyncClient:
+    """A client for one scrape's requests (so a second request to the same target reuses the
+    first's connection), closed with the scrape: no socket outlives a poll."""
+    return httpx.AsyncClient(timeout=timeout, verify=ssl_context())
+
+
+async def fetch_bounded(
+    url: str, accept: str, max_bytes: int, timeout: float, client: httpx.AsyncClient | None = None
+) -> tuple[int, str, bytes]:
     """Status, content type (lower case, no parameters) and body of ``GET url``; a body larger
-    than ``max_bytes`` raises ``ValueError``, an HTTP failure ``httpx.HTTPError``."""
-    async with (
-        httpx.AsyncClient(timeout=timeout, verify=ssl_context()) as client,
-        client.stream("GET", url, headers={"Accept": accept}) as resp,
-    ):
+    than ``max_bytes`` raises ``ValueError``, an HTTP failure ``httpx.HTTPError``. Without a
+    ``client``, one of its own for this request."""
+    if client is None:
+        async with scrape_client(timeout) as own:
+            return await fetch_bounded(url, accept, max_bytes, timeout, own)
+    async with client.stream("GET", url, headers={"Accept": accept}) as resp:
         body = bytearray()
         async for chunk in resp.aiter_bytes():
             body += chunk

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from graywire.collectors.base import SKIP_REASONS, Collector, ScrapeResult, failed, redact_url
 from graywire.collectors.host.agent_wire import ARROW_STREAM, SKIPPED_KEY, SOURCE
-from graywire.collectors.http import fetch_bounded
+from graywire.collectors.http import fetch_bounded, scrape_client
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import (
     COUNTER_BITS_KEY,
@@ -68,7 +68,8 @@ class AgentCollector:
 
     The port dictionary is kept across polls (new keys are appended), so downstream stages that
     cache lookups by dictionary see the same one every poll. Each scrape opens its own HTTP
-    client (a client is bound to the event loop that made it); the TLS context is shared.
+    client (a client is bound to the event loop that made it), which the scrape's requests
+    share: the side views reuse the port samples' connection. The TLS context is shared.
 
     Every ``paths_interval`` seconds a scrape also fetches ``/v1/gpu_nic_path`` (the host's
     GPU<->NIC layout, which changes only at a reboot). Its failure costs the port samples
@@ -98,10 +99,14 @@ class AgentCollector:
         """Nothing to close: each scrape opens and closes its own client."""
 
     async def scrape(self) -> ScrapeResult:
+        async with scrape_client(self.timeout) as client:
+            return await self._scrape(client)
+
+    async def _scrape(self, client: httpx.AsyncClient) -> ScrapeResult:
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout):
-                status, ctype, body = await self._fetch()
+                status, ctype, body = await self._fetch(client)
         except TimeoutError:
             return failed(self.source, self.target, f"timed out after {self.timeout:g} s", self._since(t0))
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
@@ -122,14 +127,14 @@ class AgentCollector:
         # one costs itself, never the port samples already read (the runner's own deadline
         # would cancel the whole scrape).
         budget = max(0.0, self.timeout - (time.perf_counter() - t0))
-        paths, ranks = await asyncio.gather(self._gpu_paths(budget), self._rank_state(budget))
+        paths, ranks = await asyncio.gather(self._gpu_paths(client, budget), self._rank_state(client, budget))
         if paths is not None and paths.num_rows:
             batches += (paths,)
         if ranks is not None and ranks.num_rows:
             batches += (ranks,)
         return ScrapeResult(self.source, self.target, True, batches, None, self._since(t0), skipped)
 
-    async def _gpu_paths(self, budget: float) -> pa.RecordBatch | None:
+    async def _gpu_paths(self, client: httpx.AsyncClient, budget: float) -> pa.RecordBatch | None:
         """The agent's ``gpu_nic_path`` view when one is due; None when not due or not usable."""
         now = time.monotonic()
         if self._paths_off or now < self._paths_next:
@@ -137,7 +142,7 @@ class AgentCollector:
         self._paths_next = now + self.paths_interval
         try:
             async with asyncio.timeout(budget):
-                status, ctype, body = await self._fetch("/v1/gpu_nic_path")
+                status, ctype, body = await self._fetch(client, "/v1/gpu_nic_path")
             if status == 404:
                 self._paths_off = True
                 return None
@@ -147,13 +152,13 @@ class AgentCollector:
         except Exception:  # a bad layout view is no view; the port samples stand
             return None
 
-    async def _rank_state(self, budget: float) -> pa.RecordBatch | None:
+    async def _rank_state(self, client: httpx.AsyncClient, budget: float) -> pa.RecordBatch | None:
         """The agent's ``nccl_rank_state`` view; None when it has none or it is not usable."""
         if self._ranks_off:
             return None
         try:
             async with asyncio.timeout(budget):
-                status, ctype, body = await self._fetch("/v1/nccl_rank_state")
+                status, ctype, body = await self._fetch(client, "/v1/nccl_rank_state")
             if status == 404:
                 self._ranks_off = True
                 return None
@@ -167,9 +172,11 @@ class AgentCollector:
         self.rank_state_error = None
         return batch
 
-    async def _fetch(self, path: str = "/v1/port_sample") -> tuple[int, str, bytes]:
+    async def _fetch(
+        self, client: httpx.AsyncClient, path: str = "/v1/port_sample"
+    ) -> tuple[int, str, bytes]:
         """Status, content type and body, refusing a body larger than any host's batch."""
-        return await fetch_bounded(f"{self.url}{path}", ARROW_STREAM, MAX_BODY_BYTES, self.timeout)
+        return await fetch_bounded(f"{self.url}{path}", ARROW_STREAM, MAX_BODY_BYTES, self.timeout, client)
 
     @staticmethod
     def _since(t0: float) -> float:

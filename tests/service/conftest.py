@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.conftest import _in_ci, postgres_url, reset_postgres
-from tests.service.pg_relay import Relay
+from tests.relay import Relay
 from tests.service.schedsync.slurm_cluster import (
     RESTD_USER,
     SlurmCluster,

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
-from tests.service.pg_relay import Relay
+from tests.relay import Relay
 
 OPERATOR = "operator-token-0123456789"
 # gpu-0001's NIC on rail 3 drops to 400G at 15 s; a second fault while the database is away.

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from graywire.collectors.host.agent_client import AgentCollector
 from graywire.collectors.host.agent_server import AgentConfig, create_agent_app
@@ -17,6 +18,7 @@ from graywire.fabricsim.hostfs import HostTreeWriter
 from graywire.fabricsim.sim import FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec
 from tests.collectors.host.httpserver import serve
+from tests.relay import Relay
 
 REPORTS = Path(__file__).parent.parent / "nccl" / "ras_reports"
 ME, OTHER = "172.16.64.245", "172.16.64.246"
@@ -103,6 +105,39 @@ def test_the_agent_serves_its_hosts_ranks_from_the_local_ras_and_the_client_read
     (ranks,) = [b for b in res.batches if b.schema.metadata[b"graywire.record"] == b"nccl_rank_state"]
     got = sorted((r["job"], r["host"], r["rank"], r["device"], r["state"]) for r in ranks.to_pylist())
     assert got == [("job-7", host, 0, 0, "running"), ("job-7", host, 1, 1, "unresponsive")]
+
+
+def test_a_scrapes_requests_share_one_connection_and_none_outlives_it(tmp_path: Path) -> None:
+    """Port samples, then the rank view (and the layout view when due) on the scrape's own
+    connections, opened and closed with it, as the agent sees them through a relay."""
+    writer, host = host_tree(tmp_path)
+    with fake_ras() as (port, _):
+        cfg = AgentConfig(
+            sysfs_root=writer.host_root(host),
+            hostname=host,
+            ethtool_dir=writer.ethtool_dir(host),
+            ncclras=f"127.0.0.1:{port}",
+            ncclras_addresses=(ME,),
+        )
+        with serve(create_agent_app(cfg)) as url:
+            parts = urlsplit(url)
+            relay = Relay((parts.hostname or "127.0.0.1", parts.port or 80))
+            relay.start()
+            try:
+                c = AgentCollector(f"http://127.0.0.1:{relay.port}", timeout=5)
+                first = asyncio.run(c.scrape())
+                # The layout view (due on a first scrape) and the rank view run side by side:
+                # one of them takes the port samples' connection.
+                assert relay.accepted == 2
+                second = asyncio.run(c.scrape())
+                assert relay.accepted == 3  # no layout due: samples and ranks on one connection
+            finally:
+                relay.cut()
+    for res in (first, second):
+        assert [b.schema.metadata[b"graywire.record"] for b in res.batches] == [
+            b"port_sample",
+            b"nccl_rank_state",
+        ]
 
 
 def test_no_ras_is_no_view_and_an_agent_without_the_endpoint_is_not_asked_again(tmp_path: Path) -> None:

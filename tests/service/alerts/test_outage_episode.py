@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from graywire.service.alerts.dispatcher import Dispatcher
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
+from tests.relay import Relay
 from tests.service.alerts.receiver import Recorder
 from tests.service.alerts.test_dispatcher import FAST_RETRY, cycle_until
-from tests.service.pg_relay import Relay
 
 pytestmark = pytest.mark.alone  # real processes against wall-clock deadlines
 

@@ -1,5 +1,6 @@
-"""A TCP relay in front of PostgreSQL that a test can cut: the database "goes away" for real
-(connections reset, new ones refused) without stopping the server other tests share."""
+"""A TCP relay that a test can cut or count: PostgreSQL "goes away" for real (connections reset,
+new ones refused) without stopping the server other tests share; a client's connections to a
+server are counted as the server would see them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ class Relay:
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+        #: Connections accepted since the start.
+        self.accepted = 0
 
     def start(self) -> None:
         listener = socket.socket()
@@ -36,6 +39,7 @@ class Relay:
             server = socket.create_connection(self.upstream)
             with self._lock:
                 self._conns += [client, server]
+                self.accepted += 1
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
