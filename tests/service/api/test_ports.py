@@ -7,16 +7,21 @@ downgrade on gpu-0002/mlx5_3 from t+15 s to t+55 s; polls every 10 s of simulate
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from graywire.collectors.base import ScrapeResult, failed
+from graywire.collectors.schemas import record_kind
 from graywire.detectors.findings import Finding
+from graywire.service import runner as runner_module
 from graywire.service.app import create_app
 from graywire.service.config import FabricSimSource, load_settings
 from graywire.service.simulated import FabricSimCollector
@@ -269,6 +274,68 @@ def test_ports_of_a_failing_source_are_stale(tmp_path: Path, db_url: str) -> Non
         assert (p["stale"], p["state"], p["health"]) == (True, "up", "ok")  # old reading kept, no alarm
         grid = c.get("/api/v1/fabric/grid").json()
         assert grid["stale"] == 256 and grid["health"]["ok"] == 256
+
+
+class SplitByNode:
+    """fabricsim's scrape as many sources send it: one big batch (the switches', as UFM's) and a
+    small batch a host, each with a dictionary of its own ports (as host agents do)."""
+
+    def __init__(self, inner: FabricSimCollector) -> None:
+        self.inner = inner
+        self.source, self.target = inner.source, inner.target
+
+    async def aclose(self) -> None:
+        pass
+
+    async def scrape(self) -> ScrapeResult:
+        res = await self.inner.scrape()
+        (batch,) = [b for b in res.batches if record_kind(b.schema) == "port_sample"]
+        keys = batch.column("port").cast(pa.string()).to_pylist()
+        nodes: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            nodes.setdefault(k.split("/")[0] if k.startswith("gpu-") else "", []).append(i)
+        parts = []
+        for _, rows in sorted(nodes.items(), reverse=True):  # hosts first, switches last
+            part = batch.take(rows)
+            i = part.schema.get_field_index("port")
+            own = pc.dictionary_encode(part.column(i).cast(pa.string())).cast(part.schema.field(i).type)
+            columns = [own if j == i else c for j, c in enumerate(part.columns)]
+            parts.append(pa.RecordBatch.from_arrays(columns, schema=part.schema))
+        others = [b for b in res.batches if record_kind(b.schema) != "port_sample"]
+        return replace(res, batches=(*parts, *others))
+
+
+def test_a_source_of_many_small_batches_reads_as_one_big_one(
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ports API's readings do not depend on how a poll's samples are cut into batches: the
+    big one (its lookup cached) and the hosts' small ones (looked up together) land on the
+    same ports."""
+    monkeypatch.setattr(runner_module, "_CACHED_LOOKUP_ROWS", 100)  # the switches' batch is big
+    faults = "speed_downgrade@15s+1h:gpu-0002/mlx5_3"
+    read = []
+    for name, wrap in (("whole", lambda c: c), ("split", SplitByNode)):
+        settings = load_settings(
+            None,
+            data_dir=tmp_path / name,
+            database_url=db_url,
+            archive={"enabled": False},
+            poll_interval="10s",
+        )
+        sim = FabricSimCollector(FabricSimSource(hosts=8, seed=2, faults=faults), 10.0)
+        with TestClient(create_app(settings, (sim.fabric, [wrap(sim)]), run_loop=False)) as c:
+            tick(c, 3)
+            items = c.get("/api/v1/ports", params={"limit": 1000}).json()["items"]
+        read.append({p["key"]: p for p in items})
+    whole, split = read
+    diff = {  # each run's fabric starts at its own wall time: when a port was read differs
+        (k, f): (v, split[k].get(f))
+        for k in whole
+        for f, v in whole[k].items()
+        if v != split[k].get(f) and f != "last_update"
+    }
+    assert len(whole) == 256 and not diff, list(diff.items())[:2]
+    assert whole[PORT]["speed_bps"] == 400 * 10**9 and whole[LEAF_PORT]["speed_bps"] == 400 * 10**9
 
 
 def test_metrics_and_the_ports_api_agree_on_every_ports_health(client: TestClient) -> None:
