@@ -250,6 +250,11 @@ def run_members(
         after = [scrape(p) for _, p in procs]
         stored1 = stream_bytes(args.nats, stream)
         cpu1 = [cpu_seconds(p.pid) for p, _ in procs]
+        # After the CPU figures (the reads cost CPU too), while the polls go on.
+        leader = next(i for i, t in enumerate(after) if metric(t, "graywire_cluster_leader") == 1)
+        reads = {"leader": read_latency(procs[leader][1])}
+        if n > 1:
+            reads["follower"] = read_latency(procs[(leader + 1) % n][1])
     finally:
         for proc, _ in procs:
             proc.send_signal(signal.SIGTERM)
@@ -268,7 +273,6 @@ def run_members(
         metric(a, name, result="failed") - metric(b, name, result="failed")
         for a, b in zip(after, before, strict=True)
     )
-    leader = next(i for i, t in enumerate(after) if metric(t, "graywire_cluster_leader") == 1)
     judged = metric(after[leader], "graywire_cluster_polls_judged_total") - metric(
         before[leader], "graywire_cluster_polls_judged_total"
     )
@@ -292,7 +296,34 @@ def run_members(
         "ports_per_target": ports / len(urls),
         # What the stream keeps per scrape (payload and JetStream's own record): size it by this.
         "stored_per_target": (stored1[0] - stored0[0]) / max(sum(ok), 1),
+        "reads": reads,
     }
+
+
+#: The reads a dashboard or a scheduler makes: from the shared database (incidents, drain list),
+#: from the leader's state (ports: a follower relays it) and the member's own (cluster).
+READS = {
+    "incidents": "/api/v1/incidents?status=open&limit=100",
+    "drain": "/api/v1/drain",
+    "ports": "/api/v1/ports?limit=100",
+    "cluster": "/api/v1/cluster",
+}
+
+
+def read_latency(port: int, rounds: int = 40) -> dict[str, tuple[float, float]]:
+    """Median and 95th-percentile ms of each read on one member, one request at a time over a
+    kept-alive connection, after one warm-up request each."""
+    out: dict[str, tuple[float, float]] = {}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        for name, path in READS.items():
+            client.get(path).raise_for_status()
+            times = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                client.get(path).raise_for_status()
+                times.append(1000 * (time.perf_counter() - t0))
+            out[name] = (statistics.median(times), statistics.quantiles(times, n=20)[-1])
+    return out
 
 
 def reset(url: str) -> None:
@@ -380,6 +411,9 @@ def main() -> int:
                     f"{r['judged']:>6.0f} of {r['due_polls']:<4.0f}",
                 )  # fmt: skip
                 print(" ".join(cells), flush=True)
+                for role, got in r["reads"].items():
+                    shown = ", ".join(f"{k} {a:.1f}/{b:.1f}" for k, (a, b) in got.items())
+                    print(f"{'':>7} reads on the {role}, ms median/p95: {shown}", flush=True)
         finally:
             server.terminate()
     return 0
