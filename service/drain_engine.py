@@ -393,7 +393,7 @@ class DrainEngine:
                 )
             )
         if findings:
-            self.store.apply(findings, link=self.link_causes_in)
+            self.store.apply(findings)  # evaluate links causes next, the switch incidents among them
 
     # -- reads ------------------------------------------------------------------------------
     def list_drain(self, action: str | None = None) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from graywire.service.alerts.sync import SyncTarget, sync_alerts
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
 
+DOWNGRADE = "speed_downgrade@15s+1h:gpu-0003/mlx5_2"
 DIRECT = SyncTarget("pd", "warning", inhibit=True, group_wait_s=30)
 ALERTMANAGER = SyncTarget("am", "info", refresh_s=60)
 
@@ -45,7 +46,7 @@ def run(tmp_path: Path, db_url: str, faults: str, polls: int = 8) -> TestClient:
 
 @pytest.fixture
 def downgrade(tmp_path: Path, db_url: str) -> Iterator[TestClient]:
-    client = run(tmp_path, db_url, "speed_downgrade@15s+1h:gpu-0003/mlx5_2")
+    client = run(tmp_path, db_url, DOWNGRADE)
     yield client
     client.__exit__(None, None, None)
 
@@ -104,17 +105,8 @@ def test_an_alert_sync_between_storing_and_judging_never_pages_an_effect_alone(
     """The dispatcher syncs on its own clock: with no group_wait, a sync that runs after a poll
     stored its findings and before the drain engine judged them sees only what is committed.
     Each effect is committed with its cause, so it never pages under a key of its own."""
-    settings = load_settings(
-        None,
-        data_dir=tmp_path,
-        database_url=db_url,
-        archive={"enabled": False},
-        sources=[
-            {"type": "fabricsim", "hosts": 16, "seed": 7, "faults": "speed_downgrade@15s+1h:gpu-0003/mlx5_2"}
-        ],
-        drain={"shadow": False},
-    )
-    with TestClient(create_app(settings, run_loop=False)) as c:
+    c = run(tmp_path, db_url, DOWNGRADE, polls=0)
+    try:
         runner = c.app.state.runner  # type: ignore[attr-defined]
         engine = c.app.state.services.store.engine  # type: ignore[attr-defined]
         at_once = SyncTarget("pd", "warning", inhibit=True, group_wait_s=0)
@@ -132,6 +124,8 @@ def test_an_alert_sync_between_storing_and_judging_never_pages_an_effect_alone(
         (link,) = [i for i in items if i["kind"] == "speed_downgrade"]
         assert link["effects"], "the downgraded NIC's rank runs slow"
         assert triggers(c) == {"pd": [link["id"]]}
+    finally:
+        c.__exit__(None, None, None)
 
 
 def test_an_ecn_hotspot_victim_is_watched_not_drained(tmp_path: Path, db_url: str) -> None:

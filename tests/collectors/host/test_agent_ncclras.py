@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from graywire.collectors.host.agent_client import AgentCollector
@@ -84,19 +85,24 @@ def host_tree(tmp_path: Path) -> tuple[HostTreeWriter, str]:
     return writer, "gpu-0000"
 
 
+def ras_agent(writer: HostTreeWriter, host: str, ras_port: int, **extra: Any) -> AgentConfig:
+    """The agent of ``host``'s tree, reading the local RAS on ``ras_port`` (its address is ME)."""
+    return AgentConfig(
+        sysfs_root=writer.host_root(host),
+        hostname=host,
+        ethtool_dir=writer.ethtool_dir(host),
+        ncclras=f"127.0.0.1:{ras_port}",
+        ncclras_addresses=(ME,),
+        **extra,
+    )
+
+
 def test_the_agent_serves_its_hosts_ranks_from_the_local_ras_and_the_client_reads_them(
     tmp_path: Path,
 ) -> None:
     writer, host = host_tree(tmp_path)
     with fake_ras() as (port, heard):
-        cfg = AgentConfig(
-            sysfs_root=writer.host_root(host),
-            hostname=host,
-            ethtool_dir=writer.ethtool_dir(host),
-            ncclras=f"127.0.0.1:{port}",
-            ncclras_job="job-7",
-            ncclras_addresses=(ME,),
-        )
+        cfg = ras_agent(writer, host, port, ncclras_job="job-7")
         with serve(create_agent_app(cfg)) as url:
             c = AgentCollector(url, timeout=5)
             res = asyncio.run(c.scrape())
@@ -112,13 +118,7 @@ def test_a_scrapes_requests_share_one_connection_and_none_outlives_it(tmp_path: 
     connections, opened and closed with it, as the agent sees them through a relay."""
     writer, host = host_tree(tmp_path)
     with fake_ras() as (port, _):
-        cfg = AgentConfig(
-            sysfs_root=writer.host_root(host),
-            hostname=host,
-            ethtool_dir=writer.ethtool_dir(host),
-            ncclras=f"127.0.0.1:{port}",
-            ncclras_addresses=(ME,),
-        )
+        cfg = ras_agent(writer, host, port)
         with serve(create_agent_app(cfg)) as url:
             parts = urlsplit(url)
             relay = Relay((parts.hostname or "127.0.0.1", parts.port or 80))
@@ -180,14 +180,7 @@ def test_a_wedged_ras_costs_its_own_view_never_the_port_samples(tmp_path: Path) 
     scrape's one timeout the side views share; the port samples already read stand."""
     writer, host = host_tree(tmp_path)
     with silent_ras() as port:
-        cfg = AgentConfig(
-            sysfs_root=writer.host_root(host),
-            hostname=host,
-            ethtool_dir=writer.ethtool_dir(host),
-            ncclras=f"127.0.0.1:{port}",
-            ncclras_timeout=30.0,
-            ncclras_addresses=(ME,),
-        )
+        cfg = ras_agent(writer, host, port, ncclras_timeout=30.0)
         with serve(create_agent_app(cfg)) as url:
             c = AgentCollector(url, timeout=2)
             res = asyncio.run(c.scrape())
