@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from graywire.collectors.base import Collector, ScrapeResult, failed
 from graywire.collectors.dataset import DatasetWriter, prune
 from graywire.collectors.model import INVENTORY, Fabric
-from graywire.collectors.schemas import PORT_SAMPLE, record_kind
+from graywire.collectors.schemas import record_kind
 from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
@@ -38,10 +38,6 @@ from graywire.service.read_cache import ReadCache
 from graywire.service.store import IncidentStore
 
 log = logging.getLogger("graywire.runner")
-
-#: A batch this large (UFM's) keeps its own port lookup, cached by dictionary across polls;
-#: smaller ones (a host agent's few ports) are looked up together, a poll's worth at once.
-_CACHED_LOOKUP_ROWS = 4096
 
 
 @dataclass
@@ -322,7 +318,7 @@ class Runner:
             self.record(scraped, wall, missing)
             j = self._judge([b for _, r in scraped if r.ok for b in r.batches])
             self.state.observe_poll(j.judged, j.port_rates, j.ingested, j.dropped, j.rejected)
-            self._record_ports([b for b in j.judged if record_kind(b.schema) == "port_sample"])
+            self._record_ports(j.port_rates)
             return j.findings
 
     def _judge(self, batches: list[pa.RecordBatch]) -> Judged:
@@ -366,7 +362,7 @@ class Runner:
         j = self._judge(batches)
         findings, judged, newest = j.findings, j.judged, j.newest
         self.state.observe_poll(judged, j.port_rates, j.ingested, j.dropped, j.rejected)
-        self._record_ports([b for b in judged if record_kind(b.schema) == "port_sample"])
+        self._record_ports(j.port_rates)
         for batch in judged:
             kind = record_kind(batch.schema)
             if self.archive is not None:
@@ -427,32 +423,22 @@ class Runner:
         )
         return findings
 
-    def _record_ports(self, batches: list[pa.RecordBatch]) -> None:
-        """The latest reading of each port, for the ports API: the poll's samples, published once.
-
-        Whole-poll columns, not a pass a batch: thousands of host agents send a few rows each
-        (a pass a batch cost 155 ms a poll at 2,048 agents). A large batch (UFM's) keeps its
-        port lookup cached by dictionary; the small ones are looked up together.
-        """
-        if not batches:
+    def _record_ports(self, port_rates: pa.RecordBatch | None) -> None:
+        """The latest reading of each port, for the ports API, published once a poll: read from
+        the poll's port rates, which carry each sample's gauges and time, every source in one
+        batch with a dictionary kept across polls (so the port lookup is a cached ``take``,
+        however many host agents sent a few rows each)."""
+        if port_rates is None or not port_rates.num_rows:
             return
-        big = [b for b in batches if b.num_rows >= _CACHED_LOOKUP_ROWS]
-        small = [b for b in batches if b.num_rows < _CACHED_LOOKUP_ROWS]
-        # One table of the poll; schemas differ in their metadata (counter widths), not read here.
-        table = pa.Table.from_batches(
-            [b if b.schema.equals(PORT_SAMPLE) else b.cast(PORT_SAMPLE) for b in big + small],
-            schema=PORT_SAMPLE,
-        )
-        parts = [self._record_indexer(b.column("port")) for b in big]
-        if small:
-            parts.append(self.fabric.lookup(table.column("port").slice(sum(b.num_rows for b in big))))
 
         def zero_filled(name: str) -> np.ndarray:  # nulls (not read) as 0, the ports API's "not read"
-            return np.nan_to_num(table.column(name).to_numpy().astype(np.float64), nan=0.0)
+            return np.nan_to_num(
+                port_rates.column(name).to_numpy(zero_copy_only=False).astype(np.float64), nan=0.0
+            )
 
-        micros = pc.cast(table.column("time"), pa.int64()).to_numpy()
+        micros = pc.cast(port_rates.column("time"), pa.int64()).to_numpy(zero_copy_only=False)
         self.state.record_ports(
-            np.concatenate(parts),
+            self._record_indexer(port_rates.column("port")),
             zero_filled("speed_bps"),
             zero_filled("width").astype(np.int16),
             zero_filled("phys_state").astype(np.uint8),

@@ -21,7 +21,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from graywire.collectors.base import ScrapeResult, failed
 from graywire.collectors.schemas import record_kind
 from graywire.detectors.findings import Finding
-from graywire.service import runner as runner_module
 from graywire.service.app import create_app
 from graywire.service.config import FabricSimSource, load_settings
 from graywire.service.simulated import FabricSimCollector
@@ -305,13 +304,9 @@ class SplitByNode:
         return replace(res, batches=(*parts, *others))
 
 
-def test_a_source_of_many_small_batches_reads_as_one_big_one(
-    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The ports API's readings do not depend on how a poll's samples are cut into batches: the
-    big one (its lookup cached) and the hosts' small ones (looked up together) land on the
-    same ports."""
-    monkeypatch.setattr(runner_module, "_CACHED_LOOKUP_ROWS", 100)  # the switches' batch is big
+def test_a_source_of_many_small_batches_reads_as_one_big_one(tmp_path: Path, db_url: str) -> None:
+    """The ports API's readings do not depend on how a poll's samples are cut into batches
+    (one batch, or a big one and the hosts' small ones, each with a dictionary of its own)."""
     faults = "speed_downgrade@15s+1h:gpu-0002/mlx5_3"
     read = []
     for name, wrap in (("whole", lambda c: c), ("split", SplitByNode)):
