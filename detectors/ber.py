@@ -76,6 +76,14 @@ class BerConfig:
     estimate_ratio: float = 10.0  # estimate this many times its baseline ...
     peer_ratio: float = 10.0  # ... and this many times its peers' median (same role) is a finding
     min_estimate_events: float = 30.0  # corrected symbols/blocks the fast window must hold
+    # Baselines learn only from calm polls: a poll's own BER at most this many times the
+    # baseline's (or fewer than min_estimate_events corrected events). A port that degrades
+    # keeps the level from before its rise, so the "rising" rules compare it with that.
+    learn_ratio: float = 3.0
+    # A port whose BER rose and then stayed within plateau_ratio of one level for settle_s has
+    # a new normal: its baselines take that level and the rising rules let it go.
+    plateau_ratio: float = 1.5
+    settle_s: float = 300.0
     # NVIDIA's PDR plugin: symbol BER over 12 and 125 minutes against the table's symbol levels.
     pdr_short_s: float = 720.0
     pdr_long_s: float = 7500.0
@@ -131,6 +139,10 @@ class BerDetector:
         self.pdr = np.zeros((4, n), w)  # bits and symbol errors over the PDR short, then long window
         self.hour = np.zeros(n, w)  # symbol errors over the last hour (NVSentinel)
         self.src = np.full(n, -1, dtype=np.int8)  # pre-FEC source in use (PRE_FEC_FROM), -1 none yet
+        # A port whose polls stopped teaching its baselines: the fast BER its plateau began at
+        # (0: calm) and how long it has held within plateau_ratio of it.
+        self.rise_ref = np.zeros(n, w)
+        self.rise_s = np.zeros(n, w)
         self.role = fabric.port_role_code
         self.hyst = Hysteresis(self.cfg.hysteresis, n)
         self.reported = np.zeros(n, dtype=np.int8)  # highest level reported while open
@@ -243,18 +255,7 @@ class BerDetector:
             self.fast[0, q] = self.slow[0, q] = self.long[0, q] = 0.0
         self.src[p] = src
         decay_add(self.fast, p, np.exp(-dt_ok / cfg.fast_window_s), bits, corr, unc, sym)
-        decay_add(self.slow, p, np.exp(-dt_ok / cfg.slow_window_s), bits, corr)
-        # The estimate's baseline never learns from a window already well above it (a young
-        # baseline would otherwise follow a ramp and hide it).
-        fast_now = self.fast[1, p] / np.maximum(self.fast[0, p], 1.0)
-        base_now = self.long[1, p] / np.maximum(self.long[0, p], 1.0)
-        calm = (self.long[0, p] < cfg.min_bits) | (fast_now < 3.0 * base_now)
-        dl = np.exp(-dt_ok / cfg.baseline_window_s)
-        if isinstance(p, slice) and calm.all():
-            decay_add(self.long, p, dl, bits, corr)
-        else:
-            q = np.flatnonzero(calm) if isinstance(p, slice) else p[calm]
-            decay_add(self.long, q, dl[calm], bits[calm], corr[calm])
+        self._learn(p, dt_ok, bits, corr)
         decay_add(self.pdr[0:2], p, np.exp(-dt_ok / cfg.pdr_short_s), bits, sym)
         decay_add(self.pdr[2:4], p, np.exp(-dt_ok / cfg.pdr_long_s), bits, sym)
         decay_add(self.hour[np.newaxis], p, np.exp(-dt_ok / 3600.0), sym)
@@ -329,6 +330,52 @@ class BerDetector:
                           level=level, rule=rule, pre=pre, slow_pre=slow_pre, long_pre=long_pre,
                           sym_ber=sym_ber, pdr12=pdr12, pdr125=pdr125, peer_med=peer_med,
                           thresholds=table, combo=combo)  # fmt: skip
+
+    def _learn(self, p: np.ndarray | slice, dt: np.ndarray, bits: np.ndarray, corr: np.ndarray) -> None:
+        """Advance the baselines (15-min slow window, 125-min long one) by the calm polls only.
+
+        A poll is calm when its own BER is at most ``learn_ratio`` times the baseline's, or it
+        holds too few corrected events to say; a young baseline (fewer than ``min_bits``) learns
+        every poll. A port that is not calm keeps its baselines at the level from before its
+        rise, which is what "rising" is measured against: a baseline that learned a ramp as it
+        went would follow it and hide it. Should the port settle at its new level (within
+        ``plateau_ratio`` for ``settle_s``), the baselines take that level: a step that stays
+        flat is a new normal, not a rise forever.
+        """
+        cfg = self.cfg
+        sample = corr / np.maximum(bits, 1.0)
+        quiet = corr < cfg.min_estimate_events
+        suspect = np.zeros(dt.size, dtype=bool)
+        for window, tau in ((self.slow, cfg.slow_window_s), (self.long, cfg.baseline_window_s)):
+            young = window[0, p] < cfg.min_bits
+            base = window[1, p] / np.maximum(window[0, p], 1.0)
+            calm = quiet | young | (sample <= cfg.learn_ratio * base)
+            suspect |= ~calm
+            decay = np.exp(-dt / tau)
+            if isinstance(p, slice) and calm.all():
+                decay_add(window, p, decay, bits, corr)
+            else:
+                q = np.flatnonzero(calm) if isinstance(p, slice) else p[calm]
+                decay_add(window, q, decay[calm], bits[calm], corr[calm])
+        if not suspect.any() and not self.rise_ref[p].any():
+            return
+        rows = np.flatnonzero(suspect)
+        q = rows if isinstance(p, slice) else p[rows]
+        calm_ports = np.flatnonzero(~suspect) if isinstance(p, slice) else p[~suspect]
+        self.rise_ref[calm_ports] = 0.0
+        self.rise_s[calm_ports] = 0.0
+        now = self.fast[1, q] / np.maximum(self.fast[0, q], 1.0)
+        ref = self.rise_ref[q]
+        moved = (ref <= 0) | (now > cfg.plateau_ratio * ref)
+        self.rise_ref[q] = np.where(moved, now, ref)
+        self.rise_s[q] = np.where(moved, 0.0, self.rise_s[q] + dt[rows])
+        settled = q[self.rise_s[q] >= cfg.settle_s]
+        if settled.size:
+            level = self.fast[1, settled] / np.maximum(self.fast[0, settled], 1.0)
+            for window in (self.slow, self.long):
+                window[1, settled] = window[0, settled] * level
+            self.rise_ref[settled] = 0.0
+            self.rise_s[settled] = 0.0
 
     def _peer_median(
         self, p: np.ndarray | slice, pre: np.ndarray, use: np.ndarray, want: np.ndarray

@@ -156,17 +156,21 @@ class CounterRates:
 
     - null when the port has no previous sample, either value is null, or the interval is <= 0;
     - forward: ``(cur - prev) / dt``, the difference exact in uint64, times ``1 / dt``;
-    - backward on a counter with a declared width (``COUNTER_BITS_KEY``): a wrap if the
-      previous value fits that width; on an undeclared integer counter: a 32-bit wrap if
-      ``2**31 <= prev < 2**32`` and ``cur < 2**32`` (Counter32 devices that did not say so);
-    - a wrap whose rate is implausible (see :func:`default_max_rate`), and every other backward
-      step, is a *reset*: rate null, ``counter_reset`` true, and the new value is the baseline;
+    - backward is a *wrap* only when the counter's width is declared (``COUNTER_BITS_KEY``), it
+      does not saturate, and the previous value stood near the top of that width: within four
+      intervals of the counter's own last rate (or 1/1024 of its range when no rate is known
+      yet), and the wrapped rate is plausible (see :func:`default_max_rate`);
+    - every other backward step is a *reset*: rate null, ``counter_reset`` true, and the new
+      value is the baseline. An undeclared counter never wraps: a driver reload that takes a
+      counter from 3e9 back to 0 is not a 32-bit wrap;
+    - a reset of a traffic counter (bytes, packets, PHY bits) or of two counters of one row is
+      the port's reset (a driver reload, a clear): every rate of the row is null, wraps and
+      forward steps alike, since each was measured across the reset;
     - saturating counters (``SATURATING_KEY``, width declared) never wrap; a value stuck at
       ``2**bits - 1`` on both samples is null (unknown) and never a reset, while a rise up to the
       maximum is kept as a lower bound;
     - any rate above the plausible maximum is null (e.g. a device swapped under the same key).
 
-    A reset marks the row but does not null the other counters: they are judged on their own.
     Ports missing from a batch keep their state, so their next rate covers the whole gap.
     """
 
@@ -198,6 +202,8 @@ class CounterRates:
         self._vals: dict[str, np.ndarray] = {}
         self._valid: dict[str, np.ndarray] = {}
         self._wide: dict[str, np.ndarray] = {}  # a declared-narrow column seen above its width
+        #: A declared-narrow column's last rate (float32, NaN unknown): how near its top a wrap starts.
+        self._pace: dict[str, np.ndarray] = {}
         self._moving = np.zeros(0, dtype=bool)  # the previous interval moved a traffic counter
         self._dict_cache: OrderedDict[tuple[int, ...], tuple[pa.Array, np.ndarray]] = OrderedDict()
         self._work: dict[tuple[int, np.dtype], np.ndarray] = {}
@@ -222,6 +228,7 @@ class CounterRates:
         self._vals = {c: grown(a) for c, a in self._vals.items()}
         self._valid = {c: grown(a) for c, a in self._valid.items()}
         self._wide = {c: grown(a) for c, a in self._wide.items()}
+        self._pace = {c: _grown_nan(a, cap) for c, a in self._pace.items()}
         self._cap = cap
 
     def _map_keys(self, keys: pa.Array) -> np.ndarray:
@@ -349,7 +356,11 @@ class CounterRates:
         bits, saturating = _parse_meta(batch.schema)
         reset = np.zeros(n, dtype=bool)
         sat_mask = np.zeros(n, dtype=np.uint32)
-        rates: list[pa.Array] = []
+        judged: list[tuple[np.ndarray | None, np.ndarray | None]] = []
+        port_reset = np.zeros(n, dtype=bool)
+        #: Rows where a counter went back and did not wrap, per column (a sparse few).
+        dropped: list[np.ndarray] = []
+        drops_of_traffic: list[np.ndarray] = []
         for col in self.columns:
             key = self._limits[col]
             if key not in limits:
@@ -358,12 +369,29 @@ class CounterRates:
             arr = batch.column(col) if col in names else None
             # Null slots hold garbage (possibly inf/NaN); they are masked, so their warnings are noise.
             with np.errstate(invalid="ignore", over="ignore"):
-                rate, stuck = self._column(
-                    col, arr, sel, per_s, dt_ok, limits[key], bits.get(col), col in saturating, reset
+                rate, valid, stuck, back = self._column(
+                    col, arr, sel, per_s, dt_ok, limits[key], bits.get(col), col in saturating
                 )
             if stuck is not None and col in SATURATION_BITS:
                 sat_mask[stuck] |= np.uint32(SATURATION_BITS[col])
-            rates.append(rate)
+            judged.append((rate, valid))
+            if back.size:
+                dropped.append(back)
+                if col in _MOVING:
+                    drops_of_traffic.append(back)
+        if dropped:
+            every = np.concatenate(dropped)
+            reset[every] = True
+            # The port's own reset: a traffic counter, or two counters, went back in one sample.
+            if drops_of_traffic:
+                port_reset[np.concatenate(drops_of_traffic)] = True
+            port_reset |= np.bincount(every, minlength=n) >= 2
+            gone = np.flatnonzero(port_reset)
+            if gone.size:
+                for _, valid in judged:
+                    if valid is not None:
+                        valid[gone] = False
+        rates = [null_array(pa.float64(), n) if r is None else _float_array(r, v) for r, v in judged]
 
         moving = np.zeros(n, dtype=bool)
         for col, rate in zip(self.columns, rates, strict=True):
@@ -371,7 +399,8 @@ class CounterRates:
                 moving |= rate.fill_null(0).to_numpy(zero_copy_only=False) > 0
         # A repeated snapshot keeps the baseline's time: the next real sample spans the gap.
         self._time[sel] = np.where(repeat, self._time[sel], t)
-        self._moving[sel] = np.where(repeat | ~dt_ok, self._moving[sel], moving)
+        # A reset says nothing of whether the port is busy: it keeps what the last interval said.
+        self._moving[sel] = np.where(repeat | ~dt_ok | port_reset, self._moving[sel], moving)
         self._seen[sel] = True
         self._speed[sel] = cur_speed
 
@@ -442,19 +471,20 @@ class CounterRates:
         limit: np.ndarray | float,
         bits: int | None,
         saturates: bool,
-        reset: np.ndarray,
-    ) -> tuple[pa.Array, np.ndarray | None]:
-        """Rate of one counter and the rows where it reads its saturating maximum.
+    ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray]:
+        """Rate of one counter (values and validity; None when all null), the rows where it reads
+        its saturating maximum, and the rows where it went back without wrapping (resets).
 
-        Updates its state and ORs judged resets into ``reset``. A declared-narrow counter whose
-        value exceeds its width is the wide counter under a legacy name: that port's column is
-        taken as 64-bit from then on, so its rate is kept and its maximum is not saturation.
+        Updates its state. A declared-narrow counter whose value exceeds its width is the wide
+        counter under a legacy name: that port's column is taken as 64-bit from then on, so its
+        rate is kept and its maximum is not saturation.
         """
         n = len(per_s)
+        none = np.zeros(0, dtype=np.intp)
         if arr is None or arr.null_count == n:
             if col in self._valid:
                 self._valid[col][sel] = False
-            return null_array(pa.float64(), n), None
+            return None, None, None, none
         # The first batch that carries a column fixes its kind: float (pause seconds) or integer.
         known = self._vals.get(col)
         is_float = pa.types.is_floating(arr.type) if known is None else known.dtype.kind == "f"
@@ -469,6 +499,7 @@ class CounterRates:
         if cur_valid is not None:
             ok &= cur_valid
         narrow = not is_float and bits is not None and bits < 64
+        wraps = not is_float and not saturates and bits is not None
         wide: np.ndarray | None = None
         stuck_now: np.ndarray | None = None
         if narrow:
@@ -489,7 +520,7 @@ class CounterRates:
         if not ok.any():  # first sight of these ports (or all nulls): nothing to judge, only store
             vals[sel] = cur
             valid[sel] = True if cur_valid is None else cur_valid
-            return null_array(pa.float64(), n), stuck_now
+            return None, None, stuck_now, none
 
         # uint64 subtraction is exact where cur >= prev (and modulo 2**64 elsewhere, judged below).
         # Scratch arrays for what stays here; the rate is new, it leaves with the batch.
@@ -502,21 +533,27 @@ class CounterRates:
             out_valid &= np.greater_equal(rate, 0.0, out=self._scratch(3, bool, n))
         out_valid &= ok
         # Every judged row valid (the usual poll): no backward step to look for.
-        back = np.flatnonzero(ok & (cur < prev)) if np.count_nonzero(out_valid) < np.count_nonzero(ok) else ()
+        judged_all = np.count_nonzero(out_valid) == np.count_nonzero(ok)
+        back = none if judged_all else np.flatnonzero(ok & (cur < prev))
+        pace = self._pace.get(col) if wraps and bits is not None and bits < 64 else None
+        if pace is None and wraps and bits is not None and bits < 64:
+            pace = self._pace[col] = np.full(self._cap, np.nan, dtype=np.float32)
         if len(back):
-            assert isinstance(back, np.ndarray)
             c, p = cur[back], prev[back]
-            lim = limit[back] if isinstance(limit, np.ndarray) else limit
             wrapped = np.zeros(len(back), dtype=bool)
-            if not is_float and not saturates:
-                if bits is not None:
-                    wrapped = p < np.uint64(2**bits) if bits < 64 else np.ones(len(back), dtype=bool)
-                    span = np.uint64(2**bits % 2**64)
-                else:
-                    wrapped = (p >= _TWO_31) & (p < _TWO_32) & (c < _TWO_32)
-                    span = _TWO_32
+            if wraps:
+                assert bits is not None
+                lim = limit[back] if isinstance(limit, np.ndarray) else limit
+                span = np.uint64(2**bits % 2**64)
+                to_top = (span - p).astype(np.float64)  # 2**64 - p for a 64-bit counter, exact mod 2**64
                 wrap_rate = (c - p + span).astype(np.float64) * per_s[back]  # uint64 arithmetic, exact
-                wrapped &= wrap_rate <= lim
+                # Near the top: within four intervals at its own last pace (a counter standing
+                # still far below the top did not cross it), or 1/1024 of its range.
+                reach = float(2**bits) / 1024.0
+                if pace is not None:
+                    last = pace[sel][back].astype(np.float64)
+                    reach = np.where(np.isfinite(last), np.maximum(reach, 4.0 * last / per_s[back]), reach)
+                wrapped = (to_top <= reach) & (wrap_rate <= lim)
                 if wide is not None:
                     wrapped &= ~wide[back]  # a 64-bit counter does not wrap: a drop is a clear
                 rate[back] = wrap_rate
@@ -526,14 +563,23 @@ class CounterRates:
                 if wide is not None:
                     stuck &= ~wide[back]
             out_valid[back] = wrapped
-            reset[back[~wrapped & ~stuck]] = True
+            back = back[~wrapped & ~stuck]
         if saturates and narrow:
             top = np.uint64(2**bits - 1)  # type: ignore[operator]
             stuck_both = (cur >= top) & (prev >= top)
             if wide is not None:
                 stuck_both &= ~wide
             out_valid &= ~stuck_both  # stuck at the maximum: the rate is unknown (the count is not)
+        if pace is not None:
+            seen = pace[sel]
+            pace[sel] = np.where(out_valid, rate, seen)
 
         vals[sel] = cur
         valid[sel] = True if cur_valid is None else cur_valid
-        return _float_array(rate, out_valid), stuck_now
+        return rate, out_valid.copy(), stuck_now, back
+
+
+def _grown_nan(a: np.ndarray, cap: int) -> np.ndarray:
+    out = np.full(cap, np.nan, dtype=a.dtype)
+    out[: len(a)] = a
+    return out

@@ -483,3 +483,52 @@ def test_pdr_symbol_windows(fabric: Fabric, table: ThresholdTable) -> None:
         "PDR: symbol BER over 12 min over the field Error level",
     )
     assert first.evidence["symbol_ber_12min"] == pytest.approx(1 / (3 * BITS), rel=0.3)
+
+
+# -- baselines that do not learn the fault ---------------------------------------------------------------
+def roce_ramp(k: int) -> float:
+    """Pre-FEC BER ``k`` polls into a ramp from 1e-9 to 3e-4 over 90 s (exponential)."""
+    return 1e-9 * (3e-4 / 1e-9) ** min(k * POLL / 90.0, 1.0)
+
+
+@pytest.mark.parametrize("with_table", [False, True])
+@pytest.mark.parametrize("warm_polls", [6, 30, 90])
+def test_a_90_s_ramp_is_found_rising_within_60_s(
+    fabric: Fabric, table: ThresholdTable, with_table: bool, warm_polls: int
+) -> None:
+    """A RoCE NIC's pre-FEC BER from 1e-9 to past the FEC limit in 90 s, after one, five or
+    fifteen minutes of clean traffic: found by a rising rule (not by the uncorrectable blocks
+    that come last) within 60 s. A baseline that learned each poll followed the ramp: found
+    75-94 s in, by the blocks. With NVIDIA's table, whose NDR levels are 1e-7 to 1e-6, the
+    ramp crosses Warning before it is ten times its baseline: found as soon, at that level."""
+    feed = Feed(BerDetector(fabric, table if with_table else None), fabric)
+    assert feed.polls(warm_polls) == []
+    start = feed.ports.poll
+    found: list[Finding] = []
+    for k in range(1, 10):
+        found += feed.polls(1, ber={HOST: roce_ramp(k)})
+        if found:
+            break
+    assert found, "the ramp was not found in 90 s"
+    first = found[0]
+    delay = (feed.found[0][0] - start + 1) * POLL
+    assert delay <= 60.0, delay
+    if with_table:
+        assert first.evidence["rule"] == "pre-FEC BER over the field level"
+    else:
+        assert first.evidence["level"] == "rising", first.evidence["rule"]
+    assert first.evidence["pre_fec_ber_baseline"] < 1e-8  # the level from before the ramp
+
+
+def test_a_step_that_stays_flat_is_a_new_normal(fabric: Fabric) -> None:
+    """A port whose BER steps from 1e-9 to 2e-8 and stays there: seen rising, then let go once
+    it has held its level for settle_s (5 minutes), and not found again."""
+    feed = Feed(BerDetector(fabric), fabric)
+    assert feed.polls(60) == []
+    opened = feed.polls(6, ber={HOST: 2e-8})
+    assert [(f.status, f.evidence["level"]) for f in opened] == [("firing", "rising")]
+    later = feed.polls(60, ber={HOST: 2e-8})
+    assert [f.status for f in later] == ["cleared"]
+    cleared_at = next(k for k, f in feed.found if f.status == "cleared")
+    assert cleared_at - 60 <= 6 + 30 + 6  # the rise, five minutes on the plateau, the close
+    assert feed.polls(120, ber={HOST: 2e-8}) == []

@@ -104,12 +104,75 @@ def test_declared_narrow_and_64_bit_wraps() -> None:
     assert rates(out, "rx_packets") == [10.0]  # (10 + 2**64 - (2**64 - 10)) / 2
 
 
-def test_undeclared_32_bit_wrap() -> None:
+def test_an_undeclared_counter_never_wraps() -> None:
+    """Changed: a drop from just under 2**32 was once taken for a 32-bit wrap; without a declared
+    width nobody knows the counter is 32-bit, and a driver reload reads exactly so."""
     stage = CounterRates()
     stage.observe(sample(["a"], 0, rx_packets=[2**32 - 1_000]))
     out = stage.observe(sample(["a"], 10, rx_packets=[9_000]))
-    assert rates(out, "rx_packets") == [1_000.0]
-    assert out.column("counter_reset").to_pylist() == [False]
+    assert rates(out, "rx_packets") == [None]
+    assert out.column("counter_reset").to_pylist() == [True]
+
+
+MAGNITUDES = [0, 10, 2**20, 2**31 - 1, 2**31, 3 * 2**30, 2**32 - 1, 2**32, 2**40, 2**63]
+
+
+@pytest.mark.parametrize("magnitude", MAGNITUDES)
+def test_a_driver_reload_at_any_counter_value_gives_no_rate(magnitude: int) -> None:
+    """mlx5 after a driver reload: every counter of the NIC starts again near 0 in one sample,
+    FEC corrected bits included, whatever value it stood at. No rate comes out of that sample,
+    and the next one counts from the new values."""
+    stage = CounterRates()
+    ports = ["gpu-1/mlx5_0", "gpu-1/mlx5_1"]
+    before = dict(
+        rx_bytes=[10**14, 10**14],
+        rx_packets=[10**11, 10**11],
+        phy_received_bits=[10**15, 10**15],
+        fec_corrected_bits=[magnitude + 10**6, magnitude + 10**6],
+        symbol_errors=[magnitude, magnitude],
+    )
+    stage.observe(sample(ports, 0, **before))
+    # Port 0 reloads; port 1 goes on.
+    after = dict(
+        rx_bytes=[5_000, 10**14 + 10**11],
+        rx_packets=[50, 10**11 + 10**8],
+        phy_received_bits=[40_000, 10**15 + 10**12],
+        fec_corrected_bits=[3, magnitude + 10**6 + 1_000],
+        symbol_errors=[0, magnitude],
+    )
+    out = stage.observe(sample(ports, 10, **after))
+    for col in after:
+        assert rates(out, col)[0] is None, col
+    assert rates(out, "fec_corrected_bits")[1] == 100.0
+    assert out.column("counter_reset").to_pylist() == [True, False]
+    out = stage.observe(sample(ports, 20, fec_corrected_bits=[1_003, magnitude + 10**6 + 2_000]))
+    assert rates(out, "fec_corrected_bits") == [100.0, 100.0]
+
+
+def test_a_declared_narrow_counter_wraps_only_near_its_top() -> None:
+    """A 32-bit counter standing still at 3e9 that reads 12 later was cleared: it could not have
+    crossed 1.3e9 counts in 10 s at its own pace of 0. One moving at 1e8 a second wraps."""
+    schema = with_counter_widths(PORT_SAMPLE, {"rcv_errors": 32, "rx_packets": 32})
+    stage = CounterRates(columns=["rcv_errors", "rx_packets"])
+    stage.observe(sample(["still", "busy"], 0, schema, rcv_errors=[3 * 10**9, 0], rx_packets=[0, 2 * 10**9]))
+    stage.observe(sample(["still", "busy"], 10, schema, rcv_errors=[3 * 10**9, 0], rx_packets=[0, 3 * 10**9]))
+    out = stage.observe(sample(["still", "busy"], 20, schema, rcv_errors=[12, 0], rx_packets=[0, 2**32 - 2]))
+    assert rates(out, "rcv_errors") == [None, 0.0]
+    assert out.column("counter_reset").to_pylist() == [True, False]
+    out = stage.observe(sample(["still", "busy"], 30, schema, rcv_errors=[14, 0], rx_packets=[0, 10**9 - 2]))
+    assert rates(out, "rx_packets") == [0.0, 10**8]
+    assert out.column("counter_reset").to_pylist() == [False, False]
+
+
+def test_a_wrap_beside_a_reset_of_its_port_is_a_reset() -> None:
+    """A switch reboot: its 64-bit octets go back, so its 32-bit error counter near the top that
+    reads 0 was reset with them, not wrapped."""
+    schema = with_counter_widths(PORT_SAMPLE, {"rcv_errors": 32})
+    stage = CounterRates(columns=["rx_bytes", "rcv_errors"])
+    stage.observe(sample(["a"], 0, schema, rx_bytes=[10**12], rcv_errors=[2**32 - 10]))
+    out = stage.observe(sample(["a"], 10, schema, rx_bytes=[10**3], rcv_errors=[0]))
+    assert rates(out, "rcv_errors") == [None]
+    assert out.column("counter_reset").to_pylist() == [True]
 
 
 def test_undeclared_drop_from_above_32_bits_is_a_reset() -> None:
@@ -125,7 +188,9 @@ def test_reset_gives_null_then_the_new_baseline() -> None:
     stage.observe(sample(["a", "b"], 0, rx_bytes=[10**15, 1_000], tx_bytes=[10**15, 1_000]))
     out = stage.observe(sample(["a", "b"], 10, rx_bytes=[5, 2_000], tx_bytes=[10**15 + 100, 3_000]))
     assert rates(out, "rx_bytes") == [None, 100.0]
-    assert rates(out, "tx_bytes") == [10.0, 200.0]  # the other counters of the row still count
+    # Changed: a traffic counter went back, so the port was reset, and its other counters were
+    # measured across the reset too: a reset never gives a rate.
+    assert rates(out, "tx_bytes") == [None, 200.0]
     assert out.column("counter_reset").to_pylist() == [True, False]
 
     out = stage.observe(sample(["a", "b"], 20, rx_bytes=[1_005, 3_000], tx_bytes=[10**15 + 200, 4_000]))
