@@ -12,7 +12,9 @@ Two readers, one record (``gpu_nic_path``, one row per GPU x NIC):
   header ``GPU0 ... NIC0 ... CPU Affinity  NUMA Affinity  GPU NUMA ID``; cells ``X``, ``NV#``,
   ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``; a ``NIC Legend:`` mapping ``NIC0: mlx5_0``).
   Older drivers name the NICs in the header (``mlx5_0``) and have no legend, and print ``SOC``
-  for what newer ones call ``SYS``; both are read. Fixtures: tests/fixtures/topo (SOURCES.md).
+  for what newer ones call ``SYS``; both are read. A capture's terminal escapes (the header is
+  underlined with ``ESC[4m … ESC[0m`` even in a file) and CRLF line ends are removed first.
+  Fixtures: tests/fixtures/corpus/nvidia_smi_topo and tests/fixtures/topo (SOURCES.md).
 - :func:`read_pci_devices` / :func:`sysfs_paths`: without ``nvidia-smi``, the same levels from
   the PCIe tree (the device directories under ``/sys/devices/pci<domain>:<bus>/``) and
   ``numa_node`` (``/sys/bus/pci/devices/*/numa_node``, ``/sys/class/infiniband/*/device/numa_node``;
@@ -38,6 +40,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from graywire.collectors.schemas import GPU_NIC_PATH, TS, make_batch
+from graywire.collectors.text import plain_text
 
 #: nvidia-smi's PCIe levels, nearest first (NVML ``nvmlGpuTopologyLevel_t``: SINGLE, MULTIPLE,
 #: HOSTBRIDGE, NODE, SYSTEM). ``NV#`` (NVLink) ranks before all of them.
@@ -92,8 +95,9 @@ def _numa(token: str | None) -> int | None:
 
 
 def parse_topo_matrix(text: str) -> TopoMatrix:
-    """Read ``nvidia-smi topo -m``; raise :class:`TopoParseError` naming what is wrong."""
-    lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").split("\n")]
+    """Read ``nvidia-smi topo -m``, as printed or as a capture keeps it (the header wrapped in
+    ``ESC[4m … ESC[0m``, CRLF); raise :class:`TopoParseError` naming what is wrong."""
+    lines = [ln.rstrip() for ln in plain_text(text).split("\n")]
     # The header is the first line naming GPU0 first (indented; a stripped copy loses the tab);
     # GPU0's own row follows it with `X` on the diagonal.
     header_at = next(

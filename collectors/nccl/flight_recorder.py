@@ -34,14 +34,34 @@ import re
 from typing import Any
 
 from graywire.collectors.nccl.ras import RankStateRows
+from graywire.collectors.text import plain_text
 
 #: A rank's dump file: ``<prefix><rank>`` (the prefix is TORCH_NCCL_DEBUG_INFO_TEMP_FILE's).
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.json)?$")
+#: ``[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=64214, OpType=ALLGATHER,
+#: NumelIn=…, NumelOut=…, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.``
+#: (whitespace may be a line break: a terminal wraps it after ``timeout:``).
 _WATCHDOG = re.compile(
-    r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(]+)(?:\((?P<desc>[^)]*)\))? )?Rank (?P<rank>\d+)\]\s*"
-    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
-    r"[^)]*\)(?: ran for (?P<ms>\d+) milliseconds before timing out)?"
+    r"\[(?:PG (?:ID )?(?P<pgid>\d+)(?: PG GUID [^\s(\]]+)?\s*(?:\((?P<desc>[^)]*)\))? )?Rank (?P<rank>\d+)\]"
+    r"\s*Watchdog caught collective operation timeout:\s*"
+    r"WorkNCCL\(SeqNum=(?P<seq>\d+),\s*OpType=(?P<op>\w+)"
+    r"(?:[^\n]*?\)\s+ran for (?P<ms>\d+) milliseconds|[^\n]*?\))"
 )
+#: ``[PG ID 11 PG GUID 119 Rank 1]`` (2.4+), ``[PG ID 0 PG GUID 0(default_pg) Rank 0]``, ``[PG 0
+#: (default_pg) Rank 12]`` (2.3): the process group a line speaks for, and the rank in it.
+_PG = re.compile(
+    r"\[PG (?:ID )?(?P<pgid>\d+)(?: PG GUID (?P<guid>[^\s(\]]+))?\s*(?:\((?P<desc>[^)]*)\))?"
+    r" Rank (?P<rank>\d+)\]"
+)
+#: What a process group's line says of the work that failed: its sequence number.
+_PG_WORK = re.compile(
+    r"\s*(?:Exception \(either an error or timeout\) detected\s+by watchdog at work:"
+    r"|failure detected by watchdog at work sequence id:"
+    r"|Process group watchdog thread terminated with exception:\s*\[Rank \d+\]\s*Watchdog caught collective "
+    r"operation timeout:\s*WorkNCCL\(SeqNum=)\s*(?P<seq>\d+)"
+)
+#: The global rank PyTorch puts in front of a process's log lines: ``[rank13]:[E218 …]``.
+_GLOBAL_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -78,6 +98,12 @@ def _pg_key(pg: Any) -> str:
     return str(pg[0]) if isinstance(pg, list | tuple) and pg else str(pg)
 
 
+def _pg_id(entry: dict[str, Any]) -> str | None:
+    """An entry's process group id (what ``pg_status`` is keyed by), as a string."""
+    pg = entry.get("pg_id")
+    return str(pg) if isinstance(pg, int) and not isinstance(pg, bool) else None
+
+
 def parse_dump(
     data: bytes, job: str, rows: RankStateRows, *, rank: int | None, host: str | None, dumped_at_ns: int
 ) -> None:
@@ -87,26 +113,43 @@ def parse_dump(
     status = doc.get("pg_status") if isinstance(doc.get("pg_status"), dict) else {}
     config = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
     stuck: dict[str, dict[str, Any]] = {}
+    # ``pg_status`` is keyed by process group id, ``pg_config`` by group name (a split's name is
+    # a hash): the entries name both, and tie them.
+    name_of: dict[str, str] = {}
+    desc_of: dict[str, str] = {}
     for e in doc["entries"]:
-        if not isinstance(e, dict) or e.get("is_p2p") is True or e.get("state") == "completed":
+        if not isinstance(e, dict):
+            continue
+        pg = _pg_id(e)
+        group = e.get("process_group")
+        if pg is not None and isinstance(group, list | tuple) and group:
+            name_of.setdefault(pg, str(group[0]))
+            if len(group) > 1 and group[1]:
+                desc_of.setdefault(pg, str(group[1]))
+        if e.get("is_p2p") is True or e.get("state") == "completed":
             continue
         seq, created, timeout = e.get("collective_seq_id"), e.get("time_created_ns"), e.get("timeout_ms")
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (seq, created, timeout)):
             rows.skip(f"rank {rank}: an entry without collective_seq_id, time_created_ns or timeout_ms")
             continue
-        pg = _pg_key(e.get("process_group", e.get("pg_id")))
+        if pg is None:
+            pg = _pg_key(e.get("process_group"))
         if dumped_at_ns - created >= timeout * 1_000_000 and (
             pg not in stuck or seq < stuck[pg]["collective_seq_id"]
         ):
             stuck[pg] = e
     for pg in sorted(set(status) | set(stuck), key=str):
-        cfg = config.get(pg) if isinstance(config.get(pg), dict) else {}
+        cfg = config.get(pg) if isinstance(config.get(pg), dict) else None
+        if cfg is None:
+            by_name = config.get(name_of.get(pg, ""))
+            cfg = by_name if isinstance(by_name, dict) else {}
         nranks = (
             len(json.loads(cfg["ranks"]))
             if isinstance(cfg.get("ranks"), str) and cfg["ranks"].startswith("[")
             else None
         )
-        comm = f"pg:{pg}" + (f"({cfg['desc']})" if cfg.get("desc") else "")
+        desc = cfg.get("desc") or desc_of.get(pg)
+        comm = f"pg:{pg}" + (f"({desc})" if desc else "")
         if pg in stuck:
             e = stuck[pg]
             name = str(e.get("profiling_name") or "")
@@ -139,22 +182,52 @@ def parse_dump(
 
 
 def parse_watchdog_lines(lines: list[str], job: str, rows: RankStateRows, *, host: str | None) -> None:
-    """ProcessGroupNCCL watchdog timeout lines (anywhere in a job's log) -> ``timeout`` rows."""
-    for line in lines:
-        m = _WATCHDOG.search(line)
-        if m is None:
-            continue
-        pg = m.group("pgid")
-        comm = f"pg:{pg}" + (f"({m.group('desc')})" if m.group("desc") else "") if pg is not None else None
-        ms = m.group("ms")
+    """ProcessGroupNCCL watchdog timeout lines (anywhere in a job's log) -> ``timeout`` rows.
+
+    One row per rank and timed-out work, however many lines repeat it (the watchdog's line, the
+    exception that ends its thread, the ``what():`` of the abort). The rank is the global one of
+    the ``[rankN]:`` prefix where the log has it, else the ``[Rank N]`` of the line (a rank in its
+    process group); the process group is the one a ``[PG ID …]`` line names for the same work.
+    """
+    text = plain_text("\n".join(lines))
+    found: dict[tuple[int, int, str], dict[str, Any]] = {}
+    groups: dict[tuple[int, int], tuple[str, str | None, int]] = {}
+    for m in _PG.finditer(text):
+        if w := _PG_WORK.match(text, m.end()):
+            who = _global_rank(text, m.start(), int(m.group("rank")))
+            groups[(who, int(w.group("seq")))] = (m.group("pgid"), m.group("desc"), int(m.group("rank")))
+    for m in _WATCHDOG.finditer(text):
+        rank, seq, op = int(m.group("rank")), int(m.group("seq")), m.group("op").lower()
+        who = _global_rank(text, m.start(), rank)
+        hit = found.setdefault((who, seq, op), {"rank": rank, "ms": None})
+        if m.group("ms"):
+            hit["ms"] = m.group("ms")
+        if m.group("pgid") is not None:
+            groups.setdefault((who, seq), (m.group("pgid"), m.group("desc"), rank))
+    for (who, seq, op), hit in found.items():
+        pg = groups.get((who, seq))
+        comm = None
+        detail = f"ran for {hit['ms']} ms before timing out" if hit["ms"] else None
+        if pg is not None:
+            comm = f"pg:{pg[0]}" + (f"({pg[1]})" if pg[1] else "")
+            if pg[2] != who:
+                detail = ", ".join(x for x in (detail, f"rank {pg[2]} of process group {pg[0]}") if x)
         rows.add(
             job=job,
             communicator=comm,
-            rank=int(m.group("rank")),
+            rank=who,
             host=host,
             state="timeout",
-            collective=m.group("op").lower(),
-            seq=int(m.group("seq")),
+            collective=op,
+            seq=seq,
             source="watchdog",
-            detail=f"ran for {ms} ms before timing out" if ms else None,
+            detail=detail,
         )
+
+
+def _global_rank(text: str, at: int, rank: int) -> int:
+    """The ``[rankN]:`` prefix of the line holding ``text[at]`` (the line a terminal may have
+    wrapped from), else ``rank``."""
+    start = text.rfind("\n", 0, at) + 1
+    prefixes = list(_GLOBAL_RANK.finditer(text, start, at))
+    return int(prefixes[-1].group("rank")) if prefixes else rank

@@ -10,7 +10,11 @@ sends one event per peer change.
 
 What each form says, as NCCL writes it (NCCL user guide "RAS", src/ras/client_support.cc):
 
-- JSON ``STATUS``: per communicator (``hash``, ``size``) its ``ranks`` (``status``:
+- JSON ``STATUS`` (``SET FORMAT json``, NCCL 2.28.7+): NCCL 2.28.7 and 2.28.9 print it malformed
+  when a rank is missing (``jsonWriteMissingRank`` in src/ras/client_support.cc writes
+  ``"nvml_dev": %d`` with no comma before ``"status"``; fixed in 2.29.2). The one comma is put
+  back and the report read, with a note saying so: a known upstream bug is not a broken source.
+  Per communicator (``hash``, ``size``) its ``ranks`` (``status``:
   ``init_state`` 0 running / 7 initializing / else an error, ``finalize_called``,
   ``destroy_flag``, ``abort_flag``; ``collective_counts`` per collective type) and its
   ``missing_ranks`` (``status``: ``unresponsive``, ``considered_dead``; a missing rank that is
@@ -37,6 +41,7 @@ entry that cannot be read is skipped and counted, never guessed.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Mapping
@@ -74,6 +79,7 @@ class RankStateRows:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     skipped: int = 0
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def add(
         self,
@@ -99,6 +105,11 @@ class RankStateRows:
         self.skipped += 1
         if len(self.problems) < 5:
             self.problems.append(why)
+
+    def note(self, what: str) -> None:
+        """Something read that its source got wrong and graywire read anyway (not a skip)."""
+        if what not in self.notes:
+            self.notes.append(what)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -149,10 +160,32 @@ def _host(addr: object, names: Mapping[str, str] | None) -> str | None:
 # -- STATUS, JSON ------------------------------------------------------------------------------------
 
 
+#: NCCL 2.28.7-2.28.9's missing comma: a missing rank's ``"nvml_dev": N`` line, then ``"status"``.
+_MISSING_COMMA = re.compile(r'("nvml_dev": -?\d+)(\s*\n\s*"status": \{)')
+MISSING_COMMA_NOTE = "RAS JSON of NCCL 2.28.7-2.28.9: the comma missing after nvml_dev put back"
+
+
+def repair_json(text: str) -> tuple[str, bool]:
+    """``text`` with NCCL 2.28.7-2.28.9's known missing comma put back, and whether it was.
+
+    Only text that is not JSON is touched, and only at that one place: the key pair is next to
+    each other nowhere else in a report.
+    """
+    try:
+        json.loads(text)
+    except ValueError:
+        fixed, count = _MISSING_COMMA.subn(r"\1,\2", text)
+        return fixed, count > 0
+    return text, False
+
+
 def parse_status_json(
     text: str, job: str, rows: RankStateRows, host_names: Mapping[str, str] | None = None
 ) -> None:
     """One ``SET FORMAT json`` + ``STATUS`` report -> a row per rank and per missing rank."""
+    text, repaired = repair_json(text)
+    if repaired:
+        rows.note(MISSING_COMMA_NOTE)
     values = [v for _, v in iter_json_values(text)]
     if len(values) != 1 or not isinstance(values[0], dict):
         raise ValueError("not a RAS JSON status: expected one JSON object")
@@ -488,7 +521,7 @@ class NcclRasCollector:
             self.target,
             ok=True,
             batches=(batch,),
-            error="; ".join(rows.problems) or None,
+            error="; ".join(rows.problems + rows.notes) or None,
             duration_s=time.perf_counter() - t0,
             skipped={MALFORMED_LINE: rows.skipped} if rows.skipped else {},
         )
