@@ -308,6 +308,8 @@ class _PortCache:
     def __init__(self) -> None:
         self.dictionary: tuple[pa.Array, np.ndarray] | None = None
         self.column: tuple[pa.Array, np.ndarray] | None = None
+        #: Earlier dictionaries, newest last, for an indexer that reads several a poll.
+        self.older: list[tuple[pa.Array, np.ndarray]] = []
 
 
 _SHARED: weakref.WeakKeyDictionary[Fabric, _PortCache] = weakref.WeakKeyDictionary()
@@ -328,9 +330,13 @@ class PortIndexer:
     the indices returned are read-only, since they are shared.
     """
 
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: Fabric, *, slots: int = 1) -> None:
+        """``slots`` > 1: a cache of its own holding that many dictionaries, for a stage that
+        reads every source's batch of a poll (each with its own dictionary) rather than the
+        one joined column the detectors share."""
         self.fabric = fabric
-        self._cache = _SHARED.setdefault(fabric, _PortCache())
+        self.slots = slots
+        self._cache = _SHARED.setdefault(fabric, _PortCache()) if slots == 1 else _PortCache()
 
     def __call__(self, ports: pa.Array | pa.ChunkedArray) -> np.ndarray:
         if isinstance(ports, pa.ChunkedArray):
@@ -344,7 +350,12 @@ class PortIndexer:
             return last[1]
         known = cache.dictionary
         if known is None or not (known[0] is d or _same_buffers(known[0], d)):
-            cache.dictionary = known = (d, self.fabric.lookup(d))
+            hit = next((k for k in cache.older if k[0] is d or _same_buffers(k[0], d)), None)
+            if self.slots > 1 and known is not None:
+                older = [k for k in cache.older if k is not hit]
+                older.append(known)
+                cache.older = older[-(self.slots - 1) :]
+            cache.dictionary = known = hit if hit is not None else (d, self.fabric.lookup(d))
         idx = known[1][ports.indices.to_numpy(zero_copy_only=False)]
         idx.flags.writeable = False
         cache.column = (ports, idx)

@@ -226,8 +226,13 @@ class BerDetector:
         idx = self.port_index(batch.column("port"))
         dt = column(batch, "interval_seconds")
         phy_bits = column(batch, "phy_received_bits_per_second") * dt
-        # Without a PHY bit counter, bits at line rate (what the PDR plugin divides by).
-        line_bits = column(batch, "speed_bps") * dt
+        # Without a PHY bit counter, bits at line rate (what the PDR plugin divides by): the
+        # speed read (from any source of the port), else the inventory's expected speed.
+        line_speed = column(batch, "speed_bps", 0)
+        unread = (line_speed <= 0) & (idx >= 0)
+        if unread.any():
+            line_speed = np.where(unread, f.expected_speed_bps[np.maximum(idx, 0)], line_speed)
+        line_bits = np.where(line_speed > 0, line_speed, np.nan) * dt
         bits = np.where(np.isfinite(phy_bits), phy_bits, line_bits)
         corr_bits = column(batch, "fec_corrected_bits_per_second") * dt
         symbols = column(batch, "fec_corrected_symbols_per_second") * dt

@@ -36,6 +36,7 @@ from graywire.detectors.nccl_straggler import NcclStraggler
 from graywire.detectors.nccl_topology import NcclTopologyDetector
 from graywire.detectors.nccl_transport import NcclTransportDetector
 from graywire.detectors.nic_affinity import NicAffinityDetector
+from graywire.detectors.port_state import PortStateBook, has_counters
 from graywire.detectors.rates import CounterRates
 from graywire.detectors.saturation import CounterSaturationDetector
 from graywire.detectors.topology import TopologyDetector
@@ -115,10 +116,14 @@ class Pipeline:
     _dicts: dict[tuple[str, str], pa.Array] = field(default_factory=dict, repr=False)
     #: The latest poll time seen: a ``link`` view carries none and is dated by its poll.
     _poll_time: datetime | None = field(default=None, init=False, repr=False)
+    #: Each modelled port's last known state, speed and width, whichever source said it.
+    port_state: PortStateBook | None = None
 
     def __post_init__(self) -> None:
         if not self.detectors:
             self.detectors = default_detectors(self.fabric)
+        if self.port_state is None:
+            self.port_state = PortStateBook(self.fabric)
 
     @property
     def kinds(self) -> list[str]:
@@ -163,8 +168,7 @@ class Pipeline:
         gpu_paths: list[pa.RecordBatch] = []
         init: list[pa.RecordBatch] = []
         layouts: list[pa.RecordBatch] = []
-        #: Port samples by source and schema (counter widths), in the order they came.
-        samples: dict[tuple[str | None, tuple[tuple[bytes, bytes], ...]], list[pa.RecordBatch]] = {}
+        port_samples: list[pa.RecordBatch] = []
         for batch in batches:
             kind = record_kind(batch.schema)
             if kind != "link" and batch.num_rows and "time" in batch.schema.names:
@@ -172,11 +176,7 @@ class Pipeline:
                 if t is not None and (self._poll_time is None or t > self._poll_time):
                     self._poll_time = t
             if kind == "port_sample":
-                # By source and counter widths (the schema's metadata; hashing whole schemas
-                # costs more than the stage saves).
-                source = batch.column("source")[0].as_py() if batch.num_rows else None
-                widths = tuple(sorted((batch.schema.metadata or {}).items()))
-                samples.setdefault((source, widths), []).append(batch)
+                port_samples.append(batch)
             elif kind == "nccl_timing":
                 nccl.append(batch)
             elif kind == "nccl_transport":
@@ -201,8 +201,8 @@ class Pipeline:
                     "link, nccl_rank_state, gpu_nic_path or nccl_layout"
                 )
                 result.dropped.append((kind, batch.num_rows, f"the pipeline takes {takes}, not {kind}"))
-        for parts in samples.values():
-            rates += self._rates_of(parts, result)
+        for parts in self._joined_sources(port_samples, result):
+            rates += parts
         # One view at a time, in the order the sources sent them (a port a view leaves out keeps
         # what an earlier one said).
         for view in capabilities:
@@ -234,29 +234,60 @@ class Pipeline:
             raise ValueError(result.dropped[0][2])
         return result
 
-    def _rates_of(self, parts: list[pa.RecordBatch], result: PollResult) -> list[pa.RecordBatch]:
+    def _joined_sources(
+        self, batches: list[pa.RecordBatch], result: PollResult
+    ) -> list[list[pa.RecordBatch]]:
+        """Each source's port samples of the poll as one batch (by source, counter widths and
+        whether it carries counters), joined across sources per port (UFM REST's state and
+        speed into UFM Telemetry's rows: :mod:`graywire.detectors.port_state`), each then
+        through its source's rates stage. Returns the rates, a list per group."""
+        groups: dict[tuple[str | None, tuple[tuple[bytes, bytes], ...], bool], list[pa.RecordBatch]] = {}
+        for batch in batches:
+            # By source and counter widths (the schema's metadata; hashing whole schemas costs
+            # more than the stage saves).
+            source = batch.column("source")[0].as_py() if batch.num_rows else None
+            widths = tuple(sorted((batch.schema.metadata or {}).items()))
+            groups.setdefault((source, widths, has_counters(batch)), []).append(batch)
+        keys = list(groups)
+        whole = [
+            self._stable_dictionaries(f"port_sample|{k[0]}|{k[2]}", _one_batch(groups[k]))
+            if len(groups[k]) > 1
+            else groups[k][0]
+            for k in keys
+        ]
+        assert self.port_state is not None
+        joined = self.port_state.join(whole)
+        out = []
+        for key, batch in zip(keys, joined, strict=True):
+            if batch is not None:
+                out.append(self._rates_of(groups[key], batch, result))
+        return out
+
+    def _rates_of(
+        self, parts: list[pa.RecordBatch], joined: pa.RecordBatch, result: PollResult
+    ) -> list[pa.RecordBatch]:
         """One source's port samples of the poll (one schema) through its rates stage, as one
         batch: thousands of host agents are thousands of small batches a poll, and the stage's
         cost is mostly per batch (2 ms each for eight ports). Rows keep their own times. Should
         the joined batch be refused (a port twice), each batch goes alone, and only the bad one
         is dropped."""
         stage = self._rates_for(parts[0])
-        if len(parts) > 1:
-            source = parts[0].column("source")[0].as_py() if parts[0].num_rows else None
-            joined = self._stable_dictionaries(f"port_sample|{source}", _one_batch(parts))
-            t0 = time.perf_counter()
-            try:
-                out = [stage.observe(joined)]
-            except ValueError:
-                pass
-            else:
-                self._timed("rates", joined.num_rows, t0)
-                return out
+        t0 = time.perf_counter()
+        try:
+            out = [stage.observe(joined)]
+        except ValueError as e:
+            if len(parts) == 1:
+                result.dropped.append(("port_sample", joined.num_rows, str(e)))
+                return []
+        else:
+            self._timed("rates", joined.num_rows, t0)
+            return out
+        assert self.port_state is not None
         out = []
         for batch in parts:
             t0 = time.perf_counter()
             try:
-                out.append(stage.observe(batch))
+                out.append(stage.observe(self.port_state.fill(batch)))
             except ValueError as e:
                 result.dropped.append(("port_sample", batch.num_rows, str(e)))
                 continue

@@ -24,7 +24,6 @@ from typing import Any
 from graywire.detectors.ber_thresholds import ThresholdTable
 from graywire.detectors.findings import Kind
 from graywire.detectors.pipeline import Pipeline, default_detectors
-from graywire.detectors.rates import CounterRates
 from graywire.evaluation.baseline import StaticRules
 from graywire.evaluation.scoring import Report, score
 from graywire.fabricsim.faults import FAULT_KINDS
@@ -359,19 +358,18 @@ def run_scenario(
     # The cables: the simulator's own view, or UFM's links list read back by its parser.
     link_view = None if variant.port == "rich" else UfmLinksView(sim.fabric)
     pipe = Pipeline(sim.fabric, default_detectors(sim.fabric, table))
-    base_rates = CounterRates()
     base = StaticRules(sim.fabric)
     found, base_found = [], []
     init_view = InitLogView() if sim.startup is not None else None
     try:
         for step in sim.run():
-            port = port_view.apply(step.port_sample)
+            ports = port_view.apply(step.port_sample)
             links = step.links if link_view is None or step.links is None else link_view.apply(step.links)
-            if port is not None:
-                found += pipe.process_poll([port] if links is None else [port, links]).findings
-                base_found += base.observe(base_rates.observe(port))
-            elif links is not None:
-                found += pipe.process(links)
+            if ports or links is not None:
+                polled = pipe.process_poll(ports if links is None else [*ports, links])
+                found += polled.findings
+                if polled.port_rates is not None:  # the baseline reads the same joined rates
+                    base_found += base.observe(polled.port_rates)
             nccl = nccl_view.apply(step.nccl_timing) if step.nccl_timing is not None else None
             if nccl is not None:
                 found += pipe.process(nccl)

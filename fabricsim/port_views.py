@@ -4,12 +4,15 @@ The simulator's ``port_sample`` batch is rich: 64-bit counters, corrected bits a
 every port, one exact poll time. Real sources are not (docs/records.md, "Source names"). A
 :class:`PortView` takes one poll's rich batch, renders it in one real source mix's wire format,
 and parses it back with the collector's own parser, so an evaluation crosses the parsers and
-sees what a deployment would:
+sees what a deployment would. Each returns the batches as the sources deliver them, split as
+they split a port (UFM REST has the state and speed, UFM Telemetry the counters and no speed),
+for the pipeline to join:
 
 - ``rich``: the batch as is.
-- ``ufm_default``: UFM REST (state, speed, width) plus UFM Telemetry's default counter set as
-  Prometheus text: Extended PM counters, symbol errors, RS-FEC block and symbol counts, no PHY
-  corrected or received bits, no per-lane counters (ARCHITECTURE: a default set often lacks them).
+- ``ufm_default``: UFM REST (state, speed, width) and, apart, UFM Telemetry's default counter
+  set as Prometheus text: Extended PM counters, symbol errors, RS-FEC block and symbol counts,
+  no speed, no PHY corrected or received bits, no per-lane counters (ARCHITECTURE: a default
+  set often lacks them).
 - ``perfquery_legacy``: ``perfquery`` PortCounters blocks, legacy names and widths (error
   counters saturate at 4 to 16 bits, data at 32); the hosts' HCAs fill the legacy data fields
   with their 64-bit values (a wide value under a legacy name, as sysfs does on mlx5). perfquery
@@ -45,7 +48,6 @@ from graywire.collectors.keys import split_port_key
 from graywire.collectors.model import Fabric
 from graywire.collectors.perfquery import parse_perfquery, perfquery_batch
 from graywire.collectors.schemas import PHYS_LINK_UP, PORT_SAMPLE, make_batch
-from graywire.collectors.ufm.merge import merge_port_samples
 from graywire.collectors.ufm.ports import PortKeys, SpellingCache
 from graywire.collectors.ufm.rest import parse_links, parse_ports
 from graywire.collectors.ufm.telemetry import parse_prometheus
@@ -75,7 +77,7 @@ _GAUGES = ("phys_state", "logical_state", "speed_bps", "width", "fec_mode", "tem
 class PortView(Protocol):
     name: str
 
-    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch | None: ...
+    def apply(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]: ...
 
 
 def _time_of(batch: pa.RecordBatch) -> datetime:
@@ -99,8 +101,8 @@ class RichView:
     fabric: Fabric
     name: str = "rich"
 
-    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
-        return batch
+    def apply(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        return [batch] if batch.num_rows else []
 
 
 class _Snapshot(FakeUfm):
@@ -127,9 +129,10 @@ class UfmDefaultView:
         self._cache = SpellingCache()
         self._snap = _Snapshot(self.fabric)
 
-    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    def apply(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """UFM REST's ports and UFM Telemetry's counters: two batches, as the two endpoints give."""
         if batch.num_rows == 0:
-            return None
+            return []
         now = _time_of(batch)
         self._snap.step = SimpleNamespace(port_sample=batch, time=now)  # type: ignore[assignment]
         rest, _ = parse_ports(self._snap.ports_json(), self._keys, now)
@@ -139,7 +142,7 @@ class UfmDefaultView:
         metrics.append(("CableInfo_Temperature", temp))
         text = prometheus_text(metrics, labels, self._snap.time_us // 1000, help_text=False)
         tele = parse_prometheus(text, self._keys, self._cache, now=now)
-        return merge_port_samples([rest, tele])
+        return [rest, tele]
 
 
 #: Legacy PortCounters fields in perfquery's print order.
@@ -192,13 +195,14 @@ class PerfqueryLegacyView:
             keys.append(f.keys[i])
         return "\n".join(out) + "\n", keys
 
-    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    def apply(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """perfquery's counters, and apart the state an SMP query (``smpquery portinfo``) reads."""
         if batch.num_rows == 0:
-            return None
+            return []
         text, keys = self.render(batch)
         blocks = parse_perfquery(text)
         counters = perfquery_batch(list(zip(keys, ([b] for b in blocks), strict=True)), _time_of(batch))
-        return merge_port_samples([counters, _gauges(batch, "perfquery")])
+        return [counters, _gauges(batch, "perfquery")]
 
 
 @dataclass
@@ -255,9 +259,10 @@ class HostEthtoolView:
             keys.append(f.keys[i])
         return out, keys
 
-    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    def apply(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """The host agents' batch, and the switches' ports as UFM gives them."""
         if batch.num_rows == 0:
-            return None
+            return []
         readings, keys = self.readings(batch)
         parts: list[pa.RecordBatch] = []
         if readings:
@@ -267,10 +272,8 @@ class HostEthtoolView:
         sw = self.fabric.lookup(batch.column("port"))
         switch_rows = np.flatnonzero((sw >= 0) & ~self.fabric.host_port[np.maximum(sw, 0)])
         if switch_rows.size:
-            ufm = self._switches.apply(batch.take(pa.array(switch_rows)))
-            if ufm is not None:
-                parts.append(ufm)
-        return merge_port_samples(parts) if parts else None
+            parts += self._switches.apply(batch.take(pa.array(switch_rows)))
+        return parts
 
 
 @dataclass

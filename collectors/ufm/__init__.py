@@ -2,7 +2,6 @@
 
 from graywire.collectors.ufm.config import UfmSourceConfig, build_collectors
 from graywire.collectors.ufm.http import HttpSettings, UfmHttpError
-from graywire.collectors.ufm.merge import merge_port_samples
 from graywire.collectors.ufm.ports import PortKeys, SpellingCache
 from graywire.collectors.ufm.rest import (
     LANE_GBPS,
@@ -33,7 +32,6 @@ __all__ = [
     "UfmTelemetryCollector",
     "build_collectors",
     "expected_from_capabilities",
-    "merge_port_samples",
     "parse_csv",
     "parse_links",
     "parse_ports",

@@ -121,7 +121,8 @@ def build_collectors(cfg: UfmSourceConfig, fabric: Fabric | None) -> list[Collec
     """A REST collector for ``url`` and a telemetry collector for ``telemetry_url`` (each if set).
 
     Both resolve GUIDs through ``fabric`` (unknown GUIDs keep ``0x<guid>/<port>`` keys) and share
-    its port dictionary, so :func:`graywire.collectors.ufm.merge.merge_port_samples` can join their rows.
+    its port dictionary; the pipeline joins their rows per port
+    (:mod:`graywire.detectors.port_state`): REST's speed and state into Telemetry's counters.
     """
     out: list[Collector] = []
     if cfg.url is not None:

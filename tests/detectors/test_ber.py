@@ -532,3 +532,28 @@ def test_a_step_that_stays_flat_is_a_new_normal(fabric: Fabric) -> None:
     cleared_at = next(k for k, f in feed.found if f.status == "cleared")
     assert cleared_at - 60 <= 6 + 30 + 6  # the rise, five minutes on the plateau, the close
     assert feed.polls(120, ber={HOST: 2e-8}) == []
+
+
+class UnspeedPorts(BlockPorts):
+    """UFM Telemetry alone: RS-FEC blocks and symbol errors, no speed, no state."""
+
+    def batch(self, **over: Mapping) -> pa.RecordBatch:
+        b = super().batch(**over)
+        cols = {name: b.column(name) for name in b.schema.names}
+        for gauge in ("speed_bps", "width", "phys_state"):
+            cols.pop(gauge)
+        return make_batch(PORT_SAMPLE, b.num_rows, cols)
+
+
+def test_without_any_speed_read_the_inventorys_expected_speed_gives_the_line_bits(
+    fabric: Fabric, table: ThresholdTable
+) -> None:
+    """No source read the port's speed (UFM Telemetry alone): the estimate divides by the line
+    rate the inventory expects (800G here), where it counted nothing before."""
+    feed = BlockFeed(BerDetector(fabric, table), fabric)
+    feed.ports = UnspeedPorts(fabric)
+    assert feed.polls(30) == []
+    found = feed.polls(3, ber={HOST: 2e-7})
+    assert [(f.status, f.evidence["rule"]) for f in found] == [
+        ("firing", "pre-FEC BER 10x its 125-min baseline and its peers")
+    ]

@@ -24,21 +24,38 @@ def poll():
     return sim.fabric, steps[-1].port_sample
 
 
-def rows(batch) -> dict[str, dict]:
-    return {r["port"]: r for r in batch.to_pylist()}
+def rows(batches) -> dict[str, dict]:
+    """Each port's row, its sources' batches joined as the pipeline joins them (first value wins)."""
+    out: dict[str, dict] = {}
+    for b in batches:
+        for r in b.to_pylist():
+            known = out.setdefault(r["port"], {})
+            known.update({k: v for k, v in r.items() if known.get(k) is None})
+    return out
 
 
 def test_every_view_gives_a_port_sample_of_every_polled_port(poll) -> None:
     fabric, batch = poll
     for name, make in PORT_VIEWS.items():
         out = make(fabric).apply(batch)
-        assert out is not None and record_kind(out.schema) == "port_sample", name
+        assert out and all(record_kind(b.schema) == "port_sample" for b in out), name
         assert sorted(rows(out)) == sorted(fabric.keys), name
+
+
+def test_ufm_telemetry_has_no_speed_as_real_ufm_telemetry(poll) -> None:
+    """UFM REST carries the state and speed, UFM Telemetry the counters: two batches."""
+    fabric, batch = poll
+    rest, tele = PORT_VIEWS["ufm_default"](fabric).apply(batch)
+    assert rest.column("speed_bps").null_count < rest.num_rows
+    assert rest.column("tx_bytes").null_count == rest.num_rows
+    assert tele.column("speed_bps").null_count == tele.num_rows
+    assert tele.column("phys_state").null_count == tele.num_rows
+    assert tele.column("tx_bytes").null_count == 0
 
 
 def test_ufm_default_has_no_phy_bits_but_rsfec_counts(poll) -> None:
     fabric, batch = poll
-    rich, got = rows(batch), rows(PORT_VIEWS["ufm_default"](fabric).apply(batch))
+    rich, got = rows([batch]), rows(PORT_VIEWS["ufm_default"](fabric).apply(batch))
     h = got[HOST]
     assert h["fec_corrected_bits"] is None and h["phy_received_bits"] is None and h["fec_lane_errors"] is None
     assert h["fec_corrected_blocks"] == rich[HOST]["fec_corrected_blocks"] > 0
@@ -55,17 +72,17 @@ def test_ufm_default_has_no_phy_bits_but_rsfec_counts(poll) -> None:
 def test_perfquery_legacy_saturates_narrow_fields_and_keeps_wide_host_values(poll) -> None:
     fabric, batch = poll
     out = PORT_VIEWS["perfquery_legacy"](fabric).apply(batch)
-    rich, got = rows(batch), rows(out)
+    rich, got = rows([batch]), rows(out)
     assert got[LEAF]["rx_bytes"] == (2**32 - 1) * 4  # the switch's 32-bit PortRcvData is stuck
     assert got[HOST]["rx_bytes"] == rich[HOST]["rx_bytes"] // 4 * 4 > 2**34  # wide under a legacy name
-    bits = json.loads(out.schema.metadata[COUNTER_BITS_KEY])
+    bits = json.loads(out[0].schema.metadata[COUNTER_BITS_KEY])
     assert bits["rx_bytes"] == 32 and bits["symbol_errors"] == 16 and bits["link_downed"] == 8
     assert got[HOST]["fec_corrected_blocks"] is None and got[HOST]["speed_bps"] == rich[HOST]["speed_bps"]
 
 
 def test_host_ethtool_reads_phy_counters_on_hosts(poll) -> None:
     fabric, batch = poll
-    rich, got = rows(batch), rows(PORT_VIEWS["host_ethtool"](fabric).apply(batch))
+    rich, got = rows([batch]), rows(PORT_VIEWS["host_ethtool"](fabric).apply(batch))
     h = got[HOST]
     assert h["source"] == "agent" and got[LEAF]["source"] == "ufm"
     assert h["fec_corrected_bits"] == rich[HOST]["fec_corrected_bits"]

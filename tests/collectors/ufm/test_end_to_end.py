@@ -1,5 +1,5 @@
 """A silent 800G -> 400G downgrade, end to end: fabricsim -> fake UFM over HTTP -> collectors ->
-pipeline -> incident store; and why a poll's REST and telemetry rows are merged first."""
+pipeline -> incident store; and the pipeline joining a poll's REST and telemetry rows per port."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import pyarrow as pa
 import pytest
 
 from graywire.collectors.schemas import record_kind
-from graywire.collectors.ufm import HttpSettings, UfmRestCollector, UfmTelemetryCollector, merge_port_samples
+from graywire.collectors.ufm import HttpSettings, UfmRestCollector, UfmTelemetryCollector
 from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline
-from graywire.detectors.rates import CounterRates
 from graywire.fabricsim.ufm_server import FakeUfm
 from graywire.service.db import make_engine, upgrade
 from graywire.service.store import IncidentStore
@@ -32,13 +31,13 @@ def collectors(
     return rest, telemetry
 
 
-async def poll(rest: UfmRestCollector, telemetry: UfmTelemetryCollector) -> pa.RecordBatch:
-    """One poll: both endpoints concurrently, their port rows merged."""
+async def poll(rest: UfmRestCollector, telemetry: UfmTelemetryCollector) -> list[pa.RecordBatch]:
+    """One poll: both endpoints concurrently, their batches as they came (REST's ports apart
+    from Telemetry's counters)."""
     r, t = await asyncio.gather(rest.scrape(), telemetry.scrape())
     assert r.ok, r.error
     assert t.ok, t.error
-    ports = [b for b in r.batches if record_kind(b.schema) == "port_sample"]
-    return merge_port_samples([*ports, *t.batches])
+    return [*r.batches, *t.batches]
 
 
 @pytest.mark.parametrize("telemetry_path", ["/metrics", "/csv/xcset/low_freq_debug"])
@@ -58,11 +57,11 @@ def test_silent_downgrade_becomes_one_open_incident(
             for k in range(6):  # polls at 0..50 s; the link renegotiates to 400G at 30 s
                 if k:
                     fake.advance()
-                batch = await poll(rest, telemetry)
-                assert batch.num_rows == fake.fabric.n_ports
-                step = pipeline.process(batch)
-                store.apply(step)
-                found += step
+                polled = pipeline.process_poll(await poll(rest, telemetry))
+                assert polled.port_rates is not None
+                assert polled.port_rates.num_rows == fake.fabric.n_ports  # one row a port
+                store.apply(polled.findings)
+                found += polled.findings
         finally:
             await rest.aclose()
             await telemetry.aclose()
@@ -84,18 +83,19 @@ def test_silent_downgrade_becomes_one_open_incident(
         engine.dispose()
 
 
-def test_merged_polls_keep_counter_rates_that_separate_batches_lose(fake: FakeUfm, ufm_url: str) -> None:
+def test_rest_speed_and_telemetry_counters_become_one_row_a_port(fake: FakeUfm, ufm_url: str) -> None:
+    """UFM Telemetry has no speed; the pipeline carries REST's into its rows: one row a port
+    with REST's state and speed and Telemetry's rates."""
     rest, telemetry = collectors(fake, ufm_url, "/metrics")
+    pipeline = Pipeline(fake.fabric)
 
-    async def two_polls() -> list[tuple[list[pa.RecordBatch], pa.RecordBatch]]:
+    async def two_polls() -> list[pa.RecordBatch]:
         out = []
         try:
             for k in range(2):
                 if k:
                     fake.advance()
-                r, t = await asyncio.gather(rest.scrape(), telemetry.scrape())
-                separate = [r.batches[0], t.batches[0]]
-                out.append((separate, merge_port_samples(separate)))
+                out.append(await poll(rest, telemetry))
         finally:
             await rest.aclose()
             await telemetry.aclose()
@@ -104,20 +104,20 @@ def test_merged_polls_keep_counter_rates_that_separate_batches_lose(fake: FakeUf
     polls = asyncio.run(two_polls())
     key = "gpu-0001/mlx5_4"
 
-    def rate(batch: pa.RecordBatch, column: str) -> float | None:
-        row = next(r for r in batch.to_pylist() if r["port"] == key)
-        return row[column]
+    def row(batch: pa.RecordBatch) -> dict:
+        return next(r for r in batch.to_pylist() if r["port"] == key)
 
-    merged_rates = CounterRates()
-    merged_rates.observe(polls[0][1])
-    out = merged_rates.observe(polls[1][1])
-    sent = rate(polls[1][1], "tx_bytes") - rate(polls[0][1], "tx_bytes")  # type: ignore[operator]
-    assert rate(out, "speed_bps") == 800 * G  # state from REST ...
-    assert rate(out, "tx_bytes_per_second") == pytest.approx(sent / 10.0)  # ... counters from telemetry
+    def counters(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+        ports = [b for b in batches if record_kind(b.schema) == "port_sample"]
+        return [b for b in ports if row(b)["tx_bytes"] is not None]
+
+    tele = counters(polls[1])
+    assert [row(b)["speed_bps"] for b in tele] == [None]  # Telemetry alone: no speed
+    pipeline.process_poll(polls[0])
+    rates = pipeline.process_poll(polls[1]).port_rates
+    assert rates is not None and rates.num_rows == fake.fabric.n_ports
+    got = row(rates)
+    sent = row(tele[0])["tx_bytes"] - row(counters(polls[0])[0])["tx_bytes"]
+    assert (got["speed_bps"], got["width"], got["logical_state"]) == (800 * G, 4, 4)  # from REST ...
+    assert got["tx_bytes_per_second"] == pytest.approx(sent / 10.0)  # ... with Telemetry's rates
     assert sent > 10 * 10**10  # a busy 800G link moved more than 100 GB in the 10 s
-    # Fed one after the other (as the service does, one collector at a time), the REST batch
-    # carries no counters and leaves the baselines alone: the telemetry batch gets the same rate.
-    split_rates = CounterRates()
-    for batch in polls[0][0] + polls[1][0]:
-        last = split_rates.observe(batch)
-    assert rate(last, "tx_bytes_per_second") == pytest.approx(sent / 10.0)
