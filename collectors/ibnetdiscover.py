@@ -52,19 +52,19 @@ _PORTS_LINE = re.compile(
     r"|\s+'(?P<alone>.*)')\s*$"
 )
 _SWITCH_HEAD = re.compile(
-    r'^Switch\s+(?P<n>\d+)\s+"S-(?P<guid>[0-9a-fA-F]{1,16})"\s*#\s*"(?P<d>.*)"\s+'
+    r'^Switch\s*(?P<n>\d+)\s*"S-(?P<guid>[0-9a-fA-F]{1,16})"\s*#\s*"(?P<d>.*)"\s+'
     r"(?:enhanced|base)\s+port\s+0\s+lid\s+(?P<lid>\d+)"
 )
-_CA_HEAD = re.compile(r'^(?P<t>Ca|Rt)\s+(?P<n>\d+)\s+"[HR]-(?P<guid>[0-9a-fA-F]{1,16})"\s*#\s*"(?P<d>.*)"')
+_CA_HEAD = re.compile(r'^(?P<t>Ca|Rt)\s*(?P<n>\d+)\s*"[HR]-(?P<guid>[0-9a-fA-F]{1,16})"\s*#\s*"(?P<d>.*)"')
 _PEER = (
     r'"(?P<pt>[SHR])-(?P<pnode>[0-9a-fA-F]{1,16})"\[(?P<pnum>\d+)\](?:\[ext \d+\])?'
     r"\s*(?:\((?P<pguid>[0-9a-fA-F]{1,16})\))?\s*#\s*"
 )
 _SPEEDS = "|".join(sorted(LANE_GBPS, key=len, reverse=True))
 _TAIL = rf'"(?P<pd>.*)"\s+lid\s+(?P<plid>\d+)\s+(?P<w>\d+x|\?\?)(?P<s>{_SPEEDS}|\?\?\?)(?:\s.*)?$'
-_SWITCH_PORT = re.compile(rf"^\[(?P<num>\d+)\](?:\[ext \d+\])?\s+{_PEER}{_TAIL}")
+_SWITCH_PORT = re.compile(rf"^\[(?P<num>\d+)\](?:\[ext \d+\])?\s*{_PEER}{_TAIL}")
 _CA_PORT = re.compile(
-    rf"^\[(?P<num>\d+)\]\((?P<guid>[0-9a-fA-F]{{1,16}})\)\s+{_PEER}lid\s+(?P<lid>\d+)\s+lmc\s+\d+\s+{_TAIL}"
+    rf"^\[(?P<num>\d+)\]\((?P<guid>[0-9a-fA-F]{{1,16}})\)\s*{_PEER}lid\s+(?P<lid>\d+)\s+lmc\s+\d+\s+{_TAIL}"
 )
 _IGNORED = re.compile(
     r"^(?:#|vendid=|devid=|sysimgguid=|switchguid=|caguid=|rtguid=|Chassis\b|Non-Chassis Nodes|Hostname:)"

@@ -21,3 +21,16 @@ def plain_text(text: str) -> str:
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
+
+
+#: What launchers put in front of a process's lines: Ray's and SkyPilot's ``(head, rank=0, pid=3808)``,
+#: mpirun's ``--tag-output`` ``[1,0]<stdout>:``, ``srun -l``'s ``12: ``.
+_LAUNCHER = re.compile(
+    r"^(?:\s*\([^()\n]*\bpid=\d+[^()\n]*\)\s?)?(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d{1,6}: )?"
+)
+
+
+def without_launcher_prefix(line: str) -> str:
+    """``line`` without the tag a launcher put in front of it (nothing else is touched)."""
+    m = _LAUNCHER.match(line)
+    return line[m.end() :] if m and m.end() else line

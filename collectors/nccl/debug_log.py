@@ -50,9 +50,12 @@ from datetime import datetime
 import pyarrow as pa
 
 from graywire.collectors.nccl.common import fitted_array
+from graywire.collectors.text import plain_text
 
+#: NCCL's own prefix, wherever it starts: launchers and collectors put theirs in front (mpirun's
+#: ``[1,0]<stdout>:``, ``srun -l``'s ``0: ``, Ray's ``(RayWorker pid=12)``, a timestamp).
 _PREFIX = re.compile(
-    r"^\s*(?:\[[^\]]*\]\s+)?(?P<host>[^\s:\[\]]+):(?P<pid>\d{1,9}):(?P<tid>\d{1,9})\s+\[(?P<dev>-?\d{1,9})\]\s+"
+    r"(?<![^\s:>)\]])(?P<host>[^\s:\[\]<>(),]+):(?P<pid>\d{1,9}):(?P<tid>\d{1,9})\s+\[(?P<dev>-?\d{1,9})\]\s+"
     r"(?:\S+:\d+\s+)?NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT|VERSION)\b\s?(?P<msg>.*?)\s*$"
 )
 _CHANNEL = re.compile(
@@ -63,6 +66,12 @@ _OLD_RING_CONN = re.compile(
     r"^Ring (?P<ch>\d{1,9}) : (?P<src>\d{1,9}) -> (?P<dst>\d{1,9}) \[(?P<dir>send|receive)\] via (?P<via>.+)$"
 )
 _RING = re.compile(r"^Ring (?P<ch>\d{1,9}) : (?P<prev>-?\d{1,9}) -> (?P<me>\d{1,9}) -> (?P<next>-?\d{1,9})$")
+#: ``Channel 00/02 :    0   1   2   3``: a ring's order, the same on every rank (2.x, INIT).
+_RING_ORDER = re.compile(r"^Channel (?P<ch>\d{1,9})/(?P<of>\d{1,9}) :(?P<order>(?:\s+-?\d{1,9})+)\s*$")
+#: ``Trees [0] -1/-1/-1->1->0 [1] 0/-1/-1->1->-1``: per tree, children -> me -> parent.
+_TREES = re.compile(
+    r"\[(?P<ch>\d{1,9})\] (?P<down>-?\d{1,9}(?:/-?\d{1,9})*)->(?P<me>\d{1,9})->(?P<up>-?\d{1,9})"
+)
 _TREE = re.compile(
     r"^Tree (?P<ch>\d{1,9}) : (?P<up>-?\d{1,9}) -> (?P<me>\d{1,9}) -> (?P<down>-?\d{1,9}(?:/-?\d{1,9})*)$"
 )
@@ -72,22 +81,27 @@ _INIT = re.compile(
     r"(?P<what>Init START|Init COMPLETE|Destroy COMPLETE)"
 )
 _COMMID = re.compile(r"\bcommId (\S+)")
+#: ``ncclCommSplit … parent 0x… splitCount 2 color 0 key 0- Init START``: no commId; the parent is
+#: the parent's comm pointer in the same process.
+_SPLIT = re.compile(r"\bparent (?P<parent>\S+) splitCount (?P<count>-?\d{1,9}) color (?P<color>-?\d{1,10})")
 _COMM_INFO = re.compile(
     r"^comm (?P<ptr>\S+) rank (?P<rank>\d{1,9}) nRanks (?P<nranks>\d{1,9}) nNodes (?P<nnodes>\d{1,9}) "
     r"localRanks (?P<lranks>\d{1,9}) localRank (?P<lrank>\d{1,9})"
 )
-_NET_USING = re.compile(r"^NET/(?P<net>IB|Socket) : Using(?P<devs>.*?)(?:;\s*OOB\s+(?P<oob>\S+))?$")
+_NET_USING = re.compile(r"^NET/(?P<net>IB\w*|Socket) : Using(?P<devs>.*?)(?:;\s*OOB\s+(?P<oob>\S+))?$")
 _NET_DEV = re.compile(r"\[(?P<idx>\d{1,9})\](?P<body>\{[^}]*\}|[^\s\[]+)")
 _HCA = re.compile(r"([^\s:{},]+):(\d{1,9})/(\w+)")
 _USING_NETWORK = re.compile(r"^Using network (\S+)")
 _NIC = re.compile(r"^(?P<nic>\d{1,9})(?:\((?P<proxy>\d{1,9})\))?(?!\d)")
 _F = r"(-?\d+(?:\.\d+)?)"
 _BOOT_TIMINGS = re.compile(rf"^Bootstrap timings total {_F}")
+#: ``Init timings - ncclCommInitRankConfig: rank 3 nranks 16 total 1.23 (kernels …, alloc …, …)``
+#: (2.23+); 2.22 prints ``Init timings: rank 3 nranks 16 total … (kernels …, bootstrap …, …)``.
 _INIT_TIMINGS = re.compile(
-    rf"^Init timings - (?P<func>\S+?): rank (?P<rank>\d{{1,9}}) nranks (?P<nranks>\d{{1,9}}) total {_F} "
-    rf"\(kernels {_F}, alloc {_F}, bootstrap {_F}, allgathers {_F}, topo {_F}, graphs {_F}, "
-    rf"connections {_F}, rest {_F}\)"
+    rf"^Init timings(?: - (?P<func>\S+?))?: rank (?P<rank>\d{{1,9}}) nranks (?P<nranks>\d{{1,9}}) "
+    rf"total {_F} \((?P<phases>[^)]*)\)"
 )
+_PHASE = re.compile(rf"(?P<name>[a-z]+) {_F}")
 _NET_DEVICES = re.compile(r"^Rank (?P<rank>\d{1,9}): (?P<n>\d{1,9}) Net devices")
 _GRAPH = re.compile(
     r"^Pattern (?P<pattern>\d{1,3}), crossNic (?P<cross>\d{1,3}), nChannels (?P<nch>\d{1,4}), "
@@ -201,8 +215,15 @@ class TransportIssue:
     peer_rank: int | None = None
 
 
+def net_name(plugin: str) -> str:
+    """A NET plugin's name as graywire compares it: the IB plugins (``IB``, the SHARP plugin's
+    ``IBext_v8``) are ``IB``; others (``Socket``, ``Libfabric``, ``AWS Libfabric``) as printed."""
+    return "IB" if plugin.startswith("IB") else plugin
+
+
 def split_via(via: str) -> tuple[str, int | None, int | None, bool]:
-    """``NET/IB/3(7)/GDRDMA(PCI)/Shared`` -> (``NET/IB``, 3, 7, True); ``P2P/CUMEM`` -> (``P2P``, ...)."""
+    """``NET/IB/3(7)/GDRDMA(PCI)/Shared`` -> (``NET/IB``, 3, 7, True); ``P2P/CUMEM`` -> (``P2P``, ...).
+    The SHARP plugin's ``NET/IBext_v8/1`` is ``NET/IB`` (the same verbs, the same HCAs)."""
     parts = via.strip().split("/")
     kind = parts[0]
     gdr = "GDRDMA" in via
@@ -213,7 +234,7 @@ def split_via(via: str) -> tuple[str, int | None, int | None, bool]:
             if m:
                 nic = int(m.group("nic"))
                 proxy = int(m.group("proxy")) if m.group("proxy") else None
-        return f"NET/{parts[1]}", nic, proxy, gdr
+        return f"NET/{net_name(parts[1])}", nic, proxy, gdr
     return kind, None, None, gdr
 
 
@@ -229,6 +250,12 @@ class NcclTopology:
     _comm_id: dict[tuple[str, int, str], str] = field(default_factory=dict)
     _thread_comm: dict[tuple[str, int, int], str] = field(default_factory=dict)
     _proc_comm: dict[ProcKey, str] = field(default_factory=dict)
+    _dev_comm: dict[tuple[str, int, int], str] = field(default_factory=dict)  # (host, pid, cudaDev)
+    #: A split's parent comm pointer, split count and colour, by its own (host, pid, pointer).
+    _split: dict[tuple[str, int, str], tuple[str, int, int]] = field(default_factory=dict)
+    _ring_orders: list[tuple[tuple[str, int, str] | None, ProcKey, int, tuple[int, ...]]] = field(
+        default_factory=list
+    )
     _links: list[tuple[tuple[str, int, str] | None, ChannelLink]] = field(default_factory=list)
     _rings: list[tuple[tuple[str, int, str] | None, ProcKey, int, int, int, int]] = field(
         default_factory=list
@@ -260,7 +287,9 @@ class NcclTopology:
         """Parse lines read at ``now`` (the reader's clock; None: init times stay unknown)."""
         self._now = now
         for line in lines:
-            m = _PREFIX.match(line)
+            if "\x1b" in line:
+                line = plain_text(line)
+            m = _PREFIX.search(line)
             if not m:
                 self.other_lines += 1
                 continue
@@ -279,12 +308,24 @@ class NcclTopology:
                 self.warnings.append(f"{host}:{pid} {msg}")
                 del self.warnings[:-100]
                 if msg.startswith("Cannot initialize CollNet"):
-                    self._set_collnet(host, pid, tid, "fallback")
+                    self._set_collnet(host, pid, tid, dev, "fallback")
                 continue
             self._message(host, pid, tid, dev, msg)
 
-    def _ckey(self, host: str, pid: int, tid: int) -> tuple[str, int, str] | None:
-        ptr = self._thread_comm.get((host, pid, tid)) or self._proc_comm.get((host, pid))
+    def _ckey(self, host: str, pid: int, tid: int, dev: int | None = None) -> tuple[str, int, str] | None:
+        """The communicator a line of this thread speaks for: the one the thread last
+        initialized, unless that one is on another GPU than the line's ``[dev]``; else the one
+        last initialized on the line's GPU (a process driving several GPUs, ``ncclCommInitAll``
+        or a thread per GPU); else the process's last one."""
+        ptr = self._thread_comm.get((host, pid, tid))
+        if ptr is not None and dev is not None:
+            info = self._ranks.get((host, pid, ptr))
+            if info is not None and info.device is not None and info.device != dev:
+                ptr = None
+        if ptr is None and dev is not None:
+            ptr = self._dev_comm.get((host, pid, dev))
+        if ptr is None:
+            ptr = self._proc_comm.get((host, pid))
         return (host, pid, ptr) if ptr is not None else None
 
     def _message(self, host: str, pid: int, tid: int, dev: int, msg: str) -> None:
@@ -293,15 +334,25 @@ class NcclTopology:
             if not m:
                 self.malformed += 1
                 return
-            self._link(host, pid, tid, m)
-            self._advance(self._ckey(host, pid, tid), 3)
+            self._link(host, pid, tid, dev, m)
+            self._advance(self._ckey(host, pid, tid, dev), 3)
+            return
+        if msg.startswith("Channel ") and (m := _RING_ORDER.match(msg)):
+            order = tuple(int(x) for x in m["order"].split())
+            self._ring_orders.append((self._ckey(host, pid, tid, dev), (host, pid), int(m["ch"]), order))
+            return
+        if msg.startswith("Trees "):
+            ckey = self._ckey(host, pid, tid, dev)
+            for t in _TREES.finditer(msg):
+                down = tuple(int(x) for x in t["down"].split("/"))
+                self._trees.append((ckey, (host, pid), int(t["ch"]), int(t["me"]), int(t["up"]), down))
             return
         if msg.startswith("Ring "):
             m = _RING.match(msg)
             if m:
                 self._rings.append(
                     (
-                        self._ckey(host, pid, tid),
+                        self._ckey(host, pid, tid, dev),
                         (host, pid),
                         int(m["ch"]),
                         int(m["me"]),
@@ -315,7 +366,14 @@ class NcclTopology:
             if m:
                 down = tuple(int(x) for x in m["down"].split("/"))
                 self._trees.append(
-                    (self._ckey(host, pid, tid), (host, pid), int(m["ch"]), int(m["me"]), int(m["up"]), down)
+                    (
+                        self._ckey(host, pid, tid, dev),
+                        (host, pid),
+                        int(m["ch"]),
+                        int(m["me"]),
+                        int(m["up"]),
+                        down,
+                    )
                 )
             return
         if msg.startswith("NET/"):
@@ -324,9 +382,10 @@ class NcclTopology:
                 devs: dict[int, list[str]] = {}
                 for d in _NET_DEV.finditer(m["devs"]):
                     body = d["body"]
-                    names = [h[0] for h in _HCA.findall(body)] if m["net"] == "IB" else [body.split(":")[0]]
+                    ib = net_name(m["net"]) == "IB"
+                    names = [h[0] for h in _HCA.findall(body)] if ib else [body.split(":")[0]]
                     devs[int(d["idx"])] = names
-                (self.nics if m["net"] == "IB" else self.socket_nics)[(host, pid)] = devs
+                (self.nics if net_name(m["net"]) == "IB" else self.socket_nics)[(host, pid)] = devs
                 self._version += 1  # NIC names resolve the ports of links already seen
             return
         m = _USING_NETWORK.match(msg)
@@ -334,10 +393,10 @@ class NcclTopology:
             self.network[(host, pid)] = m.group(1)
             return
         if msg.startswith(("Pattern ", "NVLS multicast")) or " coll channels, " in msg or "CollNet" in msg:
-            self._probe(host, pid, tid, msg)
+            self._probe(host, pid, tid, dev, msg)
             return
         if msg.startswith(("Bootstrap timings", "Init timings", "Rank ")):
-            self._init_progress(host, pid, tid, msg)
+            self._init_progress(host, pid, tid, dev, msg)
             return
         m = _COMM_INFO.match(msg)
         if m:
@@ -356,6 +415,8 @@ class NcclTopology:
             cid = _COMMID.search(m["rest"])
             if cid:
                 self._comm_id[(host, pid, ptr)] = cid.group(1)
+            elif sp := _SPLIT.search(m["rest"]):
+                self._split[(host, pid, ptr)] = (sp["parent"], int(sp["count"]), int(sp["color"]))
             info.state = {"Init START": "init", "Init COMPLETE": "complete"}.get(m["what"], "destroyed")
             if info.state == "init" and info.started_at is None:
                 info.started_at = self._now
@@ -372,10 +433,10 @@ class NcclTopology:
             assert ckey is not None
             self.init_changes[ckey] = self.init_changes.get(ckey, 0) + 1
 
-    def _init_progress(self, host: str, pid: int, tid: int, msg: str) -> None:
+    def _init_progress(self, host: str, pid: int, tid: int, dev: int, msg: str) -> None:
         """``Bootstrap timings``, ``Rank N: K Net devices`` and ``Init timings`` of the thread's
         communicator (NCCL runs a rank's whole init on one thread)."""
-        ckey = self._ckey(host, pid, tid)
+        ckey = self._ckey(host, pid, tid, dev)
         info = self._ranks.get(ckey) if ckey is not None else None
         if info is None or ckey is None:
             return
@@ -390,14 +451,17 @@ class NcclTopology:
             if int(m["rank"]) != info.rank or int(m["nranks"]) != info.nranks:
                 self.malformed += 1  # timings of a rank this thread did not just initialize
                 return
-            info.timings = dict(zip(INIT_PHASES, map(float, m.groups()[3:]), strict=True))
+            phases = {p["name"]: float(p[2]) for p in _PHASE.finditer(m["phases"])}
+            info.timings = {"total": float(m.group(4))} | {
+                k: v for k, v in phases.items() if k in INIT_PHASES
+            }
             self.init_changes[ckey] = self.init_changes.get(ckey, 0) + 1
         elif msg.startswith(("Bootstrap timings", "Init timings")):
             self.malformed += 1
 
-    def _probe(self, host: str, pid: int, tid: int, msg: str) -> None:
+    def _probe(self, host: str, pid: int, tid: int, dev: int, msg: str) -> None:
         """What the thread's communicator's topology probe found (graph, channels, NVLS, CollNet)."""
-        ckey = self._ckey(host, pid, tid)
+        ckey = self._ckey(host, pid, tid, dev)
         info = self._ranks.get(ckey) if ckey is not None else None
         if info is None:
             return
@@ -418,8 +482,8 @@ class NcclTopology:
             self.malformed += 1
         self._version += 1
 
-    def _set_collnet(self, host: str, pid: int, tid: int, state: str) -> None:
-        ckey = self._ckey(host, pid, tid)
+    def _set_collnet(self, host: str, pid: int, tid: int, dev: int, state: str) -> None:
+        ckey = self._ckey(host, pid, tid, dev)
         info = self._ranks.get(ckey) if ckey is not None else None
         if info is not None:
             info.collnet = state
@@ -430,6 +494,7 @@ class NcclTopology:
         self._version += 1
         self._thread_comm[(host, pid, tid)] = ptr
         self._proc_comm[(host, pid)] = ptr
+        self._dev_comm[(host, pid, dev)] = ptr
         info = self._ranks.get(key)
         if info is None or info.state == "destroyed":
             # A destroyed communicator's pointer can be reused by a new one.
@@ -438,12 +503,12 @@ class NcclTopology:
         info.rank, info.nranks, info.device = rank, nranks, dev
         return info
 
-    def _link(self, host: str, pid: int, tid: int, m: re.Match[str]) -> None:
+    def _link(self, host: str, pid: int, tid: int, dev: int, m: re.Match[str]) -> None:
         transport, nic, proxy, gdr = split_via(m["via"])
         direction = m["dir"]
         src, dst = int(m["src"]), int(m["dst"])
         conn = m.groupdict().get("conn")
-        ckey = self._ckey(host, pid, tid)
+        ckey = self._ckey(host, pid, tid, dev)
         me = self._ranks.get(ckey) if ckey is not None else None
         link = ChannelLink(
             communicator="",
@@ -465,16 +530,43 @@ class NcclTopology:
         self._version += 1
 
     # -- resolution ---------------------------------------------------------------------------
-    def _comm_name(self, ckey: tuple[str, int, str] | None, proc: ProcKey) -> str:
+    def _comm_name(self, ckey: tuple[str, int, str] | None, proc: ProcKey, depth: int = 0) -> str:
+        """A communicator's name: its ``commId``; a split's, its parent's name with the split's
+        count and colour (the same on every rank of the split: ``0x9a…/split2/color0``); else
+        ``host:pid:comm-pointer`` (one rank's own, when no line names it for all)."""
         if ckey is None:
             return f"{proc[0]}:{proc[1]}"
-        return self._comm_id.get(ckey) or f"{ckey[0]}:{ckey[1]}:{ckey[2]}"
+        cid = self._comm_id.get(ckey)
+        if cid:
+            return cid
+        sp = self._split.get(ckey)
+        if sp is not None and depth < 8:
+            parent = (ckey[0], ckey[1], sp[0])
+            if parent in self._ranks:
+                return f"{self._comm_name(parent, proc, depth + 1)}/split{sp[1]}/color{sp[2]}"
+        return f"{ckey[0]}:{ckey[1]}:{ckey[2]}"
+
+    def root_communicator(self, host: str, pid: int) -> str | None:
+        """The communicator a process initialized first, through its splits' parents (the job's
+        world communicator, the same for every process of one job): names a job its lines do
+        not name."""
+        first = next((k for k in self._ranks if k[0] == host and k[1] == pid), None)
+        if first is None:
+            return None
+        seen = 0
+        while (
+            (sp := self._split.get(first)) is not None
+            and (first[0], first[1], sp[0]) in self._ranks
+            and seen < 8
+        ):
+            first, seen = (first[0], first[1], sp[0]), seen + 1
+        return self._comm_name(first, (host, pid))
 
     def nic_name(self, host: str, pid: int, nic: int | None, net: str = "IB") -> str | None:
         """The device behind NCCL's NET index (the first HCA of a merged device)."""
         if nic is None:
             return None
-        table = self.nics if net == "IB" else self.socket_nics
+        table = self.nics if net_name(net) == "IB" else self.socket_nics
         names = table.get((host, pid), {}).get(nic)
         return names[0] if names else None
 
@@ -503,7 +595,16 @@ class NcclTopology:
         out: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
         for ckey, proc, ch, me, prev, nxt in self._rings:
             out.setdefault((self._comm_name(ckey, proc), ch), {})[me] = (prev, nxt)
+        for key, order in self.ring_orders.items():
+            ring = out.setdefault(key, {})
+            for i, r in enumerate(order):
+                ring.setdefault(r, (order[i - 1], order[(i + 1) % len(order)]))
         return out
+
+    @property
+    def ring_orders(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        """(communicator, channel) -> its ring's ranks in order, from ``Channel NN/MM : r0 r1 …``."""
+        return {(self._comm_name(ck, proc), ch): order for ck, proc, ch, order in self._ring_orders}
 
     @property
     def trees(self) -> dict[tuple[str, int], dict[int, tuple[int, tuple[int, ...]]]]:
@@ -630,7 +731,7 @@ class NcclTopology:
                 by_comm.setdefault(lk.communicator, []).append(lk)
         for comm, net in by_comm.items():
             want = (
-                f"NET/{expected_net}"
+                f"NET/{net_name(expected_net)}"
                 if expected_net
                 else Counter(lk.transport for lk in net).most_common(1)[0][0]
             )
@@ -674,11 +775,9 @@ class NcclTopology:
                         )
                     )
         if expected_net:
-            for (host, pid), net_name in self.network.items():
-                if net_name != expected_net:
+            for (host, pid), network in self.network.items():
+                if net_name(network) != net_name(expected_net):
                     issues.append(
-                        TransportIssue(
-                            "network_fallback", None, host, pid, None, None, net_name, expected_net
-                        )
+                        TransportIssue("network_fallback", None, host, pid, None, None, network, expected_net)
                     )
         return issues

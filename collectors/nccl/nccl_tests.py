@@ -32,6 +32,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from graywire.collectors.nccl.common import GBPS_TO_BPS, TimingRows, as_float, as_int, fitted_array
+from graywire.collectors.text import plain_text, without_launcher_prefix
 
 Placement = Literal["out_of_place", "in_place"]
 
@@ -114,7 +115,7 @@ class NccltestsParser:
         for raw in lines:
             self._line += 1
             line = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).rstrip("\r\n")
-            s = line.strip()
+            s = without_launcher_prefix(plain_text(line) if "\x1b" in line else line).strip()
             if not s:
                 continue
             if s.startswith("#"):

@@ -177,6 +177,8 @@ def _read_lines(text: str) -> str:
     """The lines of the families read, HELP and TYPE included (only ``\\n`` ends a line)."""
     keep = []
     for line in text.split("\n"):
+        if line[:1] in (" ", "\t"):  # the text format ignores leading blanks; a paste indents
+            line = line.lstrip(" \t")
         if line.startswith("#"):
             words = line.split(None, 3)
             if len(words) >= 3 and words[1] in ("HELP", "TYPE") and words[2].startswith(READ_PREFIXES):

@@ -1093,7 +1093,8 @@ def parse_tfs_json(
     source: str = "ufm",
     skipped: Skips | None = None,
 ) -> pa.RecordBatch:
-    """The TFS stream document ``{"timestamp", "type", "values": [...]}`` -> one batch.
+    """The TFS stream document ``{"timestamp", "type", "values": [...]}`` -> one batch; a message
+    of one record (the plugin with ``bulk_streaming`` off) is a document of that record.
 
     Raises :class:`TelemetryParseError` when the payload is not such a document (not JSON,
     nested past the decoder's depth, no ``values`` list of records). A value that does not fit
@@ -1109,6 +1110,8 @@ def parse_tfs_json(
             skipped[TOO_DEEP] += 1
         raise TelemetryParseError("JSON nested deeper than any TFS document") from None
     values = doc.get("values") if isinstance(doc, dict) else doc
+    if values is None and isinstance(doc, dict) and ("port_guid" in doc or "node_guid" in doc):
+        values = [doc]  # one record a message (the plugin's bulk_streaming off)
     if not isinstance(values, list) or not all(isinstance(v, dict) for v in values):
         raise TelemetryParseError("not a TFS telemetry document: no 'values' list of port records")
     return _from_wide(_tfs_table(values, skipped), keys, cache, now, source, skipped)

@@ -132,13 +132,7 @@ IBNET_EXPECTED: dict[str, dict[str, Any]] = {
     },
 }
 
-IBNET_XFAIL = {
-    "ufm_sdk_ndt_director_putty_crlf_no_tabs_hdr_excerpt.txt": (
-        "ibnetdiscover without tabs (a PuTTY log): 'Switch41 \"S-…\"' (no blank between Switch and "
-        "the port count) and '[1]\"S-…\"[28]#' (no blank after the port number) are not read, so the "
-        "9 switch blocks and their 355 port lines are skipped as unreadable; only the 125 CA lines parse"
-    ),
-}
+IBNET_XFAIL: dict[str, str] = {}
 
 
 def _ib(path: Path) -> IbnetdiscoverResult:
@@ -326,12 +320,7 @@ TELEMETRY_EXPECTED: dict[str, tuple[str, list[str], datetime]] = {
         datetime(2022, 2, 9, 12, 52, 15, 311315, tzinfo=UTC),  # "1644411135311315" µs, a string
     ),
 }
-TELEMETRY_XFAIL = {
-    "ufm_sdk_tfs_readme_single_record_meta_fields_switchib.json": (
-        "a TFS message of one record (bulk_streaming false: one record per message) has no 'values' "
-        "list and is refused as 'not a TFS telemetry document' instead of read as one port row"
-    ),
-}
+TELEMETRY_XFAIL: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("path", TELEMETRY, ids=ids(TELEMETRY))

@@ -626,13 +626,7 @@ EXPORTER_EXPECTED: dict[str, dict] = {
         "bits": {},
     },
 }
-EXPORTER_XFAIL = {
-    "spiderpool_3615_node_exporter_infiniband_indented_paste.prom": (
-        "every sample line is indented by 8 spaces (the text format ignores leading whitespace, and "
-        "prometheus_client reads these lines); parse._read_lines keeps only lines that *start* with a "
-        "family prefix, so parse_exposition drops them all and returns no batch instead of mlx5_0/mlx5_1 rows"
-    ),
-}
+EXPORTER_XFAIL: dict[str, str] = {}
 
 
 def test_every_exporter_capture_has_expectations() -> None:
