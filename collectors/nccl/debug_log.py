@@ -215,6 +215,14 @@ class TransportIssue:
     peer_rank: int | None = None
 
 
+def process_of(line: str) -> tuple[str, int] | None:
+    """The (host, pid) of an NCCL line, wherever its prefix starts; None for any other line."""
+    if "NCCL" not in line:
+        return None
+    m = _PREFIX.search(line)
+    return (m.group("host"), int(m.group("pid"))) if m else None
+
+
 def net_name(plugin: str) -> str:
     """A NET plugin's name as graywire compares it: the IB plugins (``IB``, the SHARP plugin's
     ``IBext_v8``) are ``IB``; others (``Socket``, ``Libfabric``, ``AWS Libfabric``) as printed."""
@@ -546,21 +554,37 @@ class NcclTopology:
                 return f"{self._comm_name(parent, proc, depth + 1)}/split{sp[1]}/color{sp[2]}"
         return f"{ckey[0]}:{ckey[1]}:{ckey[2]}"
 
-    def root_communicator(self, host: str, pid: int) -> str | None:
-        """The communicator a process initialized first, through its splits' parents (the job's
-        world communicator, the same for every process of one job): names a job its lines do
-        not name."""
-        first = next((k for k in self._ranks if k[0] == host and k[1] == pid), None)
-        if first is None:
-            return None
-        seen = 0
-        while (
-            (sp := self._split.get(first)) is not None
-            and (first[0], first[1], sp[0]) in self._ranks
-            and seen < 8
-        ):
-            first, seen = (first[0], first[1], sp[0]), seen + 1
-        return self._comm_name(first, (host, pid))
+    def process_groups(self) -> dict[ProcKey, str]:
+        """Each process's job as its communicators show it: processes that share a communicator
+        are one job (one ``commId`` on all its ranks), and a job is named by its largest
+        communicator (its world). Processes whose lines name no shared communicator stand alone."""
+        parent: dict[object, object] = {}
+
+        def find(x: object) -> object:
+            while parent.setdefault(x, x) != x:
+                parent[x] = parent[parent[x]]  # type: ignore[index]
+                x = parent[x]
+            return x
+
+        size: dict[str, int] = {}
+        for key, info in self._ranks.items():
+            name = self._comm_name(key, (key[0], key[1]))
+            if name.startswith(f"{key[0]}:{key[1]}:"):
+                find((key[0], key[1]))
+                continue  # one rank's own name: it joins nothing
+            parent[find((key[0], key[1]))] = find(name)
+            if "/split" not in name:
+                size[name] = max(size.get(name, 0), info.nranks or 0)
+        best: dict[object, tuple[int, str]] = {}
+        for name, n in size.items():
+            root = find(name)
+            if root not in best or n > best[root][0]:
+                best[root] = (n, name)
+        out: dict[ProcKey, str] = {}
+        for key in {(k[0], k[1]) for k in self._ranks}:
+            hit = best.get(find(key))
+            out[key] = hit[1] if hit else f"{key[0]}:{key[1]}"
+        return out
 
     def nic_name(self, host: str, pid: int, nic: int | None, net: str = "IB") -> str | None:
         """The device behind NCCL's NET index (the first HCA of a merged device)."""

@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from graywire.collectors.base import MALFORMED_LINE, Collector, ScrapeResult, failed
 from graywire.collectors.model import Fabric
 from graywire.collectors.nccl.bootstrap import InitViews
 from graywire.collectors.nccl.common import TimingRows
-from graywire.collectors.nccl.debug_log import NcclTopology
+from graywire.collectors.nccl.debug_log import NcclTopology, process_of
 from graywire.collectors.nccl.inspector import InspectorParser
 from graywire.collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
 from graywire.collectors.nccl.profiler import ProfilerParser, dump_name_parts
@@ -55,7 +55,8 @@ Format = Literal["inspector", "nccl_tests", "profiler"]
 DEFAULT_PATTERN: dict[str, str] = {"inspector": "*-pid*.log", "nccl_tests": "*.log", "profiler": "*.json"}
 _FINGERPRINT = 1024
 _JOB_DIR = re.compile(r"^nccl-inspector-(?P<job>.+)$")
-_PROC = re.compile(rb"^\s*(?:\[[^\]]*\]\s+)?([^\s:\[\]]+):(\d+):\d+\s")
+#: The Inspector's file per process: ``<hostname>-pid<pid>.log``.
+_INSPECTOR_FILE = re.compile(r"^(?P<host>.+)-pid(?P<pid>\d+)\.log$")
 #: The wiring view is sent again after this many scrapes without a change, so a detector that
 #: started later (or expired a communicator) still learns it.
 TRANSPORT_REFRESH_SCRAPES = 30
@@ -273,6 +274,7 @@ class NcclFileCollector:
         flight_recorder_pattern: str | None = None,
         watchdog_pattern: str | None = None,
         host_regex: str | None = None,
+        job_regex: str | None = None,
     ) -> None:
         if format not in DEFAULT_PATTERN:
             raise ValueError(f"unknown NCCL format {format!r}; use one of {sorted(DEFAULT_PATTERN)}")
@@ -280,6 +282,7 @@ class NcclFileCollector:
         self.pattern = pattern or DEFAULT_PATTERN[format]
         self.format: Format = format
         self.job = job
+        self.job_regex = re.compile(job_regex) if job_regex else None
         self.gpus_per_host = gpus_per_host
         self.short_hostnames = short_hostnames
         self.collective = collective
@@ -297,7 +300,9 @@ class NcclFileCollector:
             self.topology = NcclTopology()
             # Always from the start: the Init lines that name GPUs and NICs come first.
             self.debug_tailer = DirectoryTailer(self.directory, debug_pattern)
-        self._proc_job: dict[tuple[str, int], str] = {}
+        #: Each debug-logging process's job; None for a file at the top of a shared directory
+        #: whose name does not say (its job is then its communicators': :meth:`_jobs`).
+        self._proc_job: dict[tuple[str, int], str | None] = {}
         self.rank_files: RankStateFiles | None = None
         if flight_recorder_pattern or watchdog_pattern:
             self.rank_files = RankStateFiles(
@@ -336,7 +341,50 @@ class NcclFileCollector:
                 self.rank_files.watchdog.start_at = "end"
 
     def _job(self, path: Path) -> str:
-        return self.job or job_from_path(path, self.directory)
+        return self.job or self._named_job(path) or job_from_path(path, self.directory)
+
+    def _named_job(self, path: Path) -> str | None:
+        """The job ``job_regex`` reads off a file's path under ``directory`` (its ``job`` group)."""
+        if self.job_regex is None:
+            return None
+        try:
+            rel = path.relative_to(self.directory).as_posix()
+        except ValueError:
+            rel = path.name
+        m = self.job_regex.search(rel)
+        return m.group("job") if m and m.group("job") else None
+
+    def _debug_job(self, path: Path) -> str | None:
+        """A debug file's job: configured, named by ``job_regex``, its directory's when it is in
+        one below ``directory``; None for a file at the top (many jobs often share one log
+        directory: the job is not the directory)."""
+        if self.job or (named := self._named_job(path)):
+            return self.job or named
+        return job_from_path(path, self.directory) if path.parent != self.directory else None
+
+    def _inspector_job(self, path: Path) -> str | None:
+        """An Inspector file's job where its directory is shared (a file at the top, no job
+        configured or named): its process's (``<host>-pid<pid>.log``) job from the debug lines."""
+        if self.job or path.parent != self.directory or self._named_job(path) or self.topology is None:
+            return None
+        m = _INSPECTOR_FILE.match(path.name)
+        if m is None:
+            return None
+        job = self._proc_job.get((m.group("host"), int(m.group("pid"))), "")
+        return self._jobs().get((m.group("host"), int(m.group("pid")))) if job is None else None
+
+    def _jobs(self) -> dict[tuple[str, int], str]:
+        """Every debug-logging process's job; one its file does not name is its communicators':
+        ``<directory>/<commId of its job's largest communicator>``, processes that share a
+        communicator being one job (:meth:`NcclTopology.process_groups`)."""
+        groups = self.topology.process_groups() if self.topology is not None else {}
+        out: dict[tuple[str, int], str] = {}
+        for proc, job in self._proc_job.items():
+            if job is None:
+                group = groups.get(proc)
+                job = f"{self.directory.name}/{group}" if group else self.directory.name
+            out[proc] = job
+        return out
 
     def _top_job(self, path: Path) -> str:
         """The job of a dump or log: the file's top directory under ``directory`` (the same as
@@ -382,12 +430,12 @@ class NcclFileCollector:
             before = self.topology.malformed
             now = self._read_at = self.clock()
             for chunk in self.debug_tailer.poll():
-                job = self._job(chunk.file.path)
-                for ln in chunk.lines[:1] if self.job else chunk.lines:
-                    m = _PROC.match(ln)
-                    if m:
-                        self._proc_job[(m.group(1).decode("utf-8", "replace"), int(m.group(2)))] = job
-                self.topology.feed((ln.decode("utf-8", "replace") for ln in chunk.lines), now)
+                job = self._debug_job(chunk.file.path)
+                lines = [ln.decode("utf-8", "replace") for ln in chunk.lines]
+                for ln in lines[:1] if self.job else lines:
+                    if (proc := process_of(ln)) is not None:
+                        self._proc_job[proc] = job
+                self.topology.feed(lines, now)
             skipped += self.topology.malformed - before
         rows = TimingRows()
         dropped_before = self.tailer.dropped_lines
@@ -424,7 +472,7 @@ class NcclFileCollector:
         if topo._version == self._transport_version and self._transport_age < TRANSPORT_REFRESH_SCRAPES:
             return None
         self._transport_version, self._transport_age = topo._version, 0
-        job: str | dict[tuple[str, int], str] = self.job or self._proc_job
+        job: str | dict[tuple[str, int], str] = self.job or self._jobs()
         return transport_batch(topo, job, now)
 
     def collect_layout(self, now: datetime | None = None) -> pa.RecordBatch | None:
@@ -437,12 +485,14 @@ class NcclFileCollector:
         if topo._version == self._layout_version and self._layout_age < TRANSPORT_REFRESH_SCRAPES:
             return None
         self._layout_version, self._layout_age = topo._version, 0
-        job: str | dict[tuple[str, int], str] = self.job or self._proc_job
+        job: str | dict[tuple[str, int], str] = self.job or self._jobs()
         return layout_batch(topo, job, now or self._read_at)
 
     def _parse(self, chunk: TailChunk, rows: TimingRows, problems: list[str]) -> int:
         tf, name = chunk.file, chunk.file.path.name
         st = tf.state
+        if isinstance(st, InspectorParser) and (job := self._inspector_job(tf.path)) is not None:
+            st.job = job  # the job of its process's communicators, once its debug lines say it
         if isinstance(st, InspectorParser):
             before, seen = st.skipped, len(st.problems)
             if chunk.data is not None:
@@ -492,7 +542,7 @@ class NcclFileCollector:
         clock of the last :meth:`collect`; None without ``debug_pattern`` or such rows."""
         if self.topology is None or self._read_at is None:
             return None
-        job: str | dict[tuple[str, int], str] = self.job or self._proc_job
+        job: str | dict[tuple[str, int], str] = self.job or self._jobs()
         return self._init_views.batch(self.topology, job, self._read_at)
 
     def collect_proxy(self) -> pa.RecordBatch | None:
@@ -624,8 +674,13 @@ class NcclSourceConfig(BaseModel):
     format: Format = "inspector"
     #: Glob under ``directory``; default by format: ``*-pid*.log``, ``*.log``, ``*.json``.
     pattern: str | None = None
-    #: Job id for every row; default: the file's directory name (``nccl-inspector-<id>`` -> ``<id>``).
+    #: Job id for every row; default: ``job_regex``, else the file's directory name
+    #: (``nccl-inspector-<id>`` -> ``<id>``), else, for debug files at the top of a shared
+    #: directory, ``<directory>/<commId>`` of each process's first communicator.
     job: str | None = None
+    #: Regex with a ``job`` group, matched against a file's path under ``directory``:
+    #: ``nccl\.(?P<job>\d+)\.`` for ``NCCL_DEBUG_FILE=nccl.${SLURM_JOB_ID}.%h.%p``.
+    job_regex: str | None = None
     #: Glob of NCCL_DEBUG=INFO files: GPU index per process and transport per channel.
     debug_pattern: str | None = None
     #: Fallback GPU index = rank % gpus_per_host, for communicators that span whole hosts.
@@ -648,17 +703,18 @@ class NcclSourceConfig(BaseModel):
     #: (neither names its host): ``^[^/]+/(?P<host>[^/]+)/`` for ``<job>/<host>/``.
     host_regex: str | None = None
 
-    @field_validator("host_regex")
+    @field_validator("host_regex", "job_regex")
     @classmethod
-    def _host_group(cls, v: str | None) -> str | None:
+    def _named_group(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is None:
             return v
+        group = "host" if info.field_name == "host_regex" else "job"
         try:
             rx = re.compile(v)
         except re.error as e:
-            raise ValueError(f"host_regex is not a regular expression: {e}") from None
-        if "host" not in rx.groupindex:
-            raise ValueError("host_regex needs a (?P<host>...) group")
+            raise ValueError(f"{info.field_name} is not a regular expression: {e}") from None
+        if group not in rx.groupindex:
+            raise ValueError(f"{info.field_name} needs a (?P<{group}>...) group")
         return v
 
 
@@ -682,6 +738,7 @@ def build_collectors(cfg: NcclSourceConfig, fabric: Fabric | None = None) -> lis
             flight_recorder_pattern=cfg.flight_recorder_pattern,
             watchdog_pattern=cfg.watchdog_pattern,
             host_regex=cfg.host_regex,
+            job_regex=cfg.job_regex,
         )
     ]
 

@@ -286,7 +286,7 @@ def test_split_communicator_of_a_training_job() -> None:
     # the same on every rank of the split (`parent 0x556d504b7460 splitCount 1 color 2003953581`).
     name = "0xb079519ed44b724/split1/color2003953581"
     assert set(by_comm) == {"0xb079519ed44b724", name}
-    assert topo.root_communicator("llama-3-8b-node-0-0", 188) == "0xb079519ed44b724"
+    assert topo.process_groups() == {("llama-3-8b-node-0-0", 188): "0xb079519ed44b724"}
     split = by_comm[name]
     assert (split.rank, split.nranks, split.nnodes, split.local_ranks, split.state) == (
         0,

@@ -56,7 +56,8 @@ def test_slow_channel_through_inspector_files_opens_one_incident(tmp_path: Path)
         ("nccl_channel_slow", "gpu-0003", "gpu-0003/mlx5_2")
     ]
     assert firing[0].evidence["rank"] == 26 and firing[0].evidence["channel"] == 1
-    assert firing[0].evidence["job"] == "job-000"
+    # The files sit at the top of the directory: the job is the one its debug lines' communicators make.
+    assert firing[0].evidence["job"].startswith("job-000/0x")
     assert 0.2 < firing[0].evidence["windowed_slowdown"] < 0.4
     incidents = store.list_incidents(status="open")
     assert len(incidents) == 1
@@ -87,8 +88,10 @@ def test_socket_fallback_in_debug_logs_is_a_host_finding(tmp_path: Path) -> None
     fallback = [f for f in findings if f.kind == "nccl_transport_fallback"]
     assert [(f.status, f.node) for f in fallback] == [("firing", "gpu-0003")]
     ev = fallback[0].evidence
-    # The debug lines name the communicator by its commId, the same on every rank.
-    assert fallback[0].entity == f"{ev['communicator']}|gpu-0003" and ev["job"] == "job-000"
+    # The debug lines name the communicator by its commId, the same on every rank; the files sit at
+    # the top of the directory, so the job is the one their communicators make.
+    assert fallback[0].entity == f"{ev['communicator']}|gpu-0003"
+    assert ev["job"] == f"job-000/{ev['communicator']}"
     assert ev["ranks"] == list(range(24, 32)) and set(ev["actual"]) == {"NET/Socket"}
     assert ev["expected"] == "NET/IB" and ev["peer_share"]["NET/IB"] == 56 / 64
     assert [i["node"] for i in store.list_incidents(kind="nccl_transport_fallback")] == ["gpu-0003"]

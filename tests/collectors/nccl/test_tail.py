@@ -400,3 +400,59 @@ def test_push_lines_end_at_newlines_only(real_fixtures: Path) -> None:
     assert batch.num_rows == 4
     with pytest.raises(ValueError, match="line 2: not valid JSON"):
         parse_push((line + "\n{oops\n").encode(), "application/x-ndjson", job="j")
+
+
+_T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def _init_lines(host: str, pid: int, ptr: str, rank: int, nranks: int, comm_id: str) -> str:
+    """One rank's Init START and COMPLETE, as NCCL 2.28 prints them (src/init.cc)."""
+    head = f"{host}:{pid}:{pid} [{rank % 8}] NCCL INFO ncclCommInitRankConfig comm {ptr} rank {rank}"
+    head += f" nranks {nranks}"
+    tail = f"cudaDev {rank % 8} nvmlDev {rank % 8} busId 1{rank % 8}000 commId {comm_id}"
+    return f"{head} {tail} - Init START\n{head} {tail} - Init COMPLETE\n"
+
+
+def test_jobs_sharing_one_debug_directory_are_told_apart_by_their_communicators(tmp_path: Path) -> None:
+    """Many jobs write NCCL_DEBUG_FILE=nccl.%h.%p into one directory: the job is not the
+    directory. Processes that share a communicator are one job; a split joins its parent's."""
+    shared = tmp_path / "nccl"
+    shared.mkdir()
+    for rank, host in enumerate(["gpu-1", "gpu-2"]):
+        (shared / f"nccl.{host}.{100 + rank}").write_text(
+            _init_lines(host, 100 + rank, "0xa1", rank, 2, "0xaaaa")
+        )
+    for rank, host in enumerate(["gpu-3", "gpu-4"]):
+        text = _init_lines(host, 200 + rank, "0xb1", rank, 2, "0xbbbb")
+        text += (  # the job then splits its world communicator
+            f"{host}:{200 + rank}:{200 + rank} [0] NCCL INFO ncclCommSplit comm 0xb2 rank {rank} nranks 2 "
+            f"cudaDev 0 nvmlDev 0 busId 1000 parent 0xb1 splitCount 1 color 7 key {rank}- Init START\n"
+        )
+        (shared / f"nccl.{host}.{200 + rank}").write_text(text)
+    collector = NcclFileCollector(shared, debug_pattern="nccl.*", clock=lambda: _T0)
+    collector.collect()
+    batch = collector.collect_init()
+    assert batch is not None
+    jobs = dict(zip(batch.column("communicator").cast("string").to_pylist(),
+                    batch.column("job").cast("string").to_pylist(), strict=True))  # fmt: skip
+    assert jobs == {"0xaaaa": "nccl/0xaaaa", "0xbbbb": "nccl/0xbbbb", "0xbbbb/split1/color7": "nccl/0xbbbb"}
+    assert collector._jobs() == {
+        ("gpu-1", 100): "nccl/0xaaaa",
+        ("gpu-2", 101): "nccl/0xaaaa",
+        ("gpu-3", 200): "nccl/0xbbbb",
+        ("gpu-4", 201): "nccl/0xbbbb",
+    }
+
+
+def test_a_job_regex_names_the_job_its_file_name_carries(tmp_path: Path) -> None:
+    """NCCL_DEBUG_FILE=nccl.${SLURM_JOB_ID}.%h.%p: ``job_regex`` reads the Slurm job off the name."""
+    shared = tmp_path / "logs"
+    shared.mkdir()
+    (shared / "nccl.481206.gpu-1.100").write_text(_init_lines("gpu-1", 100, "0xa1", 0, 1, "0xaaaa"))
+    collector = NcclFileCollector(
+        shared, debug_pattern="nccl.*", clock=lambda: _T0, job_regex=r"^nccl\.(?P<job>\d+)\."
+    )
+    collector.collect()
+    assert collector._jobs() == {("gpu-1", 100): "481206"}
+    with pytest.raises(ValidationError, match="job_regex needs a"):
+        NcclSourceConfig(directory=shared, job_regex=r"nccl\.(\d+)")
