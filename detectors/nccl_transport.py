@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from graywire.collectors.nccl.debug_log import net_name
 from graywire.detectors.findings import Finding, Kind
 
 KINDS = (Kind.NCCL_TRANSPORT_FALLBACK, Kind.NCCL_GDRDMA_MISSING, Kind.NCCL_CHANNELS_REDUCED)
@@ -99,8 +100,8 @@ class NcclTransportDetector:
             want = cfg.expected_net or max(share, key=lambda t: (share[t], t == "NET/IB"))
             fall = has_net & (v["net"] != want)
             if cfg.expected_net:
-                plugin = cfg.expected_net.removeprefix("NET/")
-                fall |= np.array([x is not None and x != plugin for x in v["network"]], dtype=bool)
+                plugin = net_name(cfg.expected_net.removeprefix("NET/"))
+                fall |= np.array([x is not None and net_name(x) != plugin for x in v["network"]], dtype=bool)
             self._add(bad, Kind.NCCL_TRANSPORT_FALLBACK, comm, v, fall, want, {"peer_share": share})
             ib = has_net & (v["net"] == "NET/IB") & (v["conns"] > 0)
             full = ib & (v["gdr"] >= v["conns"])
@@ -111,7 +112,10 @@ class NcclTransportDetector:
         ch = v["channels"]
         known = np.isfinite(ch)
         if known.sum() >= cfg.min_peers and n:
-            med = float(np.median(ch[known]))
+            # The count most of the communicator's ranks have (their configuration), not a median
+            # between two counts: "7.5 channels" is nobody's.
+            values, counts = np.unique(ch[known], return_counts=True)
+            med = float(values[counts == counts.max()].max())
             self._add(bad, Kind.NCCL_CHANNELS_REDUCED, comm, v, known & (ch < med), f"{med:g} channels",
                       {"peer_median_channels": med, "ranks_judged": int(known.sum())})  # fmt: skip
         return bad

@@ -47,7 +47,7 @@ from graywire.collectors.nccl.nccl_tests import NccltestsParser, collective_from
 from graywire.collectors.nccl.profiler import ProfilerParser, dump_name_parts
 from graywire.collectors.nccl.proxy import ProxyRows
 from graywire.collectors.nccl.rank_files import RankStateFiles
-from graywire.collectors.nccl.transport import layout_batch, transport_batch
+from graywire.collectors.nccl.transport import layout_batch, settled_communicators, transport_batch
 
 Format = Literal["inspector", "nccl_tests", "profiler"]
 #: The example profiler plugin writes ``<NCCL_PROFILE_DUMP_FILE>_<commHash>_<rank>.json`` (its README's
@@ -319,6 +319,9 @@ class NcclFileCollector:
         self._transport_age = 0
         self._layout_version = -1
         self._layout_age = 0
+        #: Connection lines per communicator at the last wiring and layout views.
+        self._transport_links: dict[str, int] = {}
+        self._layout_links: dict[str, int] = {}
         self.skipped_lines = 0
         self.last_skipped = 0  # skipped by the last collect (its scrape's parse-skip count)
         self.rows_total = 0
@@ -463,17 +466,22 @@ class NcclFileCollector:
         return batch
 
     def collect_transport(self, now: datetime | None = None) -> pa.RecordBatch | None:
-        """The ranks' wiring (``nccl_transport``) when the debug lines changed it, or is due
-        for a refresh; None otherwise, or without ``debug_pattern``. Call after :meth:`collect`."""
+        """The ranks' wiring (``nccl_transport``) of the communicators that are settled (init
+        complete, connection lines no longer arriving: :func:`settled_communicators`), when the
+        debug lines changed it or it is due for a refresh; None otherwise, or without
+        ``debug_pattern``. Call after :meth:`collect`."""
         topo = self.topology
         if topo is None:
             return None
         self._transport_age += 1
         if topo._version == self._transport_version and self._transport_age < TRANSPORT_REFRESH_SCRAPES:
             return None
-        self._transport_version, self._transport_age = topo._version, 0
+        ready, waiting = settled_communicators(topo, self._transport_links)
+        # One still settling is looked at again next scrape, though no line changed by then.
+        self._transport_version = -1 if waiting else topo._version
+        self._transport_age = 0
         job: str | dict[tuple[str, int], str] = self.job or self._jobs()
-        return transport_batch(topo, job, now)
+        return transport_batch(topo, job, now, only=ready)
 
     def collect_layout(self, now: datetime | None = None) -> pa.RecordBatch | None:
         """What each host's topology probe found per communicator (``nccl_layout``), on the same
@@ -484,9 +492,11 @@ class NcclFileCollector:
         self._layout_age += 1
         if topo._version == self._layout_version and self._layout_age < TRANSPORT_REFRESH_SCRAPES:
             return None
-        self._layout_version, self._layout_age = topo._version, 0
+        ready, waiting = settled_communicators(topo, self._layout_links)
+        self._layout_version = -1 if waiting else topo._version
+        self._layout_age = 0
         job: str | dict[tuple[str, int], str] = self.job or self._jobs()
-        return layout_batch(topo, job, now or self._read_at)
+        return layout_batch(topo, job, now or self._read_at, only=ready)
 
     def _parse(self, chunk: TailChunk, rows: TimingRows, problems: list[str]) -> int:
         tf, name = chunk.file, chunk.file.path.name

@@ -23,6 +23,32 @@ from graywire.collectors.schemas import NCCL_LAYOUT, NCCL_TRANSPORT, TS, make_ba
 _NET_ORDER = ("NET/IB", "NET/Socket")
 
 
+def settled_communicators(topo: NcclTopology, last_links: dict[str, int]) -> tuple[set[str], set[str]]:
+    """(settled, unsettled) communicators: a communicator is judged only once every rank whose
+    Init lines were read logged ``Init COMPLETE`` and its connection lines stopped arriving
+    since the last view (``last_links``, updated here: communicator -> connection lines).
+
+    A 256-rank init writes its channel lines for minutes, and NCCL 2.23+ connects some channels
+    only at the first collective, after COMPLETE: judged mid-stream, a rank whose lines were not
+    all in yet read as one with fewer channels (16 false ``nccl_channels_reduced`` that resolved
+    two minutes later)."""
+    incomplete: set[str] = set()
+    named: set[str] = set()
+    for r in topo.ranks:
+        if r.state == "destroyed":
+            continue
+        named.add(r.communicator)
+        if r.state != "complete":
+            incomplete.add(r.communicator)
+    counts = Counter(lk.communicator for lk in topo.links)
+    moving = {c for c in named | set(counts) if counts.get(c, 0) != last_links.get(c, 0)}
+    last_links.clear()
+    last_links.update(counts)
+    every = named | set(counts)
+    unsettled = incomplete | moving
+    return every - unsettled, unsettled & every
+
+
 def _worst(transports: set[str]) -> str | None:
     for t in reversed(_NET_ORDER):
         if t in transports:
@@ -34,13 +60,15 @@ def transport_batch(
     topo: NcclTopology,
     job: str | Mapping[tuple[str, int], str],
     time: datetime | None = None,
+    only: set[str] | None = None,
 ) -> pa.RecordBatch | None:
     """One row per live (communicator, rank) the debug lines describe; None when they describe none.
 
     ``job`` names the job of every row, or maps each process (host, pid) to its job (one
     directory of debug files per job). Ranks come from Init lines and from channel lines (a
     process whose Init lines were not captured still shows its connections). Destroyed
-    communicators are left out.
+    communicators are left out, and with ``only`` every communicator not in it
+    (:func:`settled_communicators`).
     """
     when = time or datetime.now(UTC)
     ranks = {(r.communicator, r.host, r.pid, r.rank): r for r in topo.ranks if r.state != "destroyed"}
@@ -49,7 +77,7 @@ def transport_batch(
     for lk in topo.links:
         if (lk.communicator, lk.host, lk.pid) not in dead:
             links[(lk.communicator, lk.host, lk.pid, lk.rank)].append(lk)
-    keys = sorted(set(ranks) | set(links))
+    keys = sorted(k for k in set(ranks) | set(links) if only is None or k[0] in only)
     if not keys:
         return None
     cols: dict[str, list] = defaultdict(list)
@@ -106,6 +134,7 @@ def layout_batch(
     topo: NcclTopology,
     job: str | Mapping[tuple[str, int], str],
     time: datetime | None = None,
+    only: set[str] | None = None,
 ) -> pa.RecordBatch | None:
     """One row per (communicator, host) whose ranks' topology probe the lines describe.
 
@@ -114,13 +143,14 @@ def layout_batch(
     to when its probe says P2P is not possible), network connections with GPUDirect RDMA or
     through a PXN proxy (``NET/IB/3(7)``), and the worst of its ranks' own ring graphs. Only
     ranks whose Init lines were read are summed (the host and communicator must be known);
-    destroyed communicators are left out. None when no communicator is described.
+    destroyed communicators are left out, and with ``only`` every communicator not in it. None
+    when no communicator is described.
     """
     when = time or datetime.now(UTC)
     ranks: dict[tuple[str, str], list[RankInfo]] = defaultdict(list)
     procs: dict[tuple[str, str], set[int]] = defaultdict(set)
     for r in topo.ranks:
-        if r.state != "destroyed":
+        if r.state != "destroyed" and (only is None or r.communicator in only):
             ranks[(r.communicator, r.host)].append(r)
             procs[(r.communicator, r.host)].add(r.pid)
     if not ranks:

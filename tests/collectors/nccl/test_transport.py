@@ -76,6 +76,7 @@ def test_collector_sends_the_wiring_when_it_changes_and_as_a_refresh(tmp_path: P
         assert res.ok, res.error
         return [b for b in res.batches if record_kind(b.schema) == "nccl_transport"]
 
+    assert wiring() == []  # its connection lines just arrived: judged once they stop arriving
     (first,) = wiring()
     rows = sorted((r["host"], r["job"], r["net_transport"]) for r in first.to_pylist())
     assert rows == [
@@ -90,7 +91,8 @@ def test_collector_sends_the_wiring_when_it_changes_and_as_a_refresh(tmp_path: P
     assert len(wiring()) == 1  # ... until the refresh is due
     with (tmp_path / "job-2" / "nccl.node-3.103").open("a") as fh:
         fh.write("node-3:103:203 [0] NCCL INFO Channel 04/0 : 3[0] -> 0[0] [send] via NET/IB/0/GDRDMA\n")
-    (changed,) = wiring()
+    assert wiring() == []  # a new connection line: that communicator waits a scrape ...
+    (changed,) = wiring()  # ... and is sent once it stands still
     assert {r["host"]: r["channels"] for r in changed.to_pylist()}["node-3"] == 5
 
 
@@ -149,3 +151,37 @@ def test_real_logs_parse_with_the_probe_lines(real_fixtures: Path) -> None:
         batch = layout_batch(topo, "j", T)
         live = {(r.communicator, r.host) for r in topo.ranks if r.state != "destroyed"}
         assert (batch.num_rows if batch is not None else 0) == len(live), name
+
+
+def test_a_communicator_is_judged_only_once_its_init_completed_and_its_lines_stopped() -> None:
+    """A 256-rank init writes its channel lines for minutes: a view mid-stream would show ranks
+    with fewer channels than their peers only because their lines were not all in yet."""
+    from graywire.collectors.nccl.transport import settled_communicators
+
+    comm, n = "0x00000000c0ffee01", 256
+    topo = NcclTopology()
+
+    def rank_lines(r: int, what: str) -> list[str]:
+        host = f"gpu-{r // 8:03d}"
+        head = f"{host}:{1000 + r}:{1000 + r} [{r % 8}] NCCL INFO"
+        return [f"{head} ncclCommInitRankConfig comm 0x{r:x}0 rank {r} nranks {n} cudaDev {r % 8} "
+                f"nvmlDev {r % 8} busId {r % 8}0000 commId {comm} - {what}"]  # fmt: skip
+
+    def channel_lines(r: int, channels: range) -> list[str]:
+        head = f"gpu-{r // 8:03d}:{1000 + r}:{1000 + r} [{r % 8}] NCCL INFO"
+        peer = f"{(r + 1) % n}[{(r + 1) % 8}]"
+        return [
+            f"{head} Channel {c:02d}/0 : {r}[{r % 8}] -> {peer} [send] via NET/IB/{r % 8}/GDRDMA"
+            for c in channels
+        ]
+
+    last: dict[str, int] = {}
+    topo.feed([ln for r in range(n) for ln in rank_lines(r, "Init START")])
+    topo.feed([ln for r in range(n) for ln in channel_lines(r, range(8 if r < 100 else 16))])
+    assert settled_communicators(topo, last) == (set(), {comm})  # in init, lines arriving
+    topo.feed([ln for r in range(100) for ln in channel_lines(r, range(8, 16))])
+    assert settled_communicators(topo, last) == (set(), {comm})
+    topo.feed([ln for r in range(n) for ln in rank_lines(r, "Init COMPLETE")])
+    assert settled_communicators(topo, last) == ({comm}, set())  # complete, and no new line
+    wiring = transport_batch(topo, "job", only={comm})
+    assert wiring is not None and set(wiring.column("channels").to_pylist()) == {16}
