@@ -116,3 +116,56 @@ def test_the_collector_speaks_the_client_protocol_and_a_closed_socket_is_a_faile
     ok, gone = asyncio.run(go())
     assert ok.ok and ok.batches[0].num_rows == 2
     assert not gone.ok and gone.batches == () and gone.error
+
+
+CORPUS_RAS = HERE.parents[2] / "fixtures" / "corpus" / "nccl_ras"
+
+
+def _ras_server(json_report: bytes, text_report: bytes):
+    """A RAS server answering STATUS with ``json_report`` after ``SET FORMAT json``, else text."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        fmt = "text"
+        while line := (await reader.readline()).decode().strip():
+            if line.upper().startswith("CLIENT PROTOCOL"):
+                writer.write(b"SERVER PROTOCOL 2\n")
+            elif line.upper().startswith("SET FORMAT"):
+                fmt = "json"
+                writer.write(b"OK\n")
+            elif line.upper().startswith("TIMEOUT"):
+                writer.write(b"OK\n")
+            elif line.upper() == "STATUS":
+                writer.write(json_report if fmt == "json" else text_report)
+                await writer.drain()
+                writer.close()
+                return
+            await writer.drain()
+
+    return serve
+
+
+def _scrape(serve) -> object:
+    async def go() -> object:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await NcclRasCollector("job-1", "127.0.0.1", port, timeout_s=5).scrape()
+
+    return asyncio.run(go())
+
+
+def test_the_2_28_9_missing_comma_is_repaired_and_the_missing_rank_read_at_once() -> None:
+    """NCCL 2.28.7-2.28.9 print a missing rank without the comma after its nvml_dev: the report
+    is read (never a failed scrape, never a backoff of a healthy source), and the scrape says so."""
+    report = (CORPUS_RAS / "nccl_2.28.9_source_built_guide_sample_missing_rank.json").read_bytes()
+    res = _scrape(_ras_server(report, b""))
+    assert res.ok and res.error is not None and "comma" in res.error
+    rows = res.batches[0].to_pylist()
+    assert sorted((r["rank"], r["state"]) for r in rows) == [(0, "running"), (1, "unresponsive")]
+
+
+def test_json_no_repair_reads_falls_back_to_the_text_report() -> None:
+    text = (HERE / "status_dead.txt").read_bytes()
+    res = _scrape(_ras_server(b'{"nccl_version": "2.28.8", "communicators": [ {"hash": }', text))
+    assert res.ok and "read the text report" in (res.error or "")
+    assert "dead" in {r["state"] for r in res.batches[0].to_pylist()}
