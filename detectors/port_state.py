@@ -10,7 +10,9 @@ port before the rates stage:
 - every ``port_sample`` row with a gauge (state, speed, width, FEC mode) teaches the book that
   value and when it was read, whichever source sent it;
 - a row of counters whose gauge is null takes the book's value when it was read at most
-  ``max_age_s`` before the row: a fresh reading, not a guess. A row's own values always win;
+  ``max_age_s`` from the row's time, before or after (UFM Telemetry dates its rows by its own
+  sample, up to 30 s before REST's reading of the same poll): a fresh reading, not a guess. A
+  row's own values always win;
 - a row of gauges only (UFM REST) whose port also has a row of counters in the same poll is
   folded into that row and dropped, so each port is one row; one with no counter row this poll
   (its telemetry not in yet) passes as it was.
@@ -118,8 +120,10 @@ class PortStateBook:
             if col.null_count == 0:
                 continue
             have = col.is_valid().to_numpy(zero_copy_only=False)
-            age = t - self.read_at[c][safe]
-            take = known & ~have & (age >= 0) & (age <= self.max_age_us)
+            # Either way in time: UFM Telemetry stamps its rows with its own sample time, up to
+            # its refresh (30 s) before the REST reading of the same poll.
+            age = np.abs(t - self.read_at[c][safe])
+            take = known & ~have & (age <= self.max_age_us)
             if not take.any():
                 continue
             own = col.fill_null(0).to_numpy(zero_copy_only=False).astype(self.values[c].dtype)

@@ -75,6 +75,17 @@ def test_counter_rows_take_the_state_rest_read_and_rest_rows_fold_into_them() ->
     assert joined_rest is not None and by_port(joined_rest).keys() == {B}
 
 
+def test_a_reading_newer_than_the_counter_sample_is_carried() -> None:
+    """UFM Telemetry dates its rows by its own sample (refreshed every 30 s): REST's reading of
+    the same poll is newer than the counters, and it is the port's state all the same
+    (changed: only older readings were carried, and a UFM fabric showed no speed, state or
+    downgrade)."""
+    book = PortStateBook(FABRIC)
+    r, t = rest(T0 + timedelta(seconds=25), [A]), telemetry(T0, [A], 1000)
+    _, joined = book.join([r, t])
+    assert joined is not None and by_port(joined)[A]["speed_bps"] == XDR
+
+
 def test_a_rows_own_value_wins_and_a_stale_reading_is_not_carried() -> None:
     book = PortStateBook(FABRIC)
     book.join([rest(T0, [A, B])])
