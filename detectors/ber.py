@@ -45,7 +45,7 @@ SEVERITY = {1: "info", 2: "warning", 3: "critical"}
 RULES = (
     "none",
     "pre-FEC BER rising over its 15-min baseline",
-    "pre-FEC BER 10x its 125-min baseline and its peers",
+    "pre-FEC BER 10x its 125-min baseline and over its peers",
     "pre-FEC BER over the field level",
     "symbol BER over the field level (fast window)",
     "PDR: symbol BER over 125 min over the field Warning level",
@@ -75,6 +75,10 @@ class BerConfig:
     baseline_window_s: float = 7500.0  # the estimate's own baseline: 125 minutes, PDR's long window
     estimate_ratio: float = 10.0  # estimate this many times its baseline ...
     peer_ratio: float = 10.0  # ... and this many times its peers' median (same role) is a finding
+    # With exact corrected bits the scale is sure: three times the peers' median (a fabric-wide
+    # rise lifts them too) beside ten times the port's own baseline. Healthy peers spread over a
+    # decade (1e-9 to 1e-8); ten times their median let a 90-s ramp run 63 s before it was seen.
+    exact_peer_ratio: float = 3.0
     min_estimate_events: float = 30.0  # corrected symbols/blocks the fast window must hold
     # Baselines learn only from calm polls: a poll's own BER at most this many times the
     # baseline's (or fewer than min_estimate_events corrected events). A port that degrades
@@ -307,7 +311,8 @@ class BerDetector:
         est_ok = enough & has_pre & ((src > 0) | generic) & (self.fast[1, p] >= cfg.min_estimate_events)
         est_rising = est_ok & (pre >= cfg.estimate_ratio * np.maximum(long_pre, 1e-18))
         peer_med = self._peer_median(p, pre, est_ok, est_rising)
-        est_rising &= pre >= cfg.peer_ratio * np.maximum(peer_med, 1e-18)
+        peer_ratio = np.where(src == 0, cfg.exact_peer_ratio, cfg.peer_ratio)
+        est_rising &= pre >= peer_ratio * np.maximum(peer_med, 1e-18)
         raise_to(est_rising, 1, 2)
         # Symbol BER near 1e-14 needs more bits than a minute holds: judge it on a few errors.
         sym_ok = self.fast[3, p] >= cfg.min_symbol_errors
@@ -443,6 +448,7 @@ class BerDetector:
             }
             if estimated and s is not None and row is not None:
                 evidence["peer_median_pre_fec_ber"] = float(s.peer_med[row])
+                evidence["peer_ratio"] = self.cfg.exact_peer_ratio if src == 0 else self.cfg.peer_ratio
             if th is not None:
                 evidence["thresholds"] = {
                     "pre_fec": vars_of(th.pre_fec),

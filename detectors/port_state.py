@@ -13,9 +13,9 @@ port before the rates stage:
   ``max_age_s`` from the row's time, before or after (UFM Telemetry dates its rows by its own
   sample, up to 30 s before REST's reading of the same poll): a fresh reading, not a guess. A
   row's own values always win;
-- a row of gauges only (UFM REST) whose port also has a row of counters in the same poll is
-  folded into that row and dropped, so each port is one row; one with no counter row this poll
-  (its telemetry not in yet) passes as it was.
+- a row of gauges only (UFM REST) whose port also has a row of counters in the same poll, near
+  enough in time to take its values, is folded into that row and dropped, so each port is one
+  row; one with no such counter row (its telemetry not in yet) passes as it was.
 
 Ports the fabric model does not know are left as they came; the service counts them.
 """
@@ -68,16 +68,21 @@ class PortStateBook:
         for b, idx, t in zip(batches, indices, times, strict=True):
             self._learn(b, idx, t)
         counted = [has_counters(b) for b in batches]
-        with_counters = np.zeros(self.fabric.n_ports, dtype=bool)
-        for idx, c in zip(indices, counted, strict=True):
+        # The time of each port's counter row this poll (none: the minimum int64).
+        counter_at = np.full(self.fabric.n_ports, np.iinfo(np.int64).min, dtype=np.int64)
+        for idx, t, c in zip(indices, times, counted, strict=True):
             if c:
-                with_counters[idx[idx >= 0]] = True
+                known = idx >= 0
+                counter_at[idx[known]] = t[known]
         out: list[pa.RecordBatch | None] = []
         for b, idx, t, c in zip(batches, indices, times, counted, strict=True):
             if c:
                 out.append(self._fill(b, idx, t))
                 continue
-            keep = ~((idx >= 0) & with_counters[np.maximum(idx, 0)])
+            # Folded only where the counter row took this reading (within max_age of it).
+            at = counter_at[np.maximum(idx, 0)]
+            near = (at != np.iinfo(np.int64).min) & (np.abs(t - at) <= self.max_age_us)
+            keep = ~((idx >= 0) & near)
             out.append(b if keep.all() else b.filter(pa.array(keep)) if keep.any() else None)
         return out
 

@@ -30,7 +30,7 @@ from graywire.service.cluster.node import ClusterNode
 from graywire.service.config import Settings
 from graywire.service.db import make_engine, upgrade
 from graywire.service.drain_engine import DrainEngine, policy_from_settings
-from graywire.service.fabric_state import StateBoard
+from graywire.service.fabric_state import StateBoard, ports_without_data
 from graywire.service.ingest_guard import IngestGuards, RateLimiter
 from graywire.service.ingest_scope import JobPlacement
 from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
@@ -203,14 +203,20 @@ def create_app(
             db_ok = False
         now = state.current
         last = now.last_poll_timestamp
+        blind = int(ports_without_data(now).sum())
+        # Polls ran and not one modelled port has data: the sources match nothing (their keys
+        # are not the inventory's) or say nothing. That is not ok, though the process is alive.
+        no_data = now.polls > 0 and blind == fabric.n_ports
         body = {
-            "status": "ok" if db_ok else "degraded",
+            "status": "degraded" if not db_ok else "no_data" if no_data else "ok",
             "database": "ok" if db_ok else "unreachable",
             "role": "single" if node is None else node.role,
             "polls": now.polls,
             "poll_errors": now.poll_errors,
             "last_poll": datetime.fromtimestamp(last, UTC).isoformat() if last else None,
             "ports": fabric.n_ports,
+            "ports_without_data": blind,
+            "unmatched_rows": sum(t.unmatched_rows for t in now.targets),
             "targets": len(now.targets),
             "targets_failing": sum(1 for t in now.targets if t.ok is False),
         }

@@ -508,7 +508,9 @@ class Settings(BaseSettings):
     ber_thresholds: Path | None = None
     #: Add the IsolationForest port-outlier detector (opt-in, see docs/detectors.md).
     multivariate_outliers: bool = False
-    sources: list[SourceConfig] = Field(default_factory=lambda: [FabricSimSource()], min_length=1)
+    #: What to collect from. No default: a service with nothing configured is an error, never a
+    #: silent simulation (``type: fabricsim`` runs the built-in synthetic fabric, when asked).
+    sources: list[SourceConfig] = Field(default_factory=list)
     #: Largest body accepted by the NCCL push endpoint.
     max_push_bytes: int = Field(16 * 2**20, ge=1024)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
@@ -639,7 +641,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         raise ValueError("invalid configuration:\n" + "\n".join(lines)) from None
 
 
-SOURCE_TYPES = ("fabricsim", "ufm", "snmp", "agent", "nccl", "prometheus")
+SOURCE_TYPES = ("fabricsim", "ufm", "snmp", "agent", "nccl", "nccl_ras", "prometheus")
 
 
 def _known_keys(model: Any = None, seen: set[Any] | None = None) -> set[str]:

@@ -55,6 +55,12 @@ class TargetStatus:
     error: str | None = None
     stale_port_count: int = 0
     stale_ports: tuple[str, ...] = ()
+    #: Port rows of its last good scrape whose key matches no port of the fabric model (a
+    #: source naming NICs differently from the inventory), and a few of those keys.
+    unmatched_rows: int = 0
+    unmatched_examples: tuple[str, ...] = ()
+    #: What the last good scrape read although its source got it wrong (a known upstream bug).
+    note: str | None = None
 
 
 #: How long a (job, host) pair seen in NCCL timings stays a job's host without new timings.
@@ -75,6 +81,8 @@ class FabricState:
     rows_rejected: Mapping[tuple[str, str], int] = field(default_factory=_empty)
     #: Lines, records and values parsers left out of good scrapes, by (source, reason).
     parse_skipped: Mapping[tuple[str, str], int] = field(default_factory=_empty)
+    #: Port rows of good scrapes that matched no port of the fabric model, by source.
+    unmatched_rows: Mapping[str, int] = field(default_factory=_empty)
     targets: tuple[TargetStatus, ...] = ()
     findings: Mapping[tuple[str, str], int] = field(default_factory=_empty)
     polls: int = 0
@@ -100,6 +108,8 @@ class FabricState:
     port_phys_state: np.ndarray | None = None
     port_logical_state: np.ndarray | None = None
     port_updated: np.ndarray | None = None  # unix seconds of the sample
+    #: A port without a reading this recent before the last poll has no data (not ok).
+    data_window_s: float = 120.0
     #: The sources' cumulative counters as last reported, by source and column, indexed by
     #: fabric port (NaN = none); empty unless per-port series and ``metrics.raw_counters`` are on.
     raw_counters: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=_empty)
@@ -109,6 +119,17 @@ class FabricState:
     #: How many states the board published before this one: an answer computed from one
     #: state can be kept under this number, since no two states share it.
     published: int = 0
+
+
+def ports_without_data(s: FabricState) -> np.ndarray:
+    """Ports no source reported within ``data_window_s`` before the last poll (never, or not
+    lately): unknown, which is not healthy. All of them before the first poll."""
+    n = s.fabric.n_ports
+    if s.port_updated is None or not s.last_poll_timestamp:
+        return np.ones(n, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        recent = s.port_updated >= s.last_poll_timestamp - s.data_window_s
+    return ~recent
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -196,12 +217,16 @@ class StateBoard:
         targets: Iterable[TargetStatus],
         port_stale: np.ndarray,
         parse_skipped: Mapping[tuple[str, str], int] = _EMPTY,
+        unmatched_rows: Mapping[str, int] = _EMPTY,
+        data_window_s: float | None = None,
     ) -> None:
         with self._lock:
             self._publish(
                 targets=tuple(targets),
+                data_window_s=self._state.data_window_s if data_window_s is None else data_window_s,
                 port_stale=_frozen(port_stale),
                 parse_skipped=_plus(self._state.parse_skipped, parse_skipped),
+                unmatched_rows=_plus(self._state.unmatched_rows, +Counter(unmatched_rows)),
             )
 
     # -- one poll -----------------------------------------------------------------------------

@@ -19,11 +19,13 @@ import numpy as np
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
 from graywire.detectors.findings import PORT_HEALTH
-from graywire.service.fabric_state import FabricState
+from graywire.service.fabric_state import FabricState, ports_without_data
 from graywire.service.models import ACTIVE_STATUSES
 from graywire.service.store import IncidentStore
 
 HEALTH = ("ok", "warning", "critical")
+#: What a port without an incident and without data is: unknown, not ok.
+NO_DATA = "no_data"
 STATES = ("up", "init", "down", "unknown")
 #: Cell flags in the compact grid (a bit mask, so the page needs no per-cell objects).
 FLAG_STALE, FLAG_DOWN, FLAG_DEGRADED, FLAG_NO_DATA = 1, 2, 4, 8
@@ -106,6 +108,7 @@ class PortView:
     logical: np.ndarray
     updated: np.ndarray  # unix seconds, NaN = never
     stale: np.ndarray
+    no_data: np.ndarray  # no reading within the data window (fabric_state.ports_without_data)
     health: np.ndarray  # index into HEALTH
     incident_ids: dict[int, list[int]]
     kinds: dict[int, set[str]]
@@ -142,8 +145,31 @@ class PortView:
         flags[self.stale] |= FLAG_STALE
         flags[self.state == 2] |= FLAG_DOWN
         flags[self.degraded] |= FLAG_DEGRADED
-        flags[np.isnan(self.updated)] |= FLAG_NO_DATA
+        flags[self.no_data] |= FLAG_NO_DATA
         return flags
+
+    def health_name(self, i: int) -> str:
+        """``ok``, ``warning``, ``critical`` from the open incidents; ``no_data`` for a port with
+        none and no reading in the data window: nobody knows it is ok."""
+        h = int(self.health[i])
+        return NO_DATA if h == 0 and self.no_data[i] else HEALTH[h]
+
+    def link_health(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per link: the worse end's incident health, and whether neither end has data."""
+        a, b = self.fabric.link_a, self.fabric.link_b
+        return np.maximum(self.health[a], self.health[b]), self.no_data[a] & self.no_data[b]
+
+    def link_health_names(self, links: np.ndarray) -> list[str]:
+        worst, blind = self.link_health()
+        return [NO_DATA if worst[n] == 0 and blind[n] else HEALTH[int(worst[n])] for n in links.tolist()]
+
+    def link_health_mask(self, names: Iterable[str]) -> np.ndarray:
+        worst, blind = self.link_health()
+        return _health_mask(names, worst, blind)
+
+    def health_mask(self, names: Iterable[str]) -> np.ndarray:
+        """Ports whose :meth:`health_name` is one of ``names``."""
+        return _health_mask(names, self.health, self.no_data)
 
     def with_kind(self, kind: str) -> np.ndarray:
         mask = np.zeros(self.fabric.n_ports, dtype=bool)
@@ -174,7 +200,7 @@ class PortView:
             "phys_state": int(self.phys[i]) or None,
             "logical_state": int(self.logical[i]) or None,
             "stale": bool(self.stale[i]),
-            "health": HEALTH[int(self.health[i])],
+            "health": self.health_name(i),
             "last_update": _ts(self.updated[i]),
             "incident_ids": self.incident_ids.get(i, []),
         }
@@ -187,7 +213,7 @@ class PortView:
             "link": f.link_label(a),
             "a": self.port(a),
             "b": self.port(b),
-            "health": HEALTH[max(int(self.health[a]), int(self.health[b]))],
+            "health": self.link_health_names(np.array([n]))[0],
             "incident_ids": ids,
             "kinds": sorted(self.kinds.get(a, set()) | self.kinds.get(b, set())),
         }
@@ -211,13 +237,15 @@ class PortView:
             ]
             rows.append({"node": f.node_names[j], "role": f.node_roles[j], "cells": cells})
         counts = np.bincount(self.health, minlength=len(HEALTH))
+        no_data = int(((self.health == 0) & self.no_data).sum())
         return {
             "generated_at": datetime.now(UTC).isoformat(),
             "last_poll": _ts(self.last_poll),
             "polls": self.polls,
             "ports": f.n_ports,
             "links": int(f.link_a.size),
-            "health": {h: int(counts[k]) for k, h in enumerate(HEALTH)},
+            "health": {h: int(counts[k]) - (no_data if h == "ok" else 0) for k, h in enumerate(HEALTH)}
+            | {NO_DATA: no_data},
             "stale": int(self.stale.sum()),
             "down": int((self.state == 2).sum()),
             "degraded": int(self.degraded.sum()),
@@ -229,6 +257,18 @@ class PortView:
             },
             "rows": rows,
         }
+
+
+def _health_mask(names: Iterable[str], health: np.ndarray, no_data: np.ndarray) -> np.ndarray:
+    mask = np.zeros(health.size, dtype=bool)
+    for name in names:
+        if name == NO_DATA:
+            mask |= (health == 0) & no_data
+        elif name == "ok":
+            mask |= (health == 0) & ~no_data
+        else:
+            mask |= health == HEALTH.index(name)
+    return mask
 
 
 def _ts(v: float | None) -> str | None:
@@ -262,6 +302,7 @@ def build_view(layout: FabricLayout, state: FabricState, incidents: Iterable[Map
     logical = _or(state.port_logical_state, np.zeros(n, dtype=np.uint8))
     updated = _or(state.port_updated, np.full(n, np.nan))
     stale = _or(state.port_stale, np.zeros(n, dtype=bool))
+    no_data = ports_without_data(state)
     last_poll = state.last_poll_timestamp or None
     polls = state.polls
     health = np.zeros(n, dtype=np.int8)
@@ -287,6 +328,7 @@ def build_view(layout: FabricLayout, state: FabricState, incidents: Iterable[Map
         logical=logical,
         updated=updated,
         stale=stale,
+        no_data=no_data,
         health=health,
         incident_ids=dict(ids),
         kinds=dict(kinds),

@@ -97,6 +97,9 @@ class Runner:
         self.drain = drain
         self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
         self._record_indexer = PortIndexer(fabric)
+        #: A port without a reading this recent has no data: a few polls (a source refreshing
+        #: every 30 s, as UFM Telemetry does, dates its rows by its own sample), at least 2 minutes.
+        self.data_window_s = max(120.0, (settings.stale_after_polls + 2) * settings.poll_seconds)
         state.set_targets([t.status for t in self.targets], np.zeros(fabric.n_ports, dtype=bool))
         self.archive: DatasetWriter | None = None
         if settings.archive.enabled:
@@ -247,14 +250,30 @@ class Runner:
     def record(self, scraped: list[Scraped], wall: float, missing: Sequence[Missing] = ()) -> None:
         """Each target's status after a poll, its ports, and which ports are stale (published)."""
         skipped: Counter[tuple[str, str]] = Counter()
+        unmatched_rows: Counter[str] = Counter()
         for t, r in scraped:
             s = t.status
             if r.ok:
-                t.ports = self._ports_of(t, r.batches)
+                t.ports, unmatched, examples = self._ports_of(t, r.batches)
                 skipped.update({(r.source, reason): n for reason, n in r.skipped.items()})
+                if unmatched and not s.unmatched_rows:  # once, when it starts
+                    log.warning(
+                        "%s %s: %d port rows match no port of the fabric model (e.g. %s): their keys "
+                        "are not the inventory's; they are counted, not judged",
+                        r.source, r.target, unmatched, ", ".join(examples),
+                    )  # fmt: skip
                 s = replace(
-                    s, ok=True, last_success=wall, samples=r.samples, error=None, consecutive_failures=0
+                    s,
+                    ok=True,
+                    last_success=wall,
+                    samples=r.samples,
+                    error=None,
+                    note=r.error,  # an ok scrape's remark: what it read despite its source
+                    consecutive_failures=0,
+                    unmatched_rows=unmatched,
+                    unmatched_examples=examples,
                 )
+                unmatched_rows[r.source] += unmatched
             else:
                 s = replace(
                     s,
@@ -283,22 +302,39 @@ class Runner:
             )
             if not fresh:
                 stale[t.ports] = True
-        self.state.set_targets([t.status for t in self.targets], stale, skipped)
+        self.state.set_targets(
+            [t.status for t in self.targets], stale, skipped, unmatched_rows, self.data_window_s
+        )
 
-    def _ports_of(self, t: _Target, batches: tuple[pa.RecordBatch, ...]) -> np.ndarray:
-        """Fabric ports a target reported (cached per dictionary: collectors reuse theirs)."""
-        found = [t.indexer(b.column("port")) for b in batches if record_kind(b.schema) == "port_sample"]
-        if not found:
-            return t.ports
+    def _ports_of(
+        self, t: _Target, batches: tuple[pa.RecordBatch, ...]
+    ) -> tuple[np.ndarray, int, tuple[str, ...]]:
+        """Fabric ports a target reported (cached per dictionary: collectors reuse theirs), and
+        its port rows that match no modelled port, with up to five of their keys."""
+        parts = [b for b in batches if record_kind(b.schema) == "port_sample"]
+        if not parts:
+            return t.ports, 0, ()
+        found = [t.indexer(b.column("port")) for b in parts]
         idx = np.concatenate(found)
+        unmatched = int((idx < 0).sum())
+        examples: tuple[str, ...] = ()
+        if unmatched:
+            keys: list[str] = []
+            for b, ix in zip(parts, found, strict=True):
+                rows = np.flatnonzero(ix < 0)[: 5 - len(keys)]
+                if rows.size:
+                    keys += b.column("port").take(pa.array(rows)).cast(pa.string()).to_pylist()
+                if len(keys) >= 5:
+                    break
+            examples = tuple(keys)
         idx = idx[idx >= 0]
         if idx.size * 64 < self.fabric.n_ports:
             # A host's few ports: sorting them beats clearing a fabric-wide mask, once per target
             # (12,500 agents x 400,000 ports would be 5 GB of mask a poll).
-            return np.unique(idx).astype(np.int32)
+            return np.unique(idx).astype(np.int32), unmatched, examples
         seen = np.zeros(self.fabric.n_ports, dtype=bool)  # a mask, not np.unique: no sort
         seen[idx] = True
-        return np.flatnonzero(seen).astype(np.int32)
+        return np.flatnonzero(seen).astype(np.int32), unmatched, examples
 
     # -- processing ---------------------------------------------------------------------------
     def _process(self, batches: list[pa.RecordBatch]) -> list[Finding]:

@@ -26,6 +26,12 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
     ``inventory: discover``, else from the synthetic fabric; real sources without a model have
     nothing to judge expected speeds against.
     """
+    if not settings.sources:
+        raise ValueError(
+            "no sources configured: list what to collect under `sources:` (ufm, snmp, agent, "
+            "prometheus, nccl, nccl_ras; README, Configuration), or `- type: fabricsim` for the "
+            "built-in synthetic fabric"
+        )
     collectors: list[Collector] = []
     fabric: Fabric | None = None
     sources = (

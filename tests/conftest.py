@@ -113,3 +113,18 @@ def real_fixtures() -> Path:
     if _in_ci():
         pytest.fail(reason, pytrace=False)
     pytest.skip(reason)
+
+
+TTAR = "host/procfs_sysfs_fixtures.ttar"
+NETDEV_DOWN = "sys/devices/pci0000:a2/0000:a2:00.0/net/enp162s0f0np0"
+
+
+@pytest.fixture(scope="session")
+def real_sysfs(real_fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sysfs root holding the archive's sys/class/{infiniband,net} and one real down netdev."""
+    dest = tmp_path_factory.mktemp("procfs")
+    keep = ["fixtures/sys/class/infiniband", "fixtures/sys/class/net", f"fixtures/{NETDEV_DOWN}"]
+    from tests.collectors.host.ttar import extract
+
+    assert extract(real_fixtures / TTAR, dest, only=keep) > 200
+    return dest / "fixtures"

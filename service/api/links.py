@@ -14,7 +14,6 @@ from graywire.service.api.ports import (
     KindFilter,
     Limit,
     Offset,
-    health_mask,
     node_index,
 )
 from graywire.service.api.schemas import LinkDetailOut, LinkPage
@@ -43,7 +42,8 @@ def list_links(
     if switch is not None:
         j = node_index(layout, switch, "switch")
         mask &= (na == j) | (nb == j)
-    mask &= health_mask(health, np.maximum(v.health[a], v.health[b]))
+    if health:
+        mask &= v.link_health_mask(health)
     if kind is not None:
         with_kind = v.with_kind(kind)
         mask &= with_kind[a] | with_kind[b]

@@ -24,7 +24,7 @@ from graywire.service.api.deps import (
     port_view,
 )
 from graywire.service.api.schemas import ErrorOut, GridOut, Health, PortDetailOut, PortPage, Role, State
-from graywire.service.port_view import HEALTH, STATES, FabricLayout
+from graywire.service.port_view import STATES, FabricLayout
 
 router = APIRouter(prefix="/api/v1", tags=["ports"])
 MAX_PAGE = 5000
@@ -43,12 +43,6 @@ def node_index(layout: FabricLayout, name: str, what: str = "node") -> int:
     if what == "switch" and not layout.node_is_switch[j]:
         raise HTTPException(422, f"{name!r} is a host, not a switch")
     return j
-
-
-def health_mask(health: list[Health] | None, values: np.ndarray) -> np.ndarray:
-    if not health:
-        return np.ones(values.size, dtype=bool)
-    return np.isin(values, [HEALTH.index(h) for h in health])
 
 
 @router.get("/ports", response_model=PortPage, summary="List ports, filtered and paged")
@@ -88,7 +82,8 @@ async def list_ports(
             mask &= layout.port_role == role
         if rail is not None:
             mask &= fabric.rail == rail
-        mask &= health_mask(health, v.health)
+        if health:
+            mask &= v.health_mask(health)
         if kind is not None:
             mask &= v.with_kind(kind)
         if state is not None:

@@ -19,7 +19,8 @@ from graywire.detectors.findings import Severity
 IncidentStatusParam = Literal["open", "acknowledged", "resolved"]
 MAX_ID = 2**63 - 1  # larger ids cannot exist, and SQLite cannot even bind them
 MAX_DURATION = timedelta(days=365)
-Health = Literal["ok", "warning", "critical"]
+#: ``no_data``: no incident and no reading in the data window (a few polls): unknown, not ok.
+Health = Literal["ok", "warning", "critical", "no_data"]
 State = Literal["up", "init", "down", "unknown"]
 Role = Literal["host", "leaf", "spine", "core"]
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL text cannot hold NUL: refuse it here with a 422, not a 500
@@ -296,7 +297,10 @@ class PortOut(BaseModel):
     phys_state: int | None
     logical_state: int | None
     stale: bool = Field(description="Its source is failing: the reading is old.")
-    health: Health = Field(description="Worst open incident on the port or its cable.")
+    health: Health = Field(
+        description="Worst open incident on the port or its cable; no_data when it has none and no "
+        "source reported the port lately (unknown is not ok)"
+    )
     last_update: AwareDatetime | None = Field(description="Time of the latest sample.")
     incident_ids: list[int]
 
@@ -375,11 +379,19 @@ class TargetOut(BaseModel):
     error: str | None
     stale_port_count: int
     stale_ports: list[str]
+    unmatched_rows: int = Field(
+        description="Port rows of the last good scrape whose key matches no port of the fabric model"
+    )
+    unmatched_examples: list[str] = Field(description="Up to five of those keys")
+    note: str | None = Field(
+        description="What the last good scrape read although its source got it wrong (a known upstream bug)"
+    )
 
 
 class SourcesOut(BaseModel):
     items: list[TargetOut]
     stale_ports: int
+    unmatched_rows: int = Field(description="Unmatched port rows of every target's last good scrape")
 
 
 class IngestOut(BaseModel):

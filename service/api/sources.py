@@ -18,7 +18,8 @@ def _ts(v: float | None) -> datetime | None:
 
 @router.get("/sources", response_model=SourcesOut)
 async def sources(state: StateDep) -> SourcesOut:
-    """Every target with its last scrape; a failing one lists the ports it leaves stale."""
+    """Every target with its last scrape; a failing one lists the ports it leaves stale, and any
+    one whose port rows name no modelled port says how many and which."""
     items = [
         TargetOut(
             source=t.source,
@@ -34,8 +35,11 @@ async def sources(state: StateDep) -> SourcesOut:
             error=t.error,
             stale_port_count=t.stale_port_count,
             stale_ports=list(t.stale_ports[:100]),
+            unmatched_rows=t.unmatched_rows,
+            unmatched_examples=list(t.unmatched_examples),
+            note=t.note,
         )
         for t in state.targets
     ]
     stale = int(state.port_stale.sum()) if state.port_stale is not None else 0
-    return SourcesOut(items=items, stale_ports=stale)
+    return SourcesOut(items=items, stale_ports=stale, unmatched_rows=sum(t.unmatched_rows for t in items))

@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from graywire.collectors.model import Fabric
-from graywire.service.fabric_state import FabricState, StateBoard
+from graywire.service.fabric_state import FabricState, StateBoard, ports_without_data
 from graywire.service.metrics.exposition import ArrayFamily, Extra, PortLabels, RowLabels
 from graywire.service.metrics.nccl import NcclSnapshot, per_channel_max
 from graywire.service.metrics.ports import (
@@ -79,6 +79,11 @@ class GraywireExporter(Collector):
 
     def _service(self, s: FabricState) -> Iterator[Metric]:
         yield _gauge("graywire_ports", "Ports in the fabric model", s.fabric.n_ports)
+        yield _gauge(
+            "graywire_ports_without_data",
+            "Ports of the model no source reported within the data window (unknown, not ok)",
+            int(ports_without_data(s).sum()),
+        )
         yield _counter(
             "graywire_ingested_rows",
             "Rows ingested, by record",
@@ -104,6 +109,13 @@ class GraywireExporter(Collector):
             "(malformed_line, out_of_range, not_a_number, bad_port, too_deep)",
             (([src, why], n) for (src, why), n in sorted(s.parse_skipped.items())),
             ["source", "reason"],
+        )
+        yield _counter(
+            "graywire_unmatched_rows",
+            "Port rows of good scrapes whose key matches no port of the fabric model, by source: "
+            "data graywire cannot judge (the inventory names those ports otherwise)",
+            (([src], n) for src, n in sorted(s.unmatched_rows.items())),
+            ["source"],
         )
         g = GaugeMetricFamily(
             "graywire_poll_batch_rows", "Rows the last poll brought, by record", labels=["record"]
@@ -230,12 +242,18 @@ class GraywireExporter(Collector):
             "Ports whose data is missing or too old (target failing)",
             (t.stale_port_count for t in ts),
         )
+        yield family(
+            "graywire_scrape_unmatched_rows",
+            "Port rows of the last good scrape whose key matches no port of the fabric model",
+            (t.unmatched_rows for t in ts),
+        )
 
     # -- ports ---------------------------------------------------------------------------------
     def _health(self, s: FabricState) -> np.ndarray:
-        """Index into HEALTH_STATES per port (critical > warning > stale > ok)."""
+        """Index into HEALTH_STATES per port (critical > warning > stale > no data > ok)."""
         n = s.fabric.n_ports
         health = np.zeros(n, dtype=np.int64)
+        health[ports_without_data(s)] = HEALTH_STATES.index("no_data")
         if s.port_stale is not None:
             health[s.port_stale] = HEALTH_STATES.index("stale")
         if s.port_severity is not None:

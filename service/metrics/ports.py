@@ -24,8 +24,9 @@ from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP, PORT_COUNT
 from graywire.detectors.base import PortIndexer, column
 
 #: Aggregate health of a port, in order of precedence (a stale port with a critical incident
-#: is critical). ``graywire_port_health`` uses the incident part: 0 ok, 1 warning, 2 critical.
-HEALTH_STATES: tuple[str, ...] = ("ok", "stale", "warning", "critical")
+#: is critical; ``no_data``: no source reported it within the data window, unknown, not ok).
+#: ``graywire_port_health`` uses the incident part: 0 ok, 1 warning, 2 critical.
+HEALTH_STATES: tuple[str, ...] = ("ok", "no_data", "stale", "warning", "critical")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +176,9 @@ def group_figures(
     ber: np.ndarray,
     pause: np.ndarray,
 ) -> GroupFigures:
-    """Aggregate per-port arrays into ``n`` groups; ports with ``group < 0`` or never reported are
-    left out."""
-    keep = (group >= 0) & reported
+    """Aggregate per-port arrays into ``n`` groups; ports with ``group < 0`` are left out. A port
+    never reported counts (as its health says: no data), its figures are unknown."""
+    keep = group >= 0
     g = group[keep]
     counts = np.bincount(g * len(HEALTH_STATES) + health[keep], minlength=n * len(HEALTH_STATES))
     ber_max = np.full(n, np.nan)

@@ -829,6 +829,7 @@
       ["open incidents", open.length, open.length ? "warning" : ""],
       ["ports", grid.ports, ""],
       ["ok", h.ok, ""],
+      ["no data", h.no_data || 0, h.no_data ? "warning" : ""],
       ["warning", h.warning, h.warning ? "warning" : ""],
       ["critical", h.critical, h.critical ? "critical" : ""],
       ["degraded", grid.degraded, grid.degraded ? "critical" : ""],
@@ -846,11 +847,11 @@
   // -- the grid: rows grouped by rail, problem rows only unless asked -----------------------
   function cellTitle(cell) {
     const [key, peer, health, f] = cell;
-    const words = [HEALTH[health] || "unknown"];
+    const words = [health === 0 && f & flags.no_data ? "no data" : HEALTH[health] || "unknown"];
     if (f & flags.degraded) words.push("below expected speed/width");
     if (f & flags.down) words.push("down");
     if (f & flags.stale) words.push("stale");
-    if (f & flags.no_data) words.push("no data yet");
+    if (f & flags.no_data) words.push("no data: no source reported it lately");
     return `${key}${peer ? " ↔ " + peer : ""}\n${words.join(", ")}`;
   }
 
@@ -1055,9 +1056,13 @@
       el("td", {}, when(t.last_success)),
       el("td", { text: t.consecutive_failures }),
       el("td", { text: t.stale_port_count }),
-      el("td", { class: "mono", text: t.error || "" })));
+      el("td", { class: t.unmatched_rows ? "ok-no" : "",
+                 title: (t.unmatched_examples || []).join(", "),
+                 text: t.unmatched_rows ? `${t.unmatched_rows} (e.g. ${(t.unmatched_examples || []).slice(0, 2).join(", ")})` : "0" }),
+      el("td", { class: "mono", text: t.error || t.note || "" })));
     replace("sources", items.length
-      ? table(["target", "last scrape", "last success", "failures in a row", "stale ports", "error"], rows)
+      ? table(["target", "last scrape", "last success", "failures in a row", "stale ports",
+               "rows matching no port", "error or note"], rows)
       : el("p", { class: "empty", text: "No sources configured." }));
   }
 

@@ -44,7 +44,11 @@ def test_discover_from_the_real_fixture_then_serve(
     fabric = load_inventory(out)
     assert fabric.n_ports == 10 and "o0001/HCA-1" in fabric.keys
     settings = load_settings(
-        None, data_dir=tmp_path / "data", database_url=f"sqlite:///{tmp_path / 'g.db'}", inventory=str(out)
+        None,
+        data_dir=tmp_path / "data",
+        database_url=f"sqlite:///{tmp_path / 'g.db'}",
+        inventory=str(out),
+        sources=[{"type": "agent", "url_template": "http://{host}:9470"}],  # the hosts' agents
     )
     with TestClient(create_app(settings, run_loop=False)) as client:
         assert client.get("/healthz").status_code == 200
@@ -94,3 +98,45 @@ def test_discover_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "give one of --ibnetdiscover" in capsys.readouterr().err
     assert main(["inventory", "discover", "--ibnetdiscover", "-", "--expect", "bogus"]) == 2
     assert "--expect 'bogus'" in capsys.readouterr().err
+
+
+def test_an_agent_whose_keys_match_no_modelled_port_is_no_data_and_counted_never_ok(
+    real_fixtures: Path, real_sysfs: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An inventory discovered from a real ibnetdiscover (NICs named by node description,
+    ``o0001/HCA-1``) and a real agent on a real sysfs tree (``o0001/mlx5_0``): not one row matches.
+    Changed: the status page read "10 ports · 10 ok" and /healthz ok."""
+    from graywire.collectors.host.agent_server import AgentConfig, create_agent_app
+    from tests.collectors.host.httpserver import serve
+
+    src = real_fixtures / "infiniband" / "ibnetdiscover_ports_test.out"
+    out = tmp_path / "inventory.yaml"
+    assert main(["inventory", "discover", "--ibnetdiscover", str(src), "--out", str(out)]) == 0
+    agent = create_agent_app(AgentConfig(sysfs_root=real_sysfs, hostname="o0001", ethtool=None))
+    with serve(agent) as url:
+        settings = load_settings(
+            None,
+            data_dir=tmp_path / "data",
+            database_url=f"sqlite:///{tmp_path / 'g.db'}",
+            inventory=str(out),
+            archive={"enabled": False},
+            sources=[{"type": "agent", "urls": [url]}],
+        )
+        with TestClient(create_app(settings, run_loop=False)) as client:
+            for _ in range(2):
+                client.app.state.runner.tick()  # type: ignore[attr-defined]
+            health = client.get("/healthz").json()
+            sources = client.get("/api/v1/sources").json()
+            grid = client.get("/api/v1/fabric/grid").json()
+            ok_ports = client.get("/api/v1/ports", params={"health": "ok"}).json()["total"]
+            metrics = client.get("/metrics").text
+    assert (health["status"], health["ports_without_data"]) == ("no_data", 10)
+    (agent_row,) = sources["items"]
+    assert agent_row["ok"] is True and agent_row["unmatched_rows"] >= 1
+    assert all(k.startswith("o0001/") for k in agent_row["unmatched_examples"])
+    assert sources["unmatched_rows"] == agent_row["unmatched_rows"]
+    assert grid["health"] == {"ok": 0, "warning": 0, "critical": 0, "no_data": 10} and ok_ports == 0
+    assert f'graywire_unmatched_rows_total{{source="agent"}} {2.0 * agent_row["unmatched_rows"]}' in metrics
+    assert "graywire_ports_without_data 10.0" in metrics
+    said = [r.getMessage() for r in caplog.records if "match no port of the fabric model" in r.getMessage()]
+    assert len(said) == 1 and "o0001/" in said[0]  # logged once, with examples

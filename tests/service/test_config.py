@@ -14,7 +14,17 @@ def test_defaults_are_sqlite_under_the_data_dir() -> None:
     s = load_settings()
     assert s.db_url == "sqlite:///graywire-data/graywire.db"
     assert s.poll_seconds == 10.0
-    assert [src.type for src in s.sources] == ["fabricsim"]
+    assert s.sources == []  # nothing is collected until sources say what: serve refuses to start
+
+
+def test_serve_without_sources_is_an_error_naming_what_to_add(tmp_path: Path) -> None:
+    """Changed: a config without ``sources:`` silently served the built-in simulator."""
+    from graywire.service.sources import build_sources
+
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(f"data_dir: {tmp_path}\n")
+    with pytest.raises(ValueError, match=r"no sources configured: .*type: fabricsim"):
+        build_sources(load_settings(cfg))
 
 
 def test_yaml_file_and_overrides(tmp_path: Path) -> None:

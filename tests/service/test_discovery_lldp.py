@@ -13,7 +13,6 @@ from graywire.collectors.host.agent_server import AgentConfig, create_agent_app
 from graywire.collectors.schemas import LINK
 from graywire.collectors.snmp.lldp import LLDP_NEIGHBOR, SWITCH_INTERFACE, LldpDiscovery
 from graywire.service.discovery import agent_aliases
-from tests.collectors.host.conftest import real_sysfs  # noqa: F401 (fixture)
 from tests.collectors.host.httpserver import serve
 
 G = 10**9
@@ -67,7 +66,7 @@ def test_nics_named_by_netdev_or_mac_become_their_rdma_devices() -> None:
     assert any("send no system name" in n for n in notes)
 
 
-def test_agent_aliases_over_http_from_a_real_sysfs_tree(real_sysfs: Path) -> None:  # noqa: F811
+def test_agent_aliases_over_http_from_a_real_sysfs_tree(real_sysfs: Path) -> None:
     cfg = AgentConfig(sysfs_root=real_sysfs, hostname="gpu7", ethtool=None, include_plain_netdevs=True)
     with serve(create_agent_app(cfg)) as url:
         template = url.replace("127.0.0.1", "{host}")

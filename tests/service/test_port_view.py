@@ -63,6 +63,6 @@ def test_severity_becomes_health_and_resolved_incidents_do_not_count() -> None:
     v = build_view(layout, StateBoard(layout.fabric).current, incidents)
     health = dict(zip(layout.fabric.keys, v.health.tolist(), strict=True))
     assert health == {"h1/nic0": 2, "h2/nic0": 1, "h3/nic0": 0, "leaf/p1": 2, "leaf/p2": 0}
-    assert v.port(layout.key_index["leaf/p2"])["health"] == "ok"
+    assert v.port(layout.key_index["leaf/p2"])["health"] == "no_data"  # nothing read yet: not ok
     assert v.link(1)["health"] == "warning" and v.link(1)["incident_ids"] == [1]
     assert v.port(layout.key_index["h3/nic0"])["state"] == "unknown"

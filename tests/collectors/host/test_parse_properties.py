@@ -29,9 +29,8 @@ from graywire.collectors.host.ethtool import (
 )
 from graywire.collectors.host.sysfs import PortReading, SysfsConfig, read_ports, readings_to_batch
 from graywire.collectors.schemas import PORT_SAMPLE
-from tests.collectors.host.conftest import TTAR
 from tests.collectors.host.ttar import extract
-from tests.conftest import REAL_FIXTURES
+from tests.conftest import REAL_FIXTURES, TTAR
 from tests.strategies import JUNK, PROPERTY, spliced
 
 HOST = REAL_FIXTURES / "host"

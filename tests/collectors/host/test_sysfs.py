@@ -19,7 +19,7 @@ from graywire.collectors.host.sysfs import (
     readings_to_batch,
 )
 from graywire.collectors.schemas import COUNTER_BITS_KEY, SATURATING_KEY
-from tests.collectors.host.conftest import NETDEV_DOWN
+from tests.conftest import NETDEV_DOWN
 
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 

@@ -204,7 +204,7 @@ def test_grid_has_a_cell_per_switch_port_coloured_by_its_cable(client: TestClien
     assert [r["node"] for r in grid["rows"]] == [f"leaf-r{r}-000" for r in range(8)] + ["spine-0000"]
     assert sum(len(r["cells"]) for r in grid["rows"]) == 128 + 64
     assert (grid["ports"], grid["links"], grid["polls"], grid["degraded"]) == (256, 128, 4, 2)
-    assert grid["health"] == {"ok": 254, "warning": 0, "critical": 2}
+    assert grid["health"] == {"ok": 254, "warning": 0, "critical": 2, "no_data": 0}
     cells = {c[0]: c for r in grid["rows"] for c in r["cells"]}
     _, peer, health, flags = cells[LEAF_PORT]
     assert (peer, health, flags) == (PORT, 2, grid["flags"]["degraded"])
@@ -228,13 +228,19 @@ def test_before_the_first_poll_every_port_is_unknown(tmp_path: Path, db_url: str
     with make_client(tmp_path, db_url, "none") as c:
         p = c.get(f"/api/v1/ports/{PORT}").json()
         assert (p["state"], p["speed_bps"], p["width"], p["last_update"], p["health"]) == (
-            "unknown", None, None, None, "ok",
-        )  # fmt: skip
+            "unknown",
+            None,
+            None,
+            None,
+            "no_data",
+        )  # fmt: skip; unknown is not ok
         assert p["expected_speed_bps"] == 800 * 10**9
         grid = c.get("/api/v1/fabric/grid").json()
         assert grid["polls"] == 0 and grid["last_poll"] is None
         no_data = grid["flags"]["no_data"]
         assert all(cell[3] & no_data for r in grid["rows"] for cell in r["cells"])
+        assert grid["health"]["ok"] == 0 and grid["health"]["no_data"] == grid["ports"]
+        assert c.get("/api/v1/ports", params={"health": "ok"}).json()["total"] == 0
 
 
 def test_per_port_metrics_off_still_serves_the_latest_readings(tmp_path: Path, db_url: str) -> None:

@@ -9,7 +9,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -291,7 +291,7 @@ def test_many_targets_render_as_prometheus_client_does(monkeypatch: pytest.Monke
     assert _parsed(text, frozenset()) == _parsed(generate_latest(exporter).decode(), frozenset())
     never = {"source": "agent", "target": "gpu-0000:9101"}  # not scraped yet, never succeeded
     has = {n for n, rows in samples(text).items() for lv, _ in rows if lv == never}
-    assert has == {"graywire_scrape_failures_total", "graywire_stale_ports"}
+    assert has == {"graywire_scrape_failures_total", "graywire_stale_ports", "graywire_scrape_unmatched_rows"}
     assert value(text, "graywire_scrape_staleness_seconds", source="agent", target="gpu-0001:9101") == 999
     assert value(text, "graywire_scrape_success", source="agent", target="gpu-0002:9101") == 0
     assert value(text, "graywire_stale_ports", source="ufm", target='ufm "a"\\b') == 0
@@ -299,7 +299,9 @@ def test_many_targets_render_as_prometheus_client_does(monkeypatch: pytest.Monke
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_a_leaf_none_of_whose_ports_reported_has_no_series() -> None:
+def test_a_leaf_none_of_whose_ports_reported_counts_them_as_no_data() -> None:
+    """Changed: a leaf none of whose ports reported had no series, so a dashboard summing ports
+    by health showed every reported port ok and the silent ones nowhere."""
     specs = [
         PortSpec("h1", "p1", rail=0),
         PortSpec("h2", "p1", rail=1),
@@ -312,7 +314,8 @@ def test_a_leaf_none_of_whose_ports_reported_has_no_series() -> None:
         [("h1/p1", "la/p1"), ("h2/p1", "lb/p1")],
     )
     board, rates = StateBoard(fabric), CounterRates()
-    for t, rx in ((datetime(2026, 1, 1, tzinfo=UTC), 0), (datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC), 1000)):
+    now = datetime.now(UTC)
+    for t, rx in ((now - timedelta(seconds=10), 0), (now, 1000)):
         cols = {
             "time": pa.array([t] * 2),
             "port": pa.array(["h1/p1", "la/p1"]).dictionary_encode(),
@@ -321,14 +324,24 @@ def test_a_leaf_none_of_whose_ports_reported_has_no_series() -> None:
         }
         batch = make_batch(PORT_SAMPLE, 2, cols)
         board.observe_poll([batch], rates.observe(batch), {}, {}, {})
+        updated = np.full(2, t.timestamp())
+        board.record_ports(fabric.lookup(batch.column("port")), np.full(2, 1e11), np.full(2, 4),
+                           np.full(2, 5), np.full(2, 4), updated)  # fmt: skip
+        board.finish_poll(seconds=0.1, finished_at=t.timestamp(), failed=False, newest_data=t.timestamp(),
+                          findings={}, stages={})  # fmt: skip
     exporter = GraywireExporter(board)
     text = render(exporter).decode()
     assert _parsed(text) == _parsed(generate_latest(exporter).decode())
     leaf_ports = samples(text)["graywire_leaf_ports"]
-    assert sorted((lv["leaf"], lv["health"], v) for lv, v in leaf_ports) == [
-        ("la", "critical", 0), ("la", "ok", 2), ("la", "stale", 0), ("la", "warning", 0)
-    ]  # fmt: skip
-    assert {lv["rail"] for lv, _ in samples(text)["graywire_rail_ports"]} == {"0"}
+    # lb's ports never reported: counted as no data, not left out.
+    assert {(lv["leaf"], lv["health"]): v for lv, v in leaf_ports if v} == {
+        ("la", "ok"): 2,
+        ("lb", "no_data"): 2,
+    }
+    assert value(text, "graywire_ports_without_data") == 2
+    assert {
+        lv["rail"] for lv, v in samples(text)["graywire_rail_ports"] if lv["health"] == "no_data" and v
+    } == {"1"}
     assert value(text, "graywire_port_receive_bytes_per_second", node="h1", port="h1/p1") == 100
 
 
