@@ -55,8 +55,12 @@ MAGNITUDES: dict[str, tuple[float, ...]] = {
 }
 BENIGN = (
     "counter_reset@{a}+5m,counter_wrap@{b},short_retrain@{c},collector_outage@{d}+90s,checkpoint_burst@{e}+2m,"
-    "slow_step@{f}+10s"
+    "slow_step@{f}+10s,driver_reload@{g}=1"
 )
+
+
+#: When each benign event of a mixed run happens.
+BENIGN_AT = {"a": "700s", "b": "300s", "c": "900s", "d": "1500s", "e": "1700s", "f": "1100s", "g": "1900s"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +137,7 @@ def suite(quick: bool = False, seeds: int = 3, variants: tuple[str, ...] | None 
                 mag = mags[m % len(mags)]
                 start = 60 + 60 * i  # staggered so each fault has its own stretch of the timeline
                 items.append(f"{kind}@{start}s+1200s={mag:g}")
-            benign = BENIGN.format(a="700s", b="300s", c="900s", d="1500s", e="1700s", f="1100s")
+            benign = BENIGN.format(**BENIGN_AT)
             mixes.append(Scenario(f"mix-s{seed}-m{m}", 64, seed, dur, step, ",".join(items) + "," + benign))
     if "rich" in names:
         out += mixes

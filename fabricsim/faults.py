@@ -52,7 +52,7 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
 #: Events that happen on healthy fabrics and must not raise a finding.
 BENIGN_KINDS = (
     "counter_reset", "counter_wrap", "short_retrain", "collector_outage", "checkpoint_burst", "slow_step",
-    "nic_layout_shared",
+    "nic_layout_shared", "driver_reload",
 )  # fmt: skip
 #: NCCL faults that change how a host's ranks are wired (what NCCL_DEBUG lines show).
 TRANSPORT_KINDS = ("nccl_transport_fallback", "nccl_gdrdma_missing")
@@ -136,6 +136,10 @@ DEFAULT_MAGNITUDE = {
     "topology_layout_shared": 0.0,
     "nic_layout_shared": 0.0,  # 0: every NIC on its GPU's socket off the CPU (NODE); 1: the other socket
     "counter_reset": 0.0,
+    # A host's NIC driver reloaded: every counter of its NICs starts again near 0 in one sample.
+    # Its FEC corrected-bit counters stood, before it, below 2^31 (0), between 2^31 and 2^32
+    # (1: what a reading as a 32-bit wrap turned into a false BER) or above 2^32 (2).
+    "driver_reload": 1.0,
     "counter_wrap": 0.0,
     "short_retrain": 20.0,  # seconds the link is down
     "collector_outage": 0.0,
@@ -234,7 +238,7 @@ def default_requests(duration_s: float) -> list[FaultRequest]:
         "speed_downgrade", "counter_reset", "slow_channel", "width_downgrade", "short_retrain",
         "ber_ramp", "counter_wrap", "pfc_storm", "checkpoint_burst", "slow_nic", "collector_outage",
         "ecn_hotspot", "link_flap", "nccl_slow_path", "slow_step", "nccl_transport_fallback",
-        "nccl_gdrdma_missing", "credit_starvation", "straggler", "job_slowdown", "slow_hop",
+        "nccl_gdrdma_missing", "credit_starvation", "straggler", "job_slowdown", "slow_hop", "driver_reload",
     ]  # fmt: skip
     slot = duration_s / len(kinds)
     reqs = []
@@ -243,6 +247,7 @@ def default_requests(duration_s: float) -> list[FaultRequest]:
         dur = {
             "short_retrain": 20.0,
             "counter_reset": slot * 0.5,
+            "driver_reload": slot * 0.5,
             "counter_wrap": slot * 0.8,
             "collector_outage": min(120.0, slot * 0.5),
             "checkpoint_burst": min(120.0, slot * 0.5),
@@ -424,7 +429,7 @@ def _place(
         if job is None:
             raise ValueError(f"{f.kind}: host {host!r} runs no job")
         return replace(f, node=host, job=job)
-    if f.kind in ("counter_reset", "collector_outage"):
+    if f.kind in ("counter_reset", "collector_outage", "driver_reload"):
         if target:
             if target not in fabric.node_names:
                 raise ValueError(f"{f.kind}: unknown node {target!r}")

@@ -67,11 +67,13 @@ class HostLayout:
         return "NODE" if a[0] == b[0] else "SYS"
 
     def render(self, nvlinks: int = 18) -> str:
-        """``nvidia-smi topo -m`` for this layout."""
+        """``nvidia-smi topo -m`` for this layout, as the real tool writes it even to a file
+        (tests/fixtures/corpus/nvidia_smi_topo): the header underlined with ``ESC[4m … ESC[0m``,
+        tab-separated cells, a NIC's row ending in the empty cells of the affinity columns."""
         gpus = [(s, w) for s, w in zip(self.gpu_socket, self.gpu_switch, strict=True)]
         nics = [(s, w) for s, w in zip(self.nic_socket, self.nic_switch, strict=True)]
         cols = [f"GPU{i}" for i in range(self.gpus)] + [f"NIC{i}" for i in range(self.nics)]
-        lines = ["\t" + "\t".join([*cols, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])]
+        lines = ["\t\x1b[4m" + "\t".join([*cols, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]) + "\x1b[0m"]
         for g, dev in enumerate(gpus):
             cells = [" X " if g == h else f"NV{nvlinks}" for h in range(self.gpus)]
             cells += [self.level(dev, n) for n in nics]
@@ -81,7 +83,7 @@ class HostLayout:
         for n, dev in enumerate(nics):
             cells = [self.level(g, dev) for g in gpus]
             cells += [" X " if n == m else self.level(dev, o) for m, o in enumerate(nics)]
-            lines.append(f"NIC{n}\t" + "\t".join(cells))
+            lines.append(f"NIC{n}\t" + "\t".join(cells) + "\t\t\t\t")
         lines.append(LEGEND)
         lines.append("NIC Legend:\n")
         lines += [f"  NIC{n}: mlx5_{n}" for n in range(self.nics)]

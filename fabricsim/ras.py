@@ -1,13 +1,15 @@
 """The fault path as NCCL's RAS reports it: each job's ``STATUS`` in RAS's JSON form.
 
 On when a fault spec names a fault-path kind (``FAULT_PATH_KINDS``, ``FAULT_PATH_BENIGN_KINDS``
-in faults.py); ``default`` leaves it off. Every job then runs NCCL 2.29 with RAS, and each poll
+in faults.py); ``default`` leaves it off. Every job then runs NCCL 2.28.9 with RAS, and each poll
 asks it for ``STATUS`` (``ncclras -f json``): one world communicator per job, its ranks with
-their status and collective counts, and its missing ranks. The document has the keys and
-layout of the guide's "JSON Output" sample (NVIDIA/nccl docs/userguide/source/troubleshooting/
-ras.rst, tests/collectors/nccl/ras_reports/status_doc.json); nodes are named by bootstrap
-address, as RAS does, and :func:`read_back` parses the text with graywire's own RAS parser
-(collectors/nccl/ras.py) and a ``host_names`` map, as a ``nccl_ras`` source would.
+their status and collective counts, and its missing ranks. The document is printed as that
+release's ``src/ras/client_support.cc`` prints it (its layout: the real captures in
+tests/fixtures/corpus/nccl_ras), its bug included: a missing rank's ``"nvml_dev": N`` is not
+followed by a comma, so the report is not JSON whenever a rank is missing (fixed in 2.29.2).
+Nodes are named by bootstrap address, as RAS does, and :func:`read_back` parses the text with
+graywire's own RAS parser (collectors/nccl/ras.py) and a ``host_names`` map, as a ``nccl_ras``
+source would.
 
 ``rank_dead`` (the model, an assumption of fabricsim stated in docs/phases/fault-path.md):
 the rank's NIC link goes down for good at the fault's start. Its job's collectives stop at once
@@ -31,7 +33,6 @@ report.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -75,7 +76,15 @@ class RasJob:
 
     @property
     def comm_hash(self) -> str:
-        return "0x" + hashlib.blake2b(f"{self.name}:world".encode(), digest_size=8).hexdigest()
+        """``0x%lx``: not zero-padded (a real one has 15 digits when its first is 0)."""
+        return hex(
+            int.from_bytes(hashlib.blake2b(f"{self.name}:world".encode(), digest_size=8).digest(), "big")
+        )
+
+    @property
+    def secondary_hash(self) -> str:
+        digest = hashlib.blake2b(f"{self.name}:secondary".encode(), digest_size=16).digest()
+        return f"{hex(int.from_bytes(digest[:8], 'big'))}:{hex(int.from_bytes(digest[8:], 'big'))}"
 
 
 def _rank(job: RasJob, r: int) -> dict[str, Any]:
@@ -113,29 +122,57 @@ def status_document(
         }
         entry["collective_counts"] = {c: (count if c == "AllReduce" else 0) for c in COLLECTIVES}
         ranks.append(entry)
-    timeouts = sum(bool(e["status"]["unresponsive"]) for e in missing)
-    doc = {
-        "nccl_version": "2.29.1",
-        "cuda_runtime_version": 13000,
-        "cuda_driver_version": 13000,
-        "timestamp": now.strftime("%Y-%m-%d %H:%M:%S"),
-        "communicators_count": 1,
-        "communicators": [
-            {
-                "hash": job.comm_hash,
-                "size": n,
-                "ranks_count": len(ranks),
-                "missing_ranks_count": len(missing),
-                "ranks": ranks,
-                "missing_ranks": missing,
-            }
-        ],
-        "ras": {
-            "collection_time_sec": 0.0,
-            "timeouts_count": timeouts,
-        },
-    }
-    return json.dumps(doc, indent=2)
+    return _printed(job, n, now, ranks, missing)
+
+
+def _printed(
+    job: RasJob, n: int, now: datetime, ranks: list[dict[str, Any]], missing: list[dict[str, Any]]
+) -> str:
+    """The report as NCCL 2.28.9 prints it (``rasOutAppend`` lines, two-space steps, ``%.3f``,
+    an empty list over two lines), without the comma after a missing rank's ``nvml_dev``."""
+    out = ["{", '  "nccl_version": "2.28.9",', '  "cuda_runtime_version": 13000,',
+           '  "cuda_driver_version": 13000,', f'  "timestamp": "{now.strftime("%Y-%m-%d %H:%M:%S")}",',
+           '  "communicators_count": 1,', '  "communicators": [', "    {",
+           f'      "hash": "{job.comm_hash}",', f'      "secondary_hash": "{job.secondary_hash}",',
+           f'      "size": {n},', f'      "ranks_count": {len(ranks)},',
+           f'      "missing_ranks_count": {len(missing)},', '      "ranks": [']  # fmt: skip
+    for i, r in enumerate(ranks):
+        st = r["status"]
+        out += ["        {", f'          "rank": {r["rank"]},', f'          "host": "{r["host"]}",',
+                f'          "pid": {r["pid"]},', f'          "cuda_dev": {r["cuda_dev"]},',
+                f'          "nvml_dev": {r["nvml_dev"]},', '          "status": {',
+                f'            "init_state": {st["init_state"]},',
+                f'            "async_error": {st["async_error"]},',
+                f'            "finalize_called": {_b(st["finalize_called"])},',
+                f'            "destroy_flag": {_b(st["destroy_flag"])},',
+                f'            "abort_flag": {_b(st["abort_flag"])}', "          },",
+                '          "collective_counts": {']  # fmt: skip
+        counts = list(r["collective_counts"].items())
+        out += [
+            f'            "{c}": {v}' + ("," if k < len(counts) - 1 else "")
+            for k, (c, v) in enumerate(counts)
+        ]
+        out += ["          }", "        }" + ("," if i < len(ranks) - 1 else "")]
+    if not ranks:
+        out.append("")  # an empty list is printed over two lines
+    out += ["      ],", '      "missing_ranks": [']
+    for i, r in enumerate(missing):
+        st = r["status"]
+        out += ["        {", f'          "rank": {r["rank"]},', f'          "host": "{r["host"]}",',
+                f'          "pid": {r["pid"]},', f'          "cuda_dev": {r["cuda_dev"]},',
+                f'          "nvml_dev": {r["nvml_dev"]}',  # 2.28.7-2.28.9: no comma (jsonWriteMissingRank)
+                '          "status": {', f'            "unresponsive": {_b(st["unresponsive"])},',
+                f'            "considered_dead": {_b(st["considered_dead"])}', "          }",
+                "        }" + ("," if i < len(missing) - 1 else "")]  # fmt: skip
+    if not missing:
+        out.append("")
+    out += ["      ]", "    }", "  ],", '  "ras": {', '    "collection_time_sec": 0.000,',
+            '    "timeouts_count": 0', "  }", "}"]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def _b(v: bool) -> str:
+    return "true" if v else "false"
 
 
 def rank_dead_states(fault: Any, t: float) -> dict[int, str] | None:

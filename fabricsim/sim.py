@@ -157,6 +157,8 @@ class FabricSim:
         self.base = np.zeros_like(self.cum)  # subtracted after a counter reset
         self.pause_base = np.zeros_like(self.pause)
         self.wrap_off: dict[tuple[int, int], np.uint64] = {}
+        #: Hosts of a ``driver_reload``: the offset their FEC corrected bits start from.
+        self.reload_band: dict[str, int] = {}
         self.last_down = np.zeros(L, dtype=bool)
         #: Ports with a cable plugged in at the last step (their link can come up).
         self._plugged = np.zeros(P, dtype=bool)
@@ -569,9 +571,17 @@ class FabricSim:
         port_up = self._port_ends(t, up, False)
         port_speed = self._port_ends(t, speed.astype(np.int64))
         port_width = self._port_ends(t, width.astype(np.uint8))
-        # Benign presentation effects: counter resets and 32-bit devices.
+        # Benign presentation effects: counter resets, driver reloads and 32-bit devices.
         for fl in self.faults:
-            if fl.kind == "counter_reset" and fl.start_s <= t < fl.start_s + self.cfg.interval_s:
+            if fl.kind == "driver_reload" and fl.node not in self.reload_band:
+                # Before the reload: its FEC corrected bits stand in the band the magnitude names.
+                node = f.node_names.index(fl.node)
+                ports = np.flatnonzero(f.node_of_port == node)
+                band = (2**20, 2**31 + 2**29, 2**33)[min(int(fl.magnitude), 2)]
+                self.cum[C["fec_corrected_bits"], ports] += np.uint64(band)
+                self.reload_band[fl.node] = band
+            reset = fl.kind in ("counter_reset", "driver_reload")
+            if reset and fl.start_s <= t < fl.start_s + self.cfg.interval_s:
                 node = f.node_names.index(fl.node)
                 ports = np.flatnonzero(f.node_of_port == node)
                 self.base[:, ports] = self.cum[:, ports]

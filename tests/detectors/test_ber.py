@@ -143,7 +143,8 @@ def test_ramp_is_seen_rising_then_warning_then_critical(csv_path: Path, seed: in
     # unreported): the ramp is seen as a rise, ten times its own baseline and (exact corrected
     # bits) three times its peers'.
     (g,) = firing(run.generic)
-    assert (g.severity, g.evidence["rule"]) == ("info", "pre-FEC BER 10x its 125-min baseline and over its peers")
+    assert g.severity == "info"
+    assert g.evidence["rule"] == "pre-FEC BER 10x its 125-min baseline and over its peers"
     assert g.evidence["pre_fec_ber"] >= 3 * g.evidence["peer_median_pre_fec_ber"]
     assert g.evidence["counters"] == ["fec_corrected_bits", "phy_received_bits"]
     assert fault.start_s < rel(g) <= fault.end_s

@@ -288,7 +288,7 @@ def test_default_scenario_scores_perfectly(real_fixtures: Path) -> None:
     truth = truth_document(sim)
     report = score(findings, truth, pipe.kinds)
 
-    assert len(truth["faults"]) == 21 + len(CABLING_KINDS) + len(DATAPATH_KINDS)
+    assert len(truth["faults"]) == 22 + len(CABLING_KINDS) + len(DATAPATH_KINDS)
     named_benign = set(DATAPATH_BENIGN_KINDS)  # scored in their own scenarios (evaluation/suite.py)
     assert sorted(f["kind"] for f in truth["faults"] if f.get("benign")) == sorted(
         set(BENIGN_KINDS) - named_benign

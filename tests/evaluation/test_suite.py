@@ -12,6 +12,7 @@ from graywire.detectors.ber_thresholds import ThresholdTable
 from graywire.evaluation import suite as suite_module
 from graywire.evaluation.suite import (
     BENIGN,
+    BENIGN_AT,
     MAGNITUDES,
     VARIANTS,
     Scenario,
@@ -51,7 +52,7 @@ def test_suite_covers_every_fault_type_sizes_seeds_and_a_long_soak() -> None:
 
 def test_one_mixed_scenario_detectors_beat_the_baseline(table: ThresholdTable) -> None:
     items = [f"{kind}@{60 + 60 * i}s+1200s" for i, kind in enumerate(MAGNITUDES)]
-    benign = BENIGN.format(a="700s", b="300s", c="900s", d="1500s", e="1700s", f="1100s")
+    benign = BENIGN.format(**BENIGN_AT)
     sc = Scenario("t", 64, 1, 2400.0, 10.0, ",".join(items) + "," + benign)
     ours, base = run_scenario(sc, table)
     assert ours.recall == 1.0

@@ -112,13 +112,14 @@ def test_default_requests_cover_every_kind_without_overlap() -> None:
     assert {r.kind for r in reqs} == (set(FAULT_KINDS) - named) | (
         set(BENIGN_KINDS) - NAMED_ONLY_BENIGN_KINDS
     )
-    assert len(reqs) == 21
-    slot = 1300.0 / 21
+    assert len(reqs) == 22
+    slot = 1300.0 / 22
     durations = {r.kind: r.duration_s for r in reqs}
     assert durations == pytest.approx(
         {
             **{k: 0.7 * slot for k in FAULT_KINDS if k not in named},
             "counter_reset": 0.5 * slot,
+            "driver_reload": 0.5 * slot,
             "counter_wrap": 0.8 * slot,
             "short_retrain": 20.0,
             "collector_outage": 0.5 * slot,
@@ -128,7 +129,7 @@ def test_default_requests_cover_every_kind_without_overlap() -> None:
         }
     )
     starts = [r.start_s for r in reqs if r.kind != "job_slowdown"]
-    assert starts == pytest.approx([0.1 * slot + slot * i for i in range(21) if i != 19])
+    assert starts == pytest.approx([0.1 * slot + slot * i for i in range(22) if i != 19])
     job = next(r for r in reqs if r.kind == "job_slowdown")
     assert job.start_s + job.duration_s <= 1300.0
     # Every fault has its own stretch of the timeline, but the job-wide slowdown (a job, not a port).
@@ -187,7 +188,7 @@ def test_short_retrain_window_is_its_magnitude() -> None:
 
 def test_resolve_default_targets_do_not_overlap() -> None:
     faults = resolve("default", duration=1300.0, seed=3)
-    assert [f.id for f in faults] == [f"f{i:03d}" for i in range(21)]
+    assert [f.id for f in faults] == [f"f{i:03d}" for i in range(22)]
     ports = [f.port for f in faults if f.port is not None]
     assert len(ports) == 13  # link/port faults, the three rank faults and the slow hop's sender
     peers = {f.peer for f in faults if f.peer}
@@ -196,7 +197,7 @@ def test_resolve_default_targets_do_not_overlap() -> None:
     for f in faults:
         if f.kind == "collector_outage":
             assert f.node.startswith("leaf-")
-        elif f.kind == "counter_reset":
+        elif f.kind in ("counter_reset", "driver_reload"):
             assert f.node.startswith("gpu-")
         elif f.kind in ("slow_channel", "slow_nic", "straggler"):
             assert f.port == f"{f.node}/mlx5_{f.rank % 8}"

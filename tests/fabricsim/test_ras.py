@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from graywire.collectors.nccl.ras import repair_json
 from graywire.collectors.schemas import PHYS_LINK_UP
 from graywire.fabricsim.faults import parse_spec
 from graywire.fabricsim.ras import IB_RETRY_S, PEER_DEAD_S, read_back
@@ -58,7 +61,7 @@ def test_the_stuck_jobs_other_ranks_stay_running_at_one_frozen_count_and_the_oth
     per_job: dict[str, list[set[int]]] = {"job-000": [], "job-001": []}
     for step in sim.run():
         for job, text in (step.ras_status or {}).items():
-            (comm,) = json.loads(text)["communicators"]
+            (comm,) = json.loads(repair_json(text)[0])["communicators"]  # 2.28.9's missing comma
             per_job[job].append({r["collective_counts"]["AllReduce"] for r in comm["ranks"]})
     late = per_job["job-000"][20:]
     assert all(len(c) == 1 for c in late) and len({next(iter(c)) for c in late}) == 1
@@ -89,3 +92,35 @@ def test_fault_path_faults_take_a_job_each_and_stay_out_of_default() -> None:
     with pytest.raises(ValueError, match="fault-path"):
         _sim("rank_dead,job_end,rank_dead", hosts=16)
     assert not _sim("default").ras_jobs and not any(r.kind == "rank_dead" for r in parse_spec("default"))
+
+
+CORPUS_RAS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "nccl_ras"
+
+
+def _shape(text: str) -> list[str]:
+    """Each line's indentation and key, values dropped: the printed layout."""
+    return [re.sub(r"(: ).*$|^(\s*)-?\d.*$", r"\1\2", ln) for ln in text.splitlines()]
+
+
+def test_ras_reports_are_printed_as_nccl_2_28_9_prints_them_its_bug_included() -> None:
+    """A healthy report has the real 2.28.9 capture's layout line for line (secondary_hash, an
+    empty list over two lines, timeouts_count 0); one with a missing rank lacks the comma after
+    its nvml_dev, as 2.28.7-2.28.9 print it, and is read through the repair."""
+    sim = _sim("rank_dead@100s:gpu-0003/mlx5_2")
+    healthy = missing = None
+    for step in sim.run():
+        text = (step.ras_status or {}).get("job-000")
+        if text and '"missing_ranks_count": 0' in text and healthy is None:
+            healthy = text
+        if text and '"missing_ranks_count": 1' in text:
+            missing = text
+    assert healthy is not None and missing is not None
+    real = set()  # every line shape of the real 2.28.9 reports
+    for path in sorted(CORPUS_RAS.glob("*2.28.9*.json")):
+        real |= set(_shape(path.read_text()))
+    assert set(_shape(healthy)) <= real
+    assert set(_shape(missing)) <= real
+    json.loads(healthy)
+    with pytest.raises(json.JSONDecodeError, match="Expecting ',' delimiter"):
+        json.loads(missing)
+    assert repair_json(missing)[1]
