@@ -31,7 +31,8 @@ Rules (docs/detectors.md, NCCL start-up; docs/phases/start-up.md):
   compare with: not judged (null rather than a guess). A slow init does not join the history,
   so a fleet-wide regression pages every time instead of becoming the norm. Without ``Init
   timings`` (NCCL before 2.22) the reader's clock only resolves an init to a poll, so nothing
-  is judged.
+  is judged. A split (``ncclCommSplit``) reuses its parent's bootstrap and takes a fraction of
+  an init: it is neither judged nor taken into the history.
 
 Findings: a stall is one per (communicator, host) at fault, naming the host (``node``) and its
 ranks; it clears when the communicator completes or progresses, when a later communicator of
@@ -293,6 +294,8 @@ class NcclBootstrapDetector:
                 out += self._clear_stalls(other, now, f"job {st.job} came up again ({c})")
         if not np.isfinite(st.init_s).all():
             return out  # no Init timings (NCCL < 2.22): the duration is not known well enough
+        if "/split" in c:
+            return out  # a split reuses its parent's bootstrap: its time is no measure of an init
         took = float(st.init_s.max())
         hosts = frozenset(x for x in st.host.tolist() if x)
         ev = {"job": st.job, "communicator": c, "nranks": st.nranks, "init_seconds": took,

@@ -83,9 +83,10 @@ class InitLogView:
         self.now: datetime | None = None
         self.collector = NcclFileCollector(
             self.root,
-            pattern="*/*-pid*.log",
-            debug_pattern="*/nccl.*",
+            pattern="*-pid*.log",
+            debug_pattern="nccl.*",
             clock=lambda: self.now or datetime.now(UTC),
+            job_regex=r"^nccl\.(?P<job>[^.]+)\.",  # the file name carries the job (one shared directory)
         )
         self._last: dict[str, tuple[float, Any]] = {}  # launch -> (last event time, launch)
 

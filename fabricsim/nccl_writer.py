@@ -314,13 +314,17 @@ def _values(arr: pa.Array | pa.ChunkedArray) -> list[str | None]:
 class InitLogWriter:
     """NCCL_DEBUG=INFO init lines of fabricsim's start-up launches (fabricsim/startup.py).
 
-    One file per rank's process, ``root/<job>/nccl.<host>.<pid>`` (``NCCL_DEBUG_FILE=nccl.%h.%p``,
-    a directory per job; a restart's processes have new pids), in the formats of NCCL 2.22+
-    ``src/init.cc`` and ``src/bootstrap.cc``: ``[Rank N] ... - Init START``, ``Bootstrap timings
-    total %f (...)``, ``Rank N: K Net devices``, the topology probe's lines (``NVLS multicast
-    support``, the ring graph's ``Pattern``, the agreed ``coll channels``; as
-    tests/fixtures/SOURCES.md quotes them), the ``nRanks ... nNodes`` line and ``Channel`` lines,
-    ``... - Init COMPLETE`` and ``Init timings - ...: ... total %.2f (...)``.
+    One file per rank's process, ``root/nccl.<job>.<host>.<pid>``: every job's files in one
+    shared directory, as sites set ``NCCL_DEBUG_FILE=/shared/nccl.${SLURM_JOB_ID}.%h.%p`` (a
+    restart's processes have new pids). In the formats of NCCL 2.28 ``src/init.cc`` and
+    ``src/bootstrap.cc``, as the real captures show them (tests/fixtures/corpus/nccl_debug):
+    ``ncclCommInitRankConfig comm 0x… … commId 0x… - Init START`` (no ``[Rank N]``: 2.29 adds
+    it), ``Bootstrap timings total %f (...)``, ``Rank N: K Net devices``, the topology probe's lines
+    (``NVLS multicast support``, the ring graph's ``Pattern``, the agreed ``coll channels``), the
+    ``nRanks ... nNodes`` line and ``Channel`` lines, ``... - Init COMPLETE`` and ``Init timings -
+    ...: ... total %.2f (...)``. Once its world communicator is up, every rank splits it, as
+    PyTorch's ``new_group`` does (``ncclCommSplit … parent 0x<the world's comm pointer>
+    splitCount 1 color 0 key R- Init START``, no ``commId``; ``key R - Init COMPLETE``).
     """
 
     root: Path
@@ -332,7 +336,7 @@ class InitLogWriter:
 
     def path(self, launch: Any, rank: int) -> Path:
         host = launch.hosts[rank // launch.gpus]
-        return self.root / launch.job / f"nccl.{host}.{launch.pid_base + rank}"
+        return self.root / f"nccl.{launch.job}.{host}.{launch.pid_base + rank}"
 
     def write(self, events: Sequence[Any]) -> int:
         """Append the events' lines (in order) to their processes' files; returns lines written."""
@@ -361,7 +365,7 @@ class InitLogWriter:
         if step == 0:
             return [
                 f"{host}:{pid}:{pid} [{dev}] NCCL INFO Bootstrap: Using eth0:{ip}<0>",
-                f"{info} [Rank {r}] {ident} - Init START",
+                f"{info} {ident} - Init START",
             ]
         if step == 1:
             b = 0.001 * (1 + n / 512)  # the ring alone; the wait for late ranks is in Init timings
@@ -403,8 +407,16 @@ class InitLogWriter:
         t = ev.timings or {}
         phases = ("kernels", "alloc", "bootstrap", "allgathers", "topo", "graphs", "connections", "rest")
         detail = ", ".join(f"{p} {t.get(p, 0.0):.2f}" for p in phases)
+        split = (
+            f"ncclCommSplit comm 0x{ptr + 0x1000:x} rank {r} nranks {n} cudaDev {dev} nvmlDev {dev} "
+            f"busId {0x1B000 + 0x10000 * dev:x} parent 0x{ptr:x} splitCount 1 color 0 key {r}"
+        )
+        quick = ", ".join(f"{p} {0.01 if p == 'connections' else 0.0:.2f}" for p in phases)
         return [
             f"{info} {ident} - Init COMPLETE",
             f"{info} Init timings - ncclCommInitRankConfig: rank {r} nranks {n} "
             f"total {t.get('total', 0.0):.2f} ({detail})",
+            f"{info} {split}- Init START",
+            f"{info} {split} - Init COMPLETE",
+            f"{info} Init timings - ncclCommSplit: rank {r} nranks {n} total 0.01 ({quick})",
         ]
