@@ -56,14 +56,7 @@ class RankStateFiles:
     _logged: set[str] = field(default_factory=set)
 
     def host_of(self, path: Path) -> str | None:
-        if self.host_regex is None:
-            return None
-        try:
-            rel = path.relative_to(self.directory).as_posix()
-        except ValueError:
-            rel = path.as_posix()
-        m = self.host_regex.search(rel)
-        return m.group("host") if m and m.group("host") else None
+        return path_part(self.host_regex, self.directory, path, "host")
 
     def _problem(self, problems: list[str], msg: str) -> None:
         problems.append(msg)
@@ -126,3 +119,16 @@ class RankStateFiles:
                 self._problem(problems, f"{path.name}: not read as a Flight Recorder dump: {e}")
         for gone in set(self._seen) - present:
             del self._seen[gone]
+
+
+def path_part(regex: re.Pattern[str] | None, directory: Path, path: Path, group: str) -> str | None:
+    """What ``regex``'s ``group`` reads off ``path`` under ``directory`` (a file's host or job,
+    where its name or directories say it); None without a regex or a match."""
+    if regex is None:
+        return None
+    try:
+        rel = path.relative_to(directory).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    m = regex.search(rel)
+    return m.group(group) if m and m.group(group) else None

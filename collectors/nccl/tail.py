@@ -46,7 +46,7 @@ from graywire.collectors.nccl.inspector import InspectorParser
 from graywire.collectors.nccl.nccl_tests import NccltestsParser, collective_from_name
 from graywire.collectors.nccl.profiler import ProfilerParser, dump_name_parts
 from graywire.collectors.nccl.proxy import ProxyRows
-from graywire.collectors.nccl.rank_files import RankStateFiles
+from graywire.collectors.nccl.rank_files import RankStateFiles, path_part
 from graywire.collectors.nccl.transport import layout_batch, settled_communicators, transport_batch
 
 Format = Literal["inspector", "nccl_tests", "profiler"]
@@ -348,14 +348,7 @@ class NcclFileCollector:
 
     def _named_job(self, path: Path) -> str | None:
         """The job ``job_regex`` reads off a file's path under ``directory`` (its ``job`` group)."""
-        if self.job_regex is None:
-            return None
-        try:
-            rel = path.relative_to(self.directory).as_posix()
-        except ValueError:
-            rel = path.name
-        m = self.job_regex.search(rel)
-        return m.group("job") if m and m.group("job") else None
+        return path_part(self.job_regex, self.directory, path, "job")
 
     def _debug_job(self, path: Path) -> str | None:
         """A debug file's job: configured, named by ``job_regex``, its directory's when it is in
