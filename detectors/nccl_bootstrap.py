@@ -299,7 +299,7 @@ class NcclBootstrapDetector:
         took = float(st.init_s.max())
         hosts = frozenset(x for x in st.host.tolist() if x)
         ev = {"job": st.job, "communicator": c, "nranks": st.nranks, "init_seconds": took,
-              "slowest_rank": int(np.argmax(st.init_s)), "hosts": len(hosts)}  # fmt: skip
+              "slowest_rank": int(np.argmax(st.init_s)), "hosts": sorted(hosts)}  # fmt: skip
         previous = self._against_previous(st, hosts, took)
         fleet = self._against_fleet(st.nranks, took)
         judged = [v for v in (previous, fleet) if v is not None]

@@ -188,3 +188,12 @@ def test_implausible_rows_are_refused_and_counted() -> None:
     det = NcclBootstrapDetector()
     assert det.observe(view(10, "c1", {0: "start", 40: "start"}, 16)) == []
     assert det.rejected_rows == 1
+
+
+def test_a_slow_init_names_its_hosts() -> None:
+    """A slow init is one per job, not a host's fault; its evidence lists the hosts it ran on."""
+    det = NcclBootstrapDetector()
+    done = dict.fromkeys(range(16), "complete")
+    det.observe(view(100, "a1", done, 16, init_s=dict.fromkeys(range(16), 5.0), job="D"))
+    (f,) = det.observe(view(300, "a2", done, 16, init_s=dict.fromkeys(range(16), 25.0), job="D", pid0=9000))
+    assert f.node is None and f.evidence["hosts"] == ["gpu-0000", "gpu-0001"]
