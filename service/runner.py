@@ -466,20 +466,47 @@ class Runner:
         however many host agents sent a few rows each)."""
         if port_rates is None or not port_rates.num_rows:
             return
-
-        def zero_filled(name: str) -> np.ndarray:  # nulls (not read) as 0, the ports API's "not read"
-            return np.nan_to_num(
-                port_rates.column(name).to_numpy(zero_copy_only=False).astype(np.float64), nan=0.0
-            )
-
+        idx = np.asarray(self._record_indexer(port_rates.column("port")))
         micros = pc.cast(port_rates.column("time"), pa.int64()).to_numpy(zero_copy_only=False)
+        known = idx >= 0
+        n = self.fabric.n_ports
+        present = np.zeros(n, dtype=bool)
+        present[idx[known]] = True
+        if int(present.sum()) == int(known.sum()):  # one row a port (the usual poll): as read
+
+            def latest(name: str) -> np.ndarray:  # nulls (not read) as 0, the ports API's "not read"
+                return np.nan_to_num(
+                    port_rates.column(name).to_numpy(zero_copy_only=False).astype(np.float64), nan=0.0
+                )
+
+            ports, updated = idx, micros / 1e6
+        else:
+            # A port two sources describe apart (UFM REST's state beside Telemetry's counters,
+            # when the join could not fold them): each figure is its latest row that read it.
+            order = np.argsort(micros, kind="stable")
+            ports = np.flatnonzero(present)
+            at = idx[order]
+            ok = at >= 0
+
+            def latest(name: str) -> np.ndarray:
+                values = np.nan_to_num(
+                    port_rates.column(name).to_numpy(zero_copy_only=False).astype(np.float64), nan=0.0
+                )[order]
+                read = ok & (values != 0)
+                out = np.zeros(n)
+                out[at[read]] = values[read]  # the later row wins
+                return out[ports]
+
+            newest = np.full(n, -np.inf)
+            np.maximum.at(newest, at[ok], micros[order][ok] / 1e6)
+            updated = newest[ports]
         self.state.record_ports(
-            self._record_indexer(port_rates.column("port")),
-            zero_filled("speed_bps"),
-            zero_filled("width").astype(np.int16),
-            zero_filled("phys_state").astype(np.uint8),
-            zero_filled("logical_state").astype(np.uint8),
-            micros / 1e6,
+            ports,
+            latest("speed_bps"),
+            latest("width").astype(np.int16),
+            latest("phys_state").astype(np.uint8),
+            latest("logical_state").astype(np.uint8),
+            updated,
         )
 
     def _maybe_prune(self) -> None:

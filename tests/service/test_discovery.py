@@ -126,3 +126,26 @@ def test_discovery_turns_lldp_on_unless_a_source_says_otherwise(tmp_path: Path) 
     assert got == [True, False]
     with pytest.raises(ValueError, match="discover: true compares"):
         load_settings(None, data_dir=tmp_path, discover=True, sources=[quiet])
+
+
+def test_every_ufm_port_shows_rests_speed_and_state_beside_telemetrys_counters(tmp_path: Path) -> None:
+    """UFM REST and UFM Telemetry are two targets; the ports API shows one port with REST's
+    state and speed (changed: every port read ``state: unknown, speed_bps: 0``)."""
+    from fastapi.testclient import TestClient
+
+    from graywire.service.app import create_app
+
+    sim = _sim()
+    fake = FakeUfm(sim, username="admin", password="pw")
+    with serve(fake.app) as url:
+        app = create_app(_settings(tmp_path, url), run_loop=False)  # type: ignore[arg-type]
+        with TestClient(app) as client:
+            for _ in range(2):
+                fake.advance()
+                client.app.state.runner.tick()  # type: ignore[attr-defined]
+            ports = client.get("/api/v1/ports", params={"limit": 1000}).json()
+            sources = client.get("/api/v1/sources").json()
+    assert len(sources["items"]) == 2  # REST and Telemetry
+    assert ports["total"] == sim.fabric.n_ports
+    states = {(p["state"], p["speed_bps"], p["health"]) for p in ports["items"]}
+    assert states == {("up", 800 * 10**9, "ok")}
