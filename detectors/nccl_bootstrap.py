@@ -34,11 +34,12 @@ Rules (docs/detectors.md, NCCL start-up; docs/phases/start-up.md):
   is judged. A split (``ncclCommSplit``) reuses its parent's bootstrap and takes a fraction of
   an init: it is neither judged nor taken into the history.
 
-Findings: a stall is one per (communicator, host) at fault, naming the host (``node``) and its
-ranks; it clears when the communicator completes or progresses, when a later communicator of
-the same job completes in other processes (the job was restarted and came up), or when no rank
-of it logged a line for ``expire_s``. A slow init is one per job, cleared by that job's next init of normal
-length or by expiry.
+Findings: a stall is one per (communicator, host) at fault, naming the host (``node``), its
+ranks and every host stuck in the same communicator (``stuck_hosts``: the drain acts per host,
+the reader sees one stall). It clears when the communicator completes or progresses, when a
+later communicator of the same job completes in other processes (the job was restarted and came
+up), or when no rank of it logged a line for ``expire_s``. A slow init is one per job, cleared
+by that job's next init of normal length or by expiry.
 """
 
 from __future__ import annotations
@@ -220,12 +221,14 @@ class NcclBootstrapDetector:
         else:
             return self._stuck_together(c, st, now, waited, timeout, med)
         hosts = self._hosts_of(st, np.flatnonzero(behind))
+        stuck_hosts = sorted(h for h in hosts if h != "?")
         judged: dict[tuple[str, str], _Open] = {}
         for h, ranks in hosts.items():
             reached = int(st.stage[ranks].max())
             ev = {
                 "job": st.job, "communicator": c, "nranks": st.nranks, "host": None if h == "?" else h,
-                "ranks": ranks, "what": how, "stage_reached": STAGES[reached] if reached >= 0 else None,
+                "ranks": ranks, "stuck_hosts": stuck_hosts, "what": how,
+                "stage_reached": STAGES[reached] if reached >= 0 else None,
                 "others_reached": STAGES[ahead], "ranks_started": int(seen.sum()),
                 "waited_s": waited, "timeout_s": timeout, "fleet_median_init_s": med, "side": "host",
             }  # fmt: skip
@@ -257,6 +260,8 @@ class NcclBootstrapDetector:
             prev = self.stalls.get(key)
             if prev is not None and prev.ranks == op.ranks:
                 prev.evidence["waited_s"] = waited
+                if "stuck_hosts" in op.evidence:
+                    prev.evidence["stuck_hosts"] = op.evidence["stuck_hosts"]
                 continue
             self.stalls[key] = op
             out.append(self._stall_finding(key, op, "firing", now))
@@ -392,6 +397,9 @@ class NcclBootstrapDetector:
             where = ", ".join(ev.get("hosts", [])[:8]) or "its hosts"
         else:
             where = f"{h}, {who}" if h != "?" else f"{who} (host unknown)"
+            others = [x for x in ev.get("stuck_hosts", []) if x != h]
+            if others:  # one stall seen from each host it holds: say which hosts share it
+                where += f" (stuck with {', '.join(others[:8])})"
         summary = (
             f"{where} of {c} ({ev['job']}): {ev['what']}; {ev['ranks_started']} of {ev['nranks']} ranks "
             f"started and wait in init for {ev['waited_s']:.0f} s"

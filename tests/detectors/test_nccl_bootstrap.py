@@ -84,6 +84,9 @@ def test_a_split_whose_ranks_on_two_hosts_never_complete_names_those_hosts_once(
         ("gpu-0003", [12, 13, 14, 15]),
     ]
     assert found[0].evidence["what"] == "never logged Init COMPLETE (8 ranks did)"
+    # Each host's finding names every host the stall holds, so one stall reads as one.
+    assert all(f.evidence["stuck_hosts"] == ["gpu-0002", "gpu-0003"] for f in found)
+    assert "gpu-0002, 4 ranks (8, 9, 10, 11) (stuck with gpu-0003)" in found[0].summary
     assert det.observe(view(410, split, part, 16, per_host=4)) == []
     # A sibling split completing in the same processes is not a restart: the stall stays open.
     assert det.observe(view(420, "0xaaaa/split2/color0", dict.fromkeys(range(16), "complete"), 16,
