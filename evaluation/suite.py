@@ -205,12 +205,13 @@ def phase_scenarios(seeds: int = 3) -> list[Scenario]:
 
 
 #: Start-up (docs/phases/start-up.md): fleet jobs restarting on 64 hosts, read back from their
-#: NCCL_DEBUG init lines. The faulty run has two slow inits and two ranks stuck in init (one
-#: never starts, one hangs after bootstrap); its benign twin has a job of every host restarting,
-#: whose inits are long and normal for its size. Kept out of the mixes and of ``default``.
+#: NCCL_DEBUG init lines. The faulty run has two slow inits and three stalls in init (a rank
+#: that never starts, one that hangs after bootstrap, a host whose ranks hang in the job's split
+#: communicator); its benign twin has a job of every host restarting, whose inits are long and
+#: normal for its size. Kept out of the mixes and of ``default``.
 STARTUP = (
     "nccl_init_slow@600s+1500s=3,nccl_init_slow@600s+1500s=5,"
-    "nccl_bootstrap_stall@700s+1200s=0,nccl_bootstrap_stall@800s+1200s=1"
+    "nccl_bootstrap_stall@700s+1200s=0,nccl_bootstrap_stall@800s+1200s=1,nccl_bootstrap_stall@900s+1200s=2"
 )
 STARTUP_BENIGN = "big_job_init@300s+2000s"
 #: Topology probes (docs/phases/start-up.md): a host that missed NVLink peer access and one whose

@@ -147,7 +147,8 @@ DEFAULT_MAGNITUDE = {
     "checkpoint_on_compute": 300.0,  # seconds between checkpoints, each bursting CHECKPOINT_BURST_S
     "ecmp_polarization": 0.25,  # share of a leaf's uplinks its upward traffic hashes onto
     "nccl_init_slow": 3.0,  # the job's inits take this many times as long (bootstrap and set-up)
-    "nccl_bootstrap_stall": 0.0,  # the init step the stuck rank stops at: 0 never starts, 1 after bootstrap
+    # The init step the stuck rank stops at: 0 never starts, 1 after bootstrap, 2 its host in the split.
+    "nccl_bootstrap_stall": 0.0,
     "big_job_init": 0.0,
     "rank_dead": 0.0,
     "job_end": 0.0,

@@ -17,8 +17,12 @@ at 10,000), times a lognormal spread of 8%.
 Faults: ``nccl_init_slow`` multiplies a job's inits in its window by its magnitude;
 ``nccl_bootstrap_stall`` makes one rank of the job's first launch in its window stop: with
 magnitude 0 it never logs ``Init START`` (and every other rank waits in bootstrap), with 1
-it hangs after bootstrap (topology detection) while the others wait in the next allgather.
-The launch stays stuck until the fault ends (the job is killed) and the job then restarts.
+it hangs after bootstrap (topology detection) while the others wait in the next allgather;
+with 2 the world communicator comes up and the job's split of it (``ncclCommSplit``, no
+``commId``) hangs on that rank's host: its ranks log the split's ``Init START`` and never its
+``Init COMPLETE`` (NCCL's last init step is a barrier within each node), while every other
+host's ranks complete it. The launch stays stuck until the fault ends (the job is killed) and
+the job then restarts.
 ``big_job_init`` (benign) adds a job of every host, restarting through its window: its inits
 are long and normal for its size.
 
@@ -125,6 +129,11 @@ def place_startup(
         if f.magnitude not in (0.0, 1.0):
             raise ValueError(f"{f.kind}: magnitude 0 (P2P missed) or 1 (cross-NUMA NET), not {f.magnitude:g}")
         return replace(f, job=job, node=host, port=None)
+    if f.magnitude not in (0.0, 1.0, 2.0):
+        raise ValueError(
+            f"{f.kind}: magnitude 0 (never starts), 1 (hangs after bootstrap) or 2 (its host hangs in the "
+            f"split), not {f.magnitude:g}"
+        )
     if gpu is None:
         gpu = int(rng.integers(gpus))
     rank = jobs[job].index(host) * gpus + gpu
@@ -163,6 +172,8 @@ class InitEvent:
     rank: int
     step: int
     timings: dict[str, float] | None = None
+    #: At COMPLETE: the rank then starts the job's split and never completes it (a stall, 2).
+    split_hangs: bool = False
 
 
 @dataclass
@@ -201,7 +212,11 @@ class StartupPlan:
                 stall = next((fl for fl in stalls if fl.start_s <= t < fl.end_s), None)
                 if stall is not None:
                     stalls.remove(stall)
-                    self._stuck(la, int(stall.rank), int(stall.magnitude), rng)
+                    if int(stall.magnitude) == 2:
+                        first = int(stall.rank) // self.gpus * self.gpus  # the stuck rank's host
+                        self._normal(la, 1.0, rng, split_hangs=range(first, first + self.gpus))
+                    else:
+                        self._stuck(la, int(stall.rank), int(stall.magnitude), rng)
                     t = stall.end_s + float(rng.uniform(10, 30))
                     continue
                 slow = np.prod([f.magnitude for f in self._slow_faults(job) if f.active(t)])
@@ -226,7 +241,9 @@ class StartupPlan:
     def _offsets(self, la: Launch, rng: np.random.Generator) -> np.ndarray:
         return rng.uniform(0, 0.2 + 0.005 * len(la.hosts), la.nranks)
 
-    def _normal(self, la: Launch, slow: float, rng: np.random.Generator) -> float:
+    def _normal(
+        self, la: Launch, slow: float, rng: np.random.Generator, split_hangs: range = range(0)
+    ) -> float:
         n = la.nranks
         off = self._offsets(la, rng)
         last = float(off.max())
@@ -249,7 +266,7 @@ class StartupPlan:
                 InitEvent(t0 + last + 0.1 * base, la, r, BOOTSTRAP),
                 InitEvent(t0 + last + 0.3 * base, la, r, TOPOLOGY),
                 InitEvent(t0 + last + 0.4 * base, la, r, CONNECT),
-                InitEvent(t0 + float(done[r]), la, r, COMPLETE, timings),
+                InitEvent(t0 + float(done[r]), la, r, COMPLETE, timings, r in split_hangs),
             ]
         return t0 + float(done.max())
 
