@@ -264,18 +264,47 @@ def test_perfquery(path: Path) -> None:
 # -- UFM REST ----------------------------------------------------------------------------------
 
 PORTS = captures("ufm_rest_ports")
-#: file -> (port key -> (phys_state, logical_state, speed_bps, width)); none published yet.
-PORTS_EXPECTED: dict[str, dict[str, tuple[int | None, int | None, int | None, int | None]]] = {}
+#: file -> (GUID of the port's switch where the excerpt ends before its own, then per port key:
+#: phys_state, logical_state, speed_bps, width, enabled_speed_bps).
+PORTS_EXPECTED: dict[str, tuple[str | None, dict[str, tuple[Any, ...]]]] = {
+    # A port that is not up: speed and width JSON null, enabled/supported speeds empty lists. It
+    # is on sw-ufm-ndr03, 0x900a840300ac8c40 in the v6.20.0 links example beside this folder.
+    "ufm_rest_api_guide_v6.22.1_get_all_ports_ndr_switch_polling_null_speed_excerpt.json": (
+        "900a840300ac8c40",
+        {"0x900a840300ac8c40/52": (2, 1, None, None, None)},
+    ),
+}
+
+
+def first_object(text: str) -> dict[str, Any]:
+    """The first JSON object of a published example as it stands; one that the copy cuts off
+    is closed after its last complete member (an excerpt: nothing after the cut is invented)."""
+    start = text.index("{")
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text, start)
+    except json.JSONDecodeError:
+        obj, _ = json.JSONDecoder().raw_decode(text[start:].rstrip().rstrip(",") + "}")
+    return obj
 
 
 @pytest.mark.parametrize("path", PORTS, ids=ids(PORTS))
 def test_ufm_rest_ports(path: Path) -> None:
-    exp = PORTS_EXPECTED[path.name]
-    batch, _ = parse_ports(json.loads(path.read_text()), PortKeys(None), NOW)
+    guid, exp = PORTS_EXPECTED[path.name]
+    text = path.read_text()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)  # an excerpt: the list and the object are not closed
+    port = first_object(text)
+    if guid is not None:
+        assert "guid" not in port  # the copy ends before it; the test names the switch's
+        port["guid"] = guid
+    batch, caps = parse_ports([port], PortKeys(None), NOW)
     rows = {r["port"]: r for r in batch.to_pylist()}
-    for key, (phys, logical, bps, width) in exp.items():
+    cap = {r["port"]: r for r in caps.to_pylist()}
+    for key, (phys, logical, bps, width, enabled) in exp.items():
         assert (rows[key]["phys_state"], rows[key]["logical_state"]) == (phys, logical)
+        # A port that is not up has no speed: null (unknown), never 0.
         assert (rows[key]["speed_bps"], rows[key]["width"]) == (bps, width)
+        assert cap[key]["enabled_speed_bps"] == enabled
 
 
 LINKS = captures("ufm_rest_links")
@@ -292,6 +321,11 @@ LINKS_EXPECTED: dict[str, tuple[tuple[str, str], str]] = {
         ("0x900a840300ac8c40/5", "0x9c0591030085abc0/5"),
         "4x",
     ),
+    # A host end keyed by its system GUID and "HCA-1/2" (dname), port number "2", GUIDs without 0x.
+    "ufm_rest_api_guide_v6.11.1_get_links_of_system_hca_dname_excerpt.json": (
+        ("0x248a070300f88fe0/20", "0xb8599f03000a77d0/2"),
+        "IB_4x",
+    ),
 }
 
 
@@ -302,7 +336,7 @@ def test_ufm_rest_links(path: Path) -> None:
     # As published the examples are not JSON ("}, ] ..."): take the first link object as it stands.
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)
-    link, _ = json.JSONDecoder().raw_decode(text, text.index("{"))
+    link = first_object(text)
     assert link["width"] == width
     table = parse_links([link], PortKeys(None))
     assert table.to_pylist() == [{"a_port": a, "b_port": b, "source": "ufm"}]
