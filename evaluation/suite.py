@@ -151,6 +151,8 @@ def suite(quick: bool = False, seeds: int = 3, variants: tuple[str, ...] | None 
         out += phase_scenarios(seeds)
         out += startup_scenarios(1 if quick else seeds)
         out += fault_path_scenarios(1 if quick else seeds)
+    if QUIRK_VARIANT in names:
+        out += quirk_scenarios(seeds)
     for name in names:
         if name == "rich":
             continue
@@ -249,6 +251,29 @@ def fault_path_scenarios(seeds: int = 3) -> list[Scenario]:
         for m, faults in enumerate(FAULT_PATH):
             out.append(run(name=f"fault-rank-dead-s{seed}-m{m}", faults=faults))
         out.append(run(name=f"fault-job-end-s{seed}", faults=FAULT_PATH_BENIGN))
+    return out
+
+
+#: Source quirks (docs/evaluation.md): a RoCE fabric read by host agents (ethtool), where NIC drivers
+#: reload with their FEC corrected-bit counters in each band: below 2^31, between 2^31 and 2^32
+#: (where a reset looks like a 32-bit wrap), above 2^32. The fault run adds a pre-FEC BER ramp
+#: from the port's own level to 10x the field "Error" threshold over 90 s; the twin has the
+#: reloads alone, and nothing may fire.
+QUIRK_RELOADS = ",".join(
+    f"driver_reload@{300 + 100 * band + 20 * k}s={band}" for band in range(3) for k in range(2)
+)
+QUIRK_RAMP = "ber_ramp@600s+90s=10"
+QUIRK_VARIANT = "host_ethtool+inspector_verbose"
+
+
+def quirk_scenarios(seeds: int = 3) -> list[Scenario]:
+    """Per seed, driver reloads at every counter band with a 90-s BER ramp, and the reloads alone."""
+    out = []
+    for seed in range(seeds):
+        run = partial(Scenario, hosts=64, seed=seed, duration_s=900.0, interval_s=10.0,
+                      variant=QUIRK_VARIANT, phase="quirks")  # fmt: skip
+        out.append(run(name=f"quirks-reload-ramp-s{seed}", faults=f"{QUIRK_RELOADS},{QUIRK_RAMP}"))
+        out.append(run(name=f"quirks-reload-s{seed}", faults=QUIRK_RELOADS))
     return out
 
 

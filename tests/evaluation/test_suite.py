@@ -17,6 +17,7 @@ from graywire.evaluation.suite import (
     VARIANTS,
     Scenario,
     evaluate,
+    quirk_scenarios,
     run_scenario,
     suite,
 )
@@ -43,11 +44,26 @@ def test_suite_covers_every_fault_type_sizes_seeds_and_a_long_soak() -> None:
         mine = [sc for sc in full if sc.variant == v.name]
         assert sum(sc.name.startswith("mix") for sc in mine) == 9
         assert sum(sc.name.startswith("soak") for sc in mine) == 1
+    quirks = [sc for sc in full if sc.phase == "quirks"]
+    assert {sc.name for sc in quirks} >= {"quirks-reload-ramp-s0", "quirks-reload-s0"}
+    assert {sc.group for sc in quirks} == {"host_ethtool+inspector_verbose/quirks"}
     assert {sc.variant for sc in suite(variants=("ufm_default+inspector_default",))} == {
         "ufm_default+inspector_default"
     }
     with pytest.raises(ValueError, match="unknown variant 'x'"):
         suite(variants=("x",))
+
+
+def test_driver_reloads_at_every_counter_band_open_nothing_and_a_90s_ramp_is_found_within_60s() -> None:
+    """The quirks pair on a RoCE fabric read by host agents: reloads below 2^31, between 2^31
+    and 2^32 (a reset that looks like a wrap) and above 2^32; then the same with a BER ramp."""
+    pair = {sc.name: sc for sc in quirk_scenarios(seeds=1)}
+    alone, _ = run_scenario(pair["quirks-reload-s0"], None)
+    assert alone.false_findings + alone.benign_alarms == 0, alone.false_examples
+    ramp, _ = run_scenario(pair["quirks-reload-ramp-s0"], None)
+    ber = ramp.by_fault["ber_ramp"]
+    assert (ber.total, ber.detected) == (1, 1) and ber.delays_s[0] <= 60.0
+    assert ramp.false_findings + ramp.benign_alarms == 0, ramp.false_examples
 
 
 def test_one_mixed_scenario_detectors_beat_the_baseline(table: ThresholdTable) -> None:
