@@ -5,7 +5,8 @@ UFM Enterprise server and its UFM Telemetry endpoint send:
 
 * REST ``GET /ufmRest/resources/ports|links`` (basic auth) and ``/ufmRestV3/…`` (access token
   sent as ``Authorization: Basic <token>``), with UFM's field names (``guid``, ``number``,
-  ``physical_state: "Link Up"``, ``active_speed: "XDR"``, ``active_width: "4x"``, …);
+  ``physical_state: "Link Up"``, ``active_speed: "XDR"``, ``active_width: "4x"``, both null on a
+  port that is not up, …);
 * UFM Telemetry ``GET /metrics`` (Prometheus text, ``node_guid``/``port_guid``/``port_num``
   labels with the GUID spelled differently in each, trailing millisecond timestamps),
   ``GET /csv[/…]`` (a header row of counter names) and ``GET /json[/…]`` (the TFS stream
@@ -162,6 +163,12 @@ class _Ports:
         return [f"{g:016x}" for g in self.guid.tolist()]
 
 
+def _node_description(f: Fabric, i: int, num: int) -> str:
+    """UFM's node description of a port's end: ``host mlx5_N`` for an HCA, ``switch:port``."""
+    node, label = split_port_key(f.keys[i])
+    return f"{node} {label}" if f.host_port[i] else f"{node}:{num}"
+
+
 def links_json(
     fabric: Fabric, ports: _Ports, links: pa.RecordBatch | None, width: np.ndarray
 ) -> list[dict[str, Any]]:
@@ -176,15 +183,21 @@ def links_json(
     out = []
     for a, b in ends:
         na, nb = int(p.num[a]), int(p.num[b])
+        # The v6.20 guide's field set (tests/fixtures/corpus/ufm_rest_links): port names and the
+        # ends' node descriptions beside the GUIDs and port numbers.
         out.append(
             {
                 "name": f"{p.guid16[a]}_{na}:{p.guid16[b]}_{nb}",
                 "source_guid": p.guid16[a],
                 "source_port": str(na),
                 "source_port_dname": str(na),
+                "source_port_name": f"{p.guid16[a]}_{na}",
+                "source_port_node_description": _node_description(f, a, na),
                 "destination_guid": p.guid16[b],
                 "destination_port": str(nb),
                 "destination_port_dname": str(nb),
+                "destination_port_name": f"{p.guid16[b]}_{nb}",
+                "destination_port_node_description": _node_description(f, b, nb),
                 "width": f"{int(width[a]) or int(f.expected_width[a])}x",
                 "severity": "Info",
                 "capabilities": [],
@@ -256,7 +269,7 @@ class FakeUfm:
         for i in range(f.n_ports):
             if not has[i]:
                 continue  # the simulator left this port out of the poll (collector outage)
-            node, label = split_port_key(f.keys[i])
+            node, _ = split_port_key(f.keys[i])
             num = int(p.num[i])
             up = int(phys[i]) == PHYS_LINK_UP
             exp_w = int(f.expected_width[i]) or 4
@@ -270,18 +283,22 @@ class FakeUfm:
                 "external_number": num,
                 "dname": f"HCA-1/{num}" if host[i] else str(num),
                 "description": "Computer IB Port" if host[i] else "Switch IB Port",
-                "node_description": f"{node} {label}" if host[i] else f"{node}:{num}",
+                "node_description": _node_description(f, i, num),
                 "system_name": node,
                 "systemID": p.guid16[i],
                 "physical_state": _PHYS_TEXT.get(int(phys[i]), "N/A"),
                 "logical_state": _LOGICAL_TEXT.get(int(logical[i]), "N/A"),
-                "active_speed": speed_name(int(speed[i]), int(width[i])) if up else "N/A",
-                "active_width": f"{int(width[i])}x" if up else "N/A",
+                # A port that is not up: JSON null, as the guide's Ports example shows a Polling port
+                # (tests/fixtures/corpus/ufm_rest_ports).
+                "active_speed": speed_name(int(speed[i]), int(width[i])) if up else None,
+                "active_width": f"{int(width[i])}x" if up else None,
                 "enabled_speed": enabled,
                 "enabled_width": [w for w in ("1x", "2x", "4x") if int(w[0]) <= exp_w],
                 "supported_speed": list(SPEED_ORDER),
                 "supported_width": ["1x", "2x", "4x", "8x", "12x"],
                 "severity": "Info",
+                "high_ber_severity": "N/A",
+                "peer_port_dname": "N/A",  # replaced below when the port has a peer
                 "mtu": 4096,
                 "tier": 1 if host[i] else 2,
             }

@@ -151,3 +151,24 @@ def test_prometheus_text_helper_skips_nulls() -> None:
         help_text=False,
     )
     assert text == b'a{p="1"} 1\nb{p="1"} x\nb{p="2"} y\n'
+
+
+def test_a_port_that_is_not_up_has_null_speed_and_width_and_links_carry_the_ends_descriptions() -> None:
+    """As the UFM guide's examples show them (tests/fixtures/corpus/ufm_rest_ports, ufm_rest_links):
+    a Polling port's ``active_speed``/``active_width`` are JSON null, not "N/A"; a link names its
+    ends' ports and node descriptions beside their GUIDs."""
+    missing = "cable_missing@0s:gpu-0002/mlx5_1"
+    sim = FabricSim(SimConfig(topology=TopologySpec(hosts=4), seed=2, faults=missing))
+    fake = FakeUfm(sim, username="admin", password="pw", token="tok")
+    fake.advance(2)
+    client = TestClient(fake.app)
+    ports = client.get("/ufmRest/resources/ports", headers=basic("admin", "pw")).json()
+    down = next(p for p in ports if p["node_description"] == "gpu-0002 mlx5_1")
+    assert down["physical_state"] != "Link Up"
+    assert (down["active_speed"], down["active_width"]) == (None, None)
+    links = client.get("/ufmRest/resources/links", headers=basic("admin", "pw")).json()
+    nic = next(x for x in links if "gpu-0001 mlx5_1" in (x["source_port_node_description"],
+                                                         x["destination_port_node_description"]))  # fmt: skip
+    assert nic["source_port_name"] == f"{nic['source_guid']}_{nic['source_port']}"
+    assert nic["destination_port_name"] == f"{nic['destination_guid']}_{nic['destination_port']}"
+    assert "leaf-r1-000:" in nic["source_port_node_description"] + nic["destination_port_node_description"]
