@@ -453,8 +453,30 @@ def _load_printf_table(text: str, root: Path) -> None:
         _put(root, f"{cwd}/{name}", value + "\n")
 
 
+def _load_ttar_fixtures(text: str, root: Path) -> None:
+    """A ttar excerpt of a project's test tree, whose paths start at its ``fixtures/`` folder."""
+    _load_ttar(text.replace("Path: fixtures/sys/", "Path: sys/"), root)
+
+
+def _load_ibstatus(text: str, root: Path) -> None:
+    """``ibstatus`` (infiniband-diags) prints each port's sysfs files after a label: ``state``,
+    ``phys state`` (``phys_state``), ``rate`` and ``link_layer``, values verbatim."""
+    port: str | None = None
+    files = {"state": "state", "phys state": "phys_state", "rate": "rate", "link_layer": "link_layer"}
+    for line in text.splitlines():
+        if m := re.match(r"Infiniband device '([^']+)' port (\d+) status:", line):
+            port = f"sys/class/infiniband/{m.group(1)}/ports/{m.group(2)}"
+            continue
+        label, sep, value = line.strip().partition(":")
+        if port and sep and label.strip() in files:
+            _put(root, f"{port}/{files[label.strip()]}", value.strip() + "\n")
+
+
 _LOADERS = {
     "gpud_h100_mlx5_1_ib_and_mlx5_bond_0_roce.ttar": _load_ttar,
+    "procfs_testdata_mlx4_0_qdr_mlx5_0_hw_counters_ttar_excerpt.ttar": _load_ttar_fixtures,
+    "nccl_489_ibstatus_hdr_active_and_down_4x_no_speed_name.txt": _load_ibstatus,
+    "nccl_1935_ibstatus_tabs_all_down_sdr_and_ethernet_qdr_excerpt.txt": _load_ibstatus,
     "node_exporter_966_i40iw_x722_grep_no_pma.txt": _load_grep,
     "gpud_pr943_h100_mlx5_1_counters_saturated.txt": _load_find_cat,
     "netdata_9091_hfi1_omnipath_hw_counters_printf.txt": _load_printf_table,
@@ -528,7 +550,43 @@ def _check_hfi1(ports: dict[str, PortReading]) -> None:
     assert not any(r.counters.get(c) is not None for c in ("cnp_sent", "cnp_handled", "ecn_marked_packets"))
 
 
+def _check_procfs(ports: dict[str, PortReading]) -> None:
+    assert set(ports) == {"mlx4_0", "mlx4_0:2", "mlx5_0"}
+    one, two, cx5 = ports["mlx4_0"], ports["mlx4_0:2"], ports["mlx5_0"]
+    for r in (one, two):
+        assert (r.link_layer, r.rate_bps, r.rate_width, r.phys_state, r.logical_state) == (
+            "InfiniBand", 40 * 10**9, 4, 5, 4)  # fmt: skip
+    assert (one.counters["rx_bytes"], one.counters["xmit_wait_ticks"]) == (2221223609 * 4, 3599)
+    assert (two.counters["rx_bytes"], two.counters["xmit_wait_ticks"]) == (2460436784 * 4, 3846)
+    # 1X EDR: one lane of 25 Gb/s. Its phys_state file reads "4: ACTIVE", which the kernel never
+    # writes there: unknown (null), and the port is judged by its logical state.
+    assert (cx5.rate_bps, cx5.rate_width, cx5.phys_state, cx5.logical_state) == (25 * 10**9, 1, None, 4)
+    assert cx5.extra["hw_counters/local_ack_timeout_err"] == 131
+    assert cx5.counters.get("cnp_sent") is None  # no np_*/rp_* files: null, not 0
+
+
+def _check_nccl_489(ports: dict[str, PortReading]) -> None:
+    up, down = ports["mlx5_0"], ports["mlx5_1"]
+    assert (up.rate_bps, up.rate_width, up.phys_state, up.logical_state, up.link_up) == (
+        200 * 10**9, 4, 5, 4, True)  # fmt: skip
+    # A disabled port prints "10 Gb/sec (4X)", no speed name: the rate read, no speed (not up).
+    assert (down.rate_bps, down.rate_width, down.phys_state, down.logical_state) == (10 * 10**9, 4, 3, 1)
+    assert (down.speed_bps, down.link_up) == (None, False)
+
+
+def _check_nccl_1935(ports: dict[str, PortReading]) -> None:
+    assert set(ports) == {"mlx5_11", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"}
+    assert all(
+        (r.phys_state, r.logical_state, r.link_up, r.speed_bps) == (3, 1, False, None) for r in ports.values()
+    )
+    assert (ports["mlx5_2"].link_layer, ports["mlx5_2"].rate_bps) == ("Ethernet", 40 * 10**9)
+    assert (ports["mlx5_3"].link_layer, ports["mlx5_3"].rate_bps) == ("InfiniBand", 10 * 10**9)
+
+
 _SYSFS_CHECKS = {
+    "procfs_testdata_mlx4_0_qdr_mlx5_0_hw_counters_ttar_excerpt.ttar": _check_procfs,
+    "nccl_489_ibstatus_hdr_active_and_down_4x_no_speed_name.txt": _check_nccl_489,
+    "nccl_1935_ibstatus_tabs_all_down_sdr_and_ethernet_qdr_excerpt.txt": _check_nccl_1935,
     "gpud_h100_mlx5_1_ib_and_mlx5_bond_0_roce.ttar": _check_gpud_tree,
     "node_exporter_966_i40iw_x722_grep_no_pma.txt": _check_i40iw,
     "gpud_pr943_h100_mlx5_1_counters_saturated.txt": _check_gpud_pr943,
