@@ -207,8 +207,21 @@ def create_app(
         # Polls ran and not one modelled port has data: the sources match nothing (their keys
         # are not the inventory's) or say nothing. That is not ok, though the process is alive.
         no_data = now.polls > 0 and blind == fabric.n_ports
+        failing = sorted(f"{t.source} {t.target}" for t in now.targets if t.ok is False)
+        unmatched = sum(t.unmatched_rows for t in now.targets)
+        problems = []
+        if failing:
+            problems.append(f"{len(failing)} of {len(now.targets)} targets failing: {', '.join(failing[:5])}")
+        if now.polls and blind:
+            problems.append(f"{blind} of {fabric.n_ports} ports without data")
+        if unmatched:
+            problems.append(f"{unmatched} rows of the last scrapes match no modelled port")
+        # Some of the fabric unseen (a source failing, ports without data) is not ok either: said
+        # as "partial", still 200, since restarting this process would not bring a source back.
+        partial = bool(failing) or (now.polls > 0 and blind > 0)
         body = {
-            "status": "degraded" if not db_ok else "no_data" if no_data else "ok",
+            "status": "degraded" if not db_ok else "no_data" if no_data else "partial" if partial else "ok",
+            "problems": problems if db_ok else ["database unreachable", *problems],
             "database": "ok" if db_ok else "unreachable",
             "role": "single" if node is None else node.role,
             "polls": now.polls,
@@ -216,9 +229,9 @@ def create_app(
             "last_poll": datetime.fromtimestamp(last, UTC).isoformat() if last else None,
             "ports": fabric.n_ports,
             "ports_without_data": blind,
-            "unmatched_rows": sum(t.unmatched_rows for t in now.targets),
+            "unmatched_rows": unmatched,
             "targets": len(now.targets),
-            "targets_failing": sum(1 for t in now.targets if t.ok is False),
+            "targets_failing": len(failing),
         }
         if node is not None:
             view = node.view

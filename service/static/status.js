@@ -821,7 +821,7 @@
   });
 
   // -- summary ------------------------------------------------------------------------------
-  function renderSummary(grid, open, drainState) {
+  function renderSummary(grid, open, drainState, sources) {
     const h = grid.health;
     const crit = open.filter((i) => i.severity === "critical").length;
     const tiles = [
@@ -836,6 +836,9 @@
       ["down", grid.down, grid.down ? "warning" : ""],
       ["stale", grid.stale, grid.stale ? "warning" : ""],
     ];
+    const targets = (sources && sources.items) || [];
+    const failing = targets.filter((t) => t.ok === false).length;
+    tiles.push(["sources failing", `${failing} of ${targets.length}`, failing ? "warning" : ""]);
     if (drainState) {
       const cb = drainState.circuit_breaker || {};
       tiles.push(["circuit breaker", cb.tripped ? "TRIPPED" : "closed", cb.tripped ? "critical" : ""]);
@@ -1108,7 +1111,7 @@
         optional("api/v1/silences", []),
         capabilities.jobs ? optional("api/v1/jobs", null) : null,
       ]);
-      renderSummary(grid, open.items, drain.state);
+      renderSummary(grid, open.items, drain.state, sources);
       renderIncidents({
         open: open.items, acked: acked.items, truncated: open.items.length >= INCIDENT_PAGE,
         nodes, drains: drain.drains || [], silences, grid,

@@ -79,9 +79,34 @@ def test_healthz_reports_polls_and_database(app_client: TestClient) -> None:
     ticks(app_client, 2)
     r = app_client.get("/healthz")
     assert r.status_code == 200
-    assert r.json()["status"] == "ok"
+    assert (r.json()["status"], r.json()["problems"]) == ("ok", [])
     assert r.json()["polls"] == 2
     assert r.json()["database"] == "ok"
+
+
+def test_healthz_says_partial_and_why_when_a_target_fails(tmp_path: Path, db_url: str) -> None:
+    """A source that never answers beside one that does: the process is alive (200) but the
+    fabric is not wholly seen, so the status is not ok and the problem is named.
+    Changed: every SNMP target of a fabric failed for minutes while /healthz said ok."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    settings = load_settings(
+        None,
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        poll_interval="10s",
+        sources=[{"type": "fabricsim", "hosts": 8, "seed": 3}, {"type": "agent", "urls": [dead]}],
+    )
+    with TestClient(create_app(settings, run_loop=False)) as client:
+        ticks(client, 2)
+        r = client.get("/healthz")
+    body = r.json()
+    assert r.status_code == 200 and body["status"] == "partial"
+    assert body["targets_failing"] == 1
+    assert body["problems"][0] == f"1 of 2 targets failing: agent {dead}"
 
 
 def test_archive_replays_to_the_same_findings(tmp_path: Path, app_client: TestClient) -> None:
