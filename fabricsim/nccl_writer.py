@@ -319,16 +319,15 @@ class InitLogWriter:
     restart's processes have new pids). In the formats of NCCL 2.28 ``src/init.cc`` and
     ``src/bootstrap.cc``, as the real captures show them (tests/fixtures/corpus/nccl_debug):
     ``ncclCommInitRankConfig comm 0x… … commId 0x… - Init START`` (no ``[Rank N]``: 2.29 adds
-    it), ``Bootstrap timings total %f (...)``, ``Rank N: K Net devices``, the topology probe's lines
-    (``NVLS multicast support``, the ring graph's ``Pattern``, the agreed ``coll channels``), the
-    ``nRanks ... nNodes`` line and ``Channel`` lines, ``... - Init COMPLETE`` and ``Init timings -
+    it), ``Bootstrap timings total %f (...)``, the topology probe's lines
+    (``NVLS multicast support``, the ring graph's ``Pattern``, the agreed ``coll channels``) after
+    the ``nRanks ... nNodes`` line, ``Channel`` lines, ``... - Init COMPLETE`` and ``Init timings -
     ...: ... total %.2f (...)``. Once its world communicator is up, every rank splits it, as
     PyTorch's ``new_group`` does (``ncclCommSplit … parent 0x<the world's comm pointer>
     splitCount 1 color 0 key R- Init START``, no ``commId``; ``key R - Init COMPLETE``).
     """
 
     root: Path
-    net_devices: int = 8
     lines: int = 0
 
     def __post_init__(self) -> None:
@@ -374,7 +373,12 @@ class InitLogWriter:
                 f"recv {b * 0.3:f}, ring {b * 0.4:f}, delay 0.000000)"
             ]
         if step == 2:
-            return [f"{info} Rank {r}: {self.net_devices} Net devices"]
+            # Topology detected, peer info exchanged (src/init.cc). 2.28 prints no "Rank N: K Net
+            # devices" line: that came with 2.30.
+            return [
+                f"{info} comm 0x{ptr:x} rank {r} nRanks {n} nNodes {len(la.hosts)} localRanks {g} "
+                f"localRank {dev} MNNVL 0"
+            ]
         if step == 3:
             nxt, prv = (r + g) % n, (r - g) % n
             bad = la.layout.get(host)  # what this host's probe got wrong (fabricsim/startup.py)
@@ -387,8 +391,6 @@ class InitLogWriter:
                 f"{info} NVLS multicast support is {'not ' if bad == 0 else ''}available on dev {dev}",
                 f"{info} Pattern 4, crossNic 0, nChannels {nch}, bw {160 / nch:f}/{160 / nch:f}, "
                 f"type {intra}/{inter}, sameChannels 1",
-                f"{info} comm 0x{ptr:x} rank {r} nRanks {n} nNodes {len(la.hosts)} localRanks {g} "
-                f"localRank {dev} MNNVL 0",
                 f"{info} Channel 00/0 : {r}[{dev}] -> {nxt}[{dev}] [send] via {via}",
                 f"{info} Channel 00/0 : {prv}[{dev}] -> {r}[{dev}] [receive] via {via}",
             ]

@@ -26,7 +26,7 @@ CollNet``, ``Cannot initialize CollNet, using point-to-point network instead`` (
 
 A rank's way through init (``src/init.cc``, ``src/bootstrap.cc``) is kept as its *stage*, for
 the start-up checks: ``Init START``; ``Bootstrap timings total ...`` (2.22+: the bootstrap ring
-is up); ``Rank 3: 8 Net devices`` or the ``nRanks ... nNodes`` line (topology detected, peer
+is up); ``Rank 3: 8 Net devices`` (2.30+) or the ``nRanks ... nNodes`` line (topology detected, peer
 info exchanged); a ``Channel`` line (connecting); ``Init COMPLETE``. ``Init timings - <func>:
 rank 3 nranks 16 total 1.23 (kernels ..., bootstrap ..., connections ..., rest ...)`` (2.22+)
 is NCCL's own measure of the init. NCCL's INFO lines carry no time by default, so
@@ -148,7 +148,7 @@ class RankInfo:
     nnodes: int | None = None
     local_rank: int | None = None
     local_ranks: int | None = None
-    net_devices: int | None = None  # ``Rank N: K Net devices`` (2.22+)
+    net_devices: int | None = None  # ``Rank N: K Net devices`` (2.30+)
     state: str = "init"  # init, complete, destroyed
     stage: int = 0  # index into INIT_STAGES
     started_at: datetime | None = None  # reader's clock: when its Init START was first read
