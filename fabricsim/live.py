@@ -10,6 +10,7 @@ them, so the service crosses the same protocols and parsers production data cros
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -30,7 +31,7 @@ from graywire.collectors.host.agent_server import AgentConfig, create_agent_app
 from graywire.fabricsim.faults import LIVE_DEFAULT_FAULTS
 from graywire.fabricsim.hostfs import HostTreeWriter
 from graywire.fabricsim.nccl_writer import InspectorWriter
-from graywire.fabricsim.sim import FabricSim, SimConfig
+from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
 from graywire.fabricsim.snmprec import write_snmprec
 from graywire.fabricsim.topology import TopologySpec
 from graywire.fabricsim.ufm_server import FakeUfm
@@ -252,8 +253,13 @@ def run_fakes(
         )
         say(f"  host agents           {', '.join(urls)}")
         say(f"  NCCL Inspector files  {out / 'nccl'}")
-        for fl in sim.faults:
-            say(f"  injected t+{fl.start_s:.0f}s {fl.kind} {fl.port or fl.node}")
+        # The ground truth, as `graywire sim` writes it: what was injected where, from when.
+        (out / "truth.json").write_text(json.dumps(truth_document(sim), indent=1))
+        for fl in sorted(sim.faults, key=lambda f: f.start_s):
+            lasts = f" for {fl.end_s - fl.start_s:.0f} s" if fl.end_s - fl.start_s < forever / 2 else ""
+            detail = f" channel {fl.channel} (rank {fl.rank})" if fl.channel is not None else ""
+            say(f"  injected t+{fl.start_s:.0f}s{lasts} {fl.kind} {fl.port or fl.node}{detail}")
+        say(f"  ground truth          {out / 'truth.json'} (times from {start.isoformat()})")
         say(f"then: graywire serve --config {config_path}")
         if on_step:
             on_step(0, config_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,9 @@ def test_serve_reads_every_fake_source_and_finds_the_downgrade(tmp_path: Path, d
         assert {i["kind"] for i in everything} <= {"speed_downgrade", "nccl_channel_slow", "nccl_path_slow"}
         discovered = cfg.out / "graywire-data" / "inventory.discovered.yaml"
         assert discovered.exists() == discover
+        # The ground truth beside the config, as `graywire sim` writes it, to score against.
+        (fault,) = json.loads((cfg.out / "truth.json").read_text())["faults"]
+        assert (fault["kind"], fault["port"], fault["start_s"]) == ("speed_downgrade", "gpu-0003/mlx5_2", 25)
     finally:
         if "client" in state:
             state["client"].__exit__(None, None, None)
