@@ -511,7 +511,7 @@
       el("div", { class: "inc-summary", text: inc.summary }),
       el("div", { class: "inc-body" }, dl,
         el("div", { class: "inc-side" }, el("div", { class: "spark-slot", data: { spark: inc.id } }, sparkline(inc)),
-          el("div", { class: "seen", title: fmtTime(inc.last_seen_at) }, `${inc.detector} · last seen ${ago(inc.last_seen_at)}`))),
+          el("div", { class: "seen", title: fmtTime(inc.last_seen_at) }, `${inc.detector} · ${inc.status === "resolved" ? "last finding" : "still open · last finding"} ${ago(inc.last_seen_at)}`))),
       raw.length ? foldable(`raw:${inc.id}`, `all evidence (${raw.length} values)`,
         el("ul", { class: "evidence" }, ...raw.map(([k, v]) => el("li", { text: `${k} = ${v}` })))) : null,
       silencing === inc.id ? silenceForm(inc) : null);
@@ -620,7 +620,7 @@
         list(inc.effects).length ? el("span", { class: "badge", text: `cause of ${fewOf(inc.effects.map((e) => `#${e}`), 4)}` }) : null,
         el("a", { class: "inc-id mono goto", href: "#incidents-panel", data: { goto: inc.id }, text: `#${inc.id}` })),
       el("div", { class: "inc-summary", text: inc.summary }),
-      el("div", { class: "seen" }, "opened ", when(inc.opened_at), ` · last seen ${ago(inc.last_seen_at)}`));
+      el("div", { class: "seen" }, "opened ", when(inc.opened_at), ` · last finding ${ago(inc.last_seen_at)}`));
   }
 
   function jobPhase(phase, label, items, none) {
