@@ -140,10 +140,15 @@ class PortView:
         narrow = (f.expected_width > 0) & (self.width > 0) & (self.width < f.expected_width)
         return slow | narrow
 
+    @cached_property
+    def down(self) -> np.ndarray:
+        """Down where the model has a cable: an empty switch port is down by design, no problem."""
+        return (self.state == 2) & (self.fabric.peer >= 0)
+
     def flags(self) -> np.ndarray:
         flags = np.zeros(self.fabric.n_ports, dtype=np.int8)
         flags[self.stale] |= FLAG_STALE
-        flags[self.state == 2] |= FLAG_DOWN
+        flags[self.down] |= FLAG_DOWN
         flags[self.degraded] |= FLAG_DEGRADED
         flags[self.no_data] |= FLAG_NO_DATA
         return flags
@@ -247,7 +252,7 @@ class PortView:
             "health": {h: int(counts[k]) - (no_data if h == "ok" else 0) for k, h in enumerate(HEALTH)}
             | {NO_DATA: no_data},
             "stale": int(self.stale.sum()),
-            "down": int((self.state == 2).sum()),
+            "down": int(self.down.sum()),
             "degraded": int(self.degraded.sum()),
             "flags": {
                 "stale": FLAG_STALE,

@@ -66,3 +66,22 @@ def test_severity_becomes_health_and_resolved_incidents_do_not_count() -> None:
     assert v.port(layout.key_index["leaf/p2"])["health"] == "no_data"  # nothing read yet: not ok
     assert v.link(1)["health"] == "warning" and v.link(1)["incident_ids"] == [1]
     assert v.port(layout.key_index["h3/nic0"])["state"] == "unknown"
+
+
+def test_a_port_without_a_cable_in_the_model_is_down_by_design_not_a_problem() -> None:
+    """A switch's empty ports read down; only a down port the model cables is flagged and counted.
+    Changed: every leaf with unused ports was listed as "with a problem" on the status page."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    layout = FabricLayout(small_fabric())
+    f = layout.fabric
+    down = np.full(f.n_ports, 2, dtype=np.uint8)  # phys Polling on every port
+    state = replace(
+        StateBoard(f).current, port_phys_state=down, port_logical_state=np.ones(f.n_ports, np.uint8)
+    )
+    v = build_view(layout, state, [])
+    flagged = {f.keys[i] for i in np.flatnonzero(v.flags() & 2)}
+    assert flagged == {"h1/nic0", "h2/nic0", "leaf/p1", "leaf/p2"}  # h3/nic0 has no cable
+    assert v.port(layout.key_index["h3/nic0"])["state"] == "down"  # still read as it is
