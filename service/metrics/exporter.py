@@ -110,11 +110,13 @@ class GraywireExporter(Collector):
             (([src, why], n) for (src, why), n in sorted(s.parse_skipped.items())),
             ["source", "reason"],
         )
+        # Every configured source from 0, so `rate()` and absence alerts see a series at once.
+        unmatched = {t.source: 0 for t in s.targets} | dict(s.unmatched_rows)
         yield _counter(
             "graywire_unmatched_rows",
             "Port rows of good scrapes whose key matches no port of the fabric model, by source: "
             "data graywire cannot judge (the inventory names those ports otherwise)",
-            (([src], n) for src, n in sorted(s.unmatched_rows.items())),
+            (([src], n) for src, n in sorted(unmatched.items())),
             ["source"],
         )
         g = GaugeMetricFamily(

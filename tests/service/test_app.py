@@ -103,7 +103,10 @@ def test_healthz_says_partial_and_why_when_a_target_fails(tmp_path: Path, db_url
     with TestClient(create_app(settings, run_loop=False)) as client:
         ticks(client, 2)
         r = client.get("/healthz")
+        metrics = client.get("/metrics").text
     body = r.json()
+    # Every configured source has its unmatched-rows series from 0, data or none.
+    assert 'graywire_unmatched_rows_total{source="agent"} 0.0' in metrics
     assert r.status_code == 200 and body["status"] == "partial"
     assert body["targets_failing"] == 1
     assert body["problems"][0] == f"1 of 2 targets failing: agent {dead}"
