@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -40,47 +40,64 @@ from graywire.detectors.port_state import PortStateBook, has_counters
 from graywire.detectors.rates import CounterRates
 from graywire.detectors.saturation import CounterSaturationDetector
 from graywire.detectors.topology import TopologyDetector
+from graywire.detectors.tuning import Tuning, config
 from graywire.detectors.uplink_balance import JobPulses, UplinkBalanceDetector
 
 
 def default_detectors(
-    fabric: Fabric, ber_table: ThresholdTable | None = None, multivariate: bool = False
+    fabric: Fabric,
+    ber_table: ThresholdTable | None = None,
+    multivariate: bool = False,
+    tuning: Tuning | None = None,
 ) -> list[Detector]:
-    """Every detector with its documented defaults (docs/detectors.md).
+    """Every detector with its documented defaults (docs/detectors.md), or the settings
+    ``tuning`` gives some of them (detectors/tuning.py: the service's ``detectors:`` key).
 
     The IsolationForest outlier detector is opt-in: a fault already present while it trains
     becomes part of a port's normal, and the port is flagged once it is repaired.
     """
+
+    def cfg(name: str) -> Any:
+        return config(name, tuning)
+
     detectors: list[Detector] = [
-        LinkDowngradeDetector(fabric),
-        LinkFlapDetector(fabric),
-        BerDetector(fabric, ber_table),
-        PfcStormDetector(fabric),
-        EcnHotspotDetector(fabric),
-        XmitWaitDetector(fabric),
-        CounterSaturationDetector(fabric),
-        *nccl_timing_detectors(fabric),
-        NcclTransportDetector(),
-        NcclHopDetector(fabric),
-        TopologyDetector(fabric),
-        NcclFaultDetector(fabric),  # the fault path: RAS, Flight Recorder, watchdog
-        NicAffinityDetector(fabric),
-        NcclBootstrapDetector(),
-        NcclTopologyDetector(),
+        LinkDowngradeDetector(fabric, cfg("link_downgrade")),
+        LinkFlapDetector(fabric, cfg("link_flap")),
+        BerDetector(fabric, ber_table, cfg("ber")),
+        PfcStormDetector(fabric, cfg("pfc_storm")),
+        EcnHotspotDetector(fabric, cfg("ecn_hotspot")),
+        XmitWaitDetector(fabric, cfg("xmit_wait_hotspot")),
+        CounterSaturationDetector(fabric, cfg("counter_saturation")),
+        *nccl_timing_detectors(fabric, tuning),
+        NcclTransportDetector(cfg("nccl_transport")),
+        NcclHopDetector(fabric, cfg("nccl_hop")),
+        TopologyDetector(fabric, cfg("topology")),
+        NcclFaultDetector(fabric, cfg("nccl_fault")),  # the fault path: RAS, Flight Recorder, watchdog
+        NicAffinityDetector(fabric, cfg("nic_affinity")),
+        NcclBootstrapDetector(cfg("nccl_bootstrap")),
+        NcclTopologyDetector(cfg("nccl_topology")),
     ]
     # Checkpoint traffic and multipath health (docs/phases); the uplink detector reads the jobs'
     # pulses from the NCCL timings.
     pulses = JobPulses(fabric)
-    detectors += [CheckpointTrafficDetector(fabric), pulses, UplinkBalanceDetector(fabric, pulses)]
+    detectors += [
+        CheckpointTrafficDetector(fabric, cfg("checkpoint")),
+        pulses,
+        UplinkBalanceDetector(fabric, pulses, cfg("uplink_balance")),
+    ]
     if multivariate:
-        detectors.append(MultivariateOutlier(fabric))
+        detectors.append(MultivariateOutlier(fabric, cfg("multivariate_outlier")))
     return detectors
 
 
-def nccl_timing_detectors(fabric: Fabric) -> list[Detector]:
+def nccl_timing_detectors(fabric: Fabric, tuning: Tuning | None = None) -> list[Detector]:
     """The detectors of ``nccl_timing`` rows: also what judges timings a job pushed, apart
     from the ones graywire collected itself (pushed data is the least trusted input)."""
-    return [NcclChannelOutlier(fabric), NcclStraggler(), NcclStepTime()]
+    return [
+        NcclChannelOutlier(fabric, config("nccl_channel_outlier", tuning)),
+        NcclStraggler(config("nccl_straggler", tuning)),
+        NcclStepTime(config("nccl_step_time", tuning)),
+    ]
 
 
 @runtime_checkable

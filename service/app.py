@@ -97,7 +97,9 @@ def create_app(
     table = ThresholdTable.load(settings.ber_thresholds) if settings.ber_thresholds else None
 
     def pipelines() -> Pipeline:
-        return Pipeline(fabric, default_detectors(fabric, table, settings.multivariate_outliers))
+        return Pipeline(
+            fabric, default_detectors(fabric, table, settings.multivariate_outliers, settings.detectors)
+        )
 
     runner = Runner(
         settings,

@@ -508,6 +508,9 @@ class Settings(BaseSettings):
     ber_thresholds: Path | None = None
     #: Add the IsolationForest port-outlier detector (opt-in, see docs/detectors.md).
     multivariate_outliers: bool = False
+    #: Detector settings other than their defaults: ``{detector: {setting: value}}``
+    #: (detectors/tuning.py; every setting is in docs/detectors.md).
+    detectors: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: What to collect from. No default: a service with nothing configured is an error, never a
     #: silent simulation (``type: fabricsim`` runs the built-in synthetic fabric, when asked).
     sources: list[SourceConfig] = Field(default_factory=list)
@@ -524,6 +527,14 @@ class Settings(BaseSettings):
     status_page: StatusPageSettings = Field(default_factory=StatusPageSettings)
     #: Several replicas sharing collection and one decision leader; None: one process does all.
     cluster: ClusterSettings | None = None
+
+    @field_validator("detectors")
+    @classmethod
+    def _known_detector_settings(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        from graywire.detectors.tuning import check
+
+        check(v)  # an unknown detector or setting stops start-up, naming it
+        return v
 
     @model_validator(mode="after")
     def _discover_has_an_inventory(self) -> Settings:

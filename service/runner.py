@@ -115,7 +115,7 @@ class Runner:
         self._pushed: collections.deque[pa.RecordBatch] = collections.deque()
         #: Pushed timings are judged apart from collected data (their findings say so, and
         #: alone they never drain a host); they cannot skew the collected peers either.
-        self.push_pipeline = Pipeline(fabric, nccl_timing_detectors(fabric))
+        self.push_pipeline = Pipeline(fabric, nccl_timing_detectors(fabric, settings.detectors))
         self._max_skew = settings.ingest.max_clock_skew.total_seconds()
         #: (job, communicator) pushed recently -> when last (the ingest API bounds their number).
         self.push_communicators: dict[tuple[str, str], float] = {}
@@ -144,7 +144,9 @@ class Runner:
             for t in self.targets:  # what an earlier term accounted is not this one's to go on
                 t.status = TargetStatus(t.collector.source, t.collector.target)
                 t.ports = np.zeros(0, dtype=np.int32)
-            self.push_pipeline = Pipeline(self.fabric, nccl_timing_detectors(self.fabric))
+            self.push_pipeline = Pipeline(
+                self.fabric, nccl_timing_detectors(self.fabric, self.settings.detectors)
+            )
             self.push_communicators.clear()
             self._pushed.clear()
             self._unstored.clear()

@@ -112,6 +112,23 @@ def test_healthz_says_partial_and_why_when_a_target_fails(tmp_path: Path, db_url
     assert body["problems"][0] == f"1 of 2 targets failing: agent {dead}"
 
 
+def test_detector_settings_from_the_config_reach_the_running_pipeline(tmp_path: Path, db_url: str) -> None:
+    settings = load_settings(
+        None,
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        sources=[{"type": "fabricsim", "hosts": 8, "seed": 3}],
+        detectors={"nccl_bootstrap": {"stall_timeout_s": 45}, "nccl_straggler": {"min_ranks": 3}},
+    )
+    with TestClient(create_app(settings, run_loop=False)) as client:
+        runner = client.app.state.runner  # type: ignore[attr-defined]
+        ticks(client, 1)
+        mine = {d.name: d for d in runner.pipeline.detectors}
+        pushed = {d.name: d for d in runner.push_pipeline.detectors}
+    assert mine["nccl_bootstrap"].cfg.stall_timeout_s == 45.0
+    assert mine["nccl_straggler"].cfg.min_ranks == pushed["nccl_straggler"].cfg.min_ranks == 3
+
+
 def test_archive_replays_to_the_same_findings(tmp_path: Path, app_client: TestClient) -> None:
     live = ticks(app_client, 6)  # a downgrade at 15 s, and its rank's slow NCCL channels
     runner = app_client.app.state.runner  # type: ignore[attr-defined]

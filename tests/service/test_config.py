@@ -57,6 +57,11 @@ def test_yaml_file_and_overrides(tmp_path: Path) -> None:
         # A zero window would count no drain made before this poll: the cap per poll, not per window.
         ("drain:\n  window: 0s\n", "drain.window"),
         ("drain:\n  cooldown: -5m\n", "drain.cooldown"),
+        # Detector settings: a typo never leaves the default in force unnoticed.
+        (
+            "detectors:\n  nccl_bootstrap:\n    stall_timeout: 60\n",
+            "detectors.nccl_bootstrap.stall_timeout: no such",
+        ),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
