@@ -44,6 +44,11 @@ class NcclChannelConfig:
     #: A cell counts toward a column only while at most this share of its rank's channels is
     #: elevated (a slow rank elevates its whole row, and is the host's problem).
     max_row_share: float = 0.5
+    #: A cell slow on its channel alone waits up to this many polls while its column is forming
+    #: (``min_path_hosts`` - 1 other hosts behind its leaf slower on that channel in their
+    #: latest sample): the ranks behind a slow leaf cross the window one or two polls apart, and
+    #: the first of them is the path's, not its host's. A cell with no such column fires at once.
+    path_wait_polls: int = 3
     hysteresis: HysteresisConfig = field(
         default_factory=lambda: HysteresisConfig(open_after=1, close_after=3)
     )
@@ -53,7 +58,7 @@ class NcclChannelOutlier:
     """Per-(rank, channel) latency outliers against communicator peers, localized to host and NIC."""
 
     name = "nccl_channel_outlier"
-    version = "2"
+    version = "3"
     consumes = "nccl_timing"
     kinds = (Kind.NCCL_CHANNEL_SLOW, Kind.NCCL_PATH_SLOW)
 
@@ -76,6 +81,7 @@ class NcclChannelOutlier:
         self._host_of: dict[int, str | None] = {}
         self._cell_path: dict[int, tuple[int, str]] = {}  # open cell -> (group, leaf) it is part of
         self.path_open: dict[tuple[int, str], tuple[list[int], list[str]]] = {}  # -> (channels, hosts)
+        self._held: dict[int, int] = {}  # open cell not yet reported -> poll it opened at
 
     def _group_keys(self, batch: pa.RecordBatch) -> pa.Array:
         """``communicator|collective|log2 size`` per row, built on the dictionaries (few strings)."""
@@ -142,7 +148,7 @@ class NcclChannelOutlier:
         decision = self.hyst.decide(ctx)
         now = ctx.batch.column("time")[0].as_py()
         expired = self._expire(now)
-        if not decision:
+        if not decision and not self._held:
             return expired
         opened, closed = decision.opened, decision.closed
         batch, ids, first_row, wmed, z = ctx.batch, ctx.cells, ctx.first_row, ctx.wmed, ctx.z
@@ -154,6 +160,7 @@ class NcclChannelOutlier:
         row_share = (np.bincount(r_inv, weights=elevated) / np.bincount(r_inv))[r_inv]
         in_col = elevated & (row_share <= cfg.max_row_share)
         columns = self._columns(ids[in_col], batch, first_row[in_col], wmed[in_col], z[in_col])
+        lone = set(ids[in_col].tolist())
         for e in opened.tolist():
             g_id, _, chan = self._entity_label[e]
             j = ctx.at(e)
@@ -162,10 +169,65 @@ class NcclChannelOutlier:
             col = columns.get((g_id, chan, leaf))
             if col is not None and len(col["hosts"]) >= self.cfg.min_path_hosts:
                 self._cell_path[e] = (g_id, leaf)
+            elif e in lone and cfg.path_wait_polls > 0 and self._column_forming(e, ctx):
+                self._held[e] = self.polls
+        opened, closed, joined = self._release_held(opened, closed, columns, ctx)
         out = expired
         out += self._rank_updates(now, opened, closed, ctx)
-        out += self._path_updates(now, opened, closed, columns, ctx)
+        out += self._path_updates(now, np.concatenate([opened, joined]), closed, columns, ctx)
         return out
+
+    def _column_forming(self, ent: int, ctx: _PollView) -> bool:
+        """Whether ``min_path_hosts`` - 1 other hosts behind the cell's leaf ran slower than their
+        peers on its channel in this poll's sample: a column whose windows have yet to fill."""
+        g_id, _, chan = self._entity_label[ent]
+        leaf = self._leaf_cache.get(ent, "?")
+        lab = self._label[ctx.cells]
+        near = np.flatnonzero(
+            (lab[:, 0] == g_id) & (lab[:, 2] == chan) & (ctx.resid >= math.log(self.cfg.open_ratio))
+        )
+        hosts = {
+            self._host_of.get(c)
+            for c, row in zip(ctx.cells[near].tolist(), ctx.first_row[near].tolist(), strict=True)
+            if c != ent and self._leaf_of_cell(c, ctx.batch, row) == leaf
+        }
+        hosts.discard(self._host_of.get(ent))
+        return len(hosts) >= self.cfg.min_path_hosts - 1
+
+    def _release_held(
+        self,
+        opened: np.ndarray,
+        closed: np.ndarray,
+        columns: dict[tuple[int, int, str], dict],
+        ctx: _PollView,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Held cells: part of a path once their column fills (``joined``), reported as their
+        rank's once it does not within ``path_wait_polls`` or stops forming, forgotten if they
+        close first (never reported, so never cleared). Returns what the rank and path updates see."""
+        if not self._held:
+            return opened, closed, np.zeros(0, np.int64)
+        release, joined, dropped = [], [], []
+        for e, since in list(self._held.items()):
+            if not self.hyst.is_open[e]:
+                del self._held[e]
+                dropped.append(e)
+                continue
+            g_id, _, chan = self._entity_label[e]
+            key = (g_id, self._leaf_cache.get(e, "?"))
+            col = columns.get((g_id, chan, key[1]))
+            if col is not None and len(col["hosts"]) >= self.cfg.min_path_hosts:
+                del self._held[e]
+                self._cell_path[e] = key
+                joined.append(e)
+            elif ctx.at(e) is not None and (
+                self.polls - since >= self.cfg.path_wait_polls or not self._column_forming(e, ctx)
+            ):
+                del self._held[e]
+                release.append(e)
+        held = np.fromiter(self._held, np.int64, len(self._held))
+        opened = np.union1d(opened[~np.isin(opened, held)], np.array(release, np.int64))
+        closed = closed[~np.isin(closed, np.array(dropped, np.int64))]
+        return opened, closed, np.array(joined, np.int64)
 
     def _score(self, batch: pa.RecordBatch) -> _PollView | None:
         """Each (rank, channel)'s windowed residual against its peers' (robust z), judged once
@@ -342,6 +404,7 @@ class NcclChannelOutlier:
         self._leaf_cache = remap(self._leaf_cache)
         self._host_of = remap(self._host_of)
         self._cell_path = remap(self._cell_path)
+        self._held = remap(self._held)
         self._n_entities = int(keep.sum())
 
     def _expire(self, now: datetime) -> list[Finding]:
@@ -351,6 +414,8 @@ class NcclChannelOutlier:
         for e in stale.tolist():
             self.hyst.is_open[e] = False
             self.hyst.bad_run[e] = 0
+            if self._held.pop(e, None) is not None:
+                continue  # never reported: nothing to close
             g_id, rank, chan = self._entity_label[e]
             comm = self.groups.keys[g_id].split("|")[0]
             path = self._cell_path.pop(e, None)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import cache
 
+import numpy as np
+import pyarrow as pa
+
+from graywire.collectors.schemas import NCCL_TIMING, TS, make_batch
 from graywire.detectors.findings import Finding
 from graywire.detectors.nccl_channel import NcclChannelOutlier
 from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
-from graywire.fabricsim.topology import TopologySpec
+from graywire.fabricsim.topology import TopologySpec, build_fabric
 
 PATH = "nccl_slow_path@60s+200s={mag}:leaf-r2-000:1"
 
@@ -75,3 +80,63 @@ def test_without_a_fabric_model_the_path_is_still_not_blamed_on_hosts() -> None:
     assert {f.kind for f in firing} == {"nccl_path_slow"}
     assert {f.node for f in firing} == {None}
     assert "switch unknown" in firing[0].summary
+
+
+def test_the_first_rank_of_a_slow_path_to_cross_is_the_paths_not_its_hosts() -> None:
+    """The ranks behind a slow leaf fill their windows a poll or two apart (samples arrive at
+    their own pace). The first to cross waits for its column rather than blaming its host."""
+    fabric = build_fabric(TopologySpec(hosts=16))
+    rng = np.random.default_rng(3)
+    det = NcclChannelOutlier(fabric)
+    found: list[Finding] = []
+    rail2 = np.arange(128) % 8 == 2
+    for poll in range(20):
+        dur = 0.0125 * np.exp(rng.normal(0.0, 0.01, (128, 4)))
+        if poll >= 10:
+            dur[rail2, 1] *= 1.3  # channel 1 behind leaf-r2-000
+        if poll == 9:
+            dur[2, 1] *= 1.3  # one rank's samples show it a poll before the others'
+        if poll >= 8:
+            dur[2, 1] *= 1.3
+        found += det.observe(timing_batch(poll, dur))
+    firing = [f for f in found if f.status == "firing"]
+    assert [(f.kind, f.node) for f in firing] == [("nccl_path_slow", "leaf-r2-000")]
+    assert 0 in {int(h[-4:]) for h in firing[0].evidence["hosts"]}  # the early rank is in it
+
+
+def test_a_lone_slow_channel_is_not_held_back() -> None:
+    """No column forming beside it: a slow channel fires on the poll its window says so."""
+    fabric = build_fabric(TopologySpec(hosts=16))
+    rng = np.random.default_rng(4)
+    det = NcclChannelOutlier(fabric)
+    opened_at = []
+    for poll in range(12):
+        dur = 0.0125 * np.exp(rng.normal(0.0, 0.01, (128, 4)))
+        if poll >= 6:
+            dur[42, 1] *= 1.3
+        fired = [f for f in det.observe(timing_batch(poll, dur)) if f.status == "firing"]
+        opened_at += [(poll, f.kind, f.node) for f in fired]
+    assert opened_at == [(8, "nccl_channel_slow", "gpu-0005")]  # the third slow sample of five
+
+
+def timing_batch(poll: int, dur: np.ndarray) -> pa.RecordBatch:
+    """One poll of a 128-rank job on gpu-0000..gpu-0015, eight GPUs (one NIC each) per host."""
+    ranks, chans = dur.shape
+    rank = np.repeat(np.arange(ranks), chans)
+    n = rank.size
+    return make_batch(
+        NCCL_TIMING,
+        n,
+        {
+            "time": pa.array([EPOCH + timedelta(seconds=10 * poll)] * n, type=TS),
+            "job": pa.array(["job-000"] * n).dictionary_encode(),
+            "communicator": pa.array(["job-000:world"] * n).dictionary_encode(),
+            "rank": pa.array(rank, pa.int32()),
+            "host": pa.array([f"gpu-{r // 8:04d}" for r in rank]).dictionary_encode(),
+            "device": pa.array(rank % 8, pa.int16()),
+            "collective": pa.array(["AllReduce"] * n).dictionary_encode(),
+            "message_bytes": pa.array([2**29] * n, pa.int64()),
+            "channel": pa.array(np.tile(np.arange(chans), ranks), pa.int16()),
+            "duration_seconds": pa.array(dur.ravel(), pa.float64()),
+        },
+    )
