@@ -6,7 +6,7 @@ One directory per host, laid out as on a real host (the agent's ``--sysfs-root``
     <out>/<host>/sys/devices/pci0000:00/0000:<bus>:00.0/infiniband/mlx5_<r>/ports/1/
         rate, state, phys_state, link_layer, counters/*, hw_counters/*
     <out>/<host>/sys/devices/pci0000:00/0000:<bus>:00.0/infiniband/mlx5_<r>/device -> ../../../0000:<bus>:00.0
-    <out>/<host>/sys/devices/pci0000:00/0000:<bus>:00.0/net/<if>/{speed,operstate,carrier_changes,dev_port}
+    <out>/<host>/sys/devices/pci0000:00/0000:<bus>:00.0/net/<if>/{speed,operstate,carrier_changes,dev_port,address}
     <out>/<host>/sys/class/infiniband/mlx5_<r> -> ../../devices/.../infiniband/mlx5_<r>
     <out>/<host>/sys/class/net/<if> -> ../../devices/.../net/<if>
     <out>/<host>/ethtool/<if>/{statistics,fec,settings}   (ethtool -S, -I --show-fec, <if>)
@@ -36,6 +36,7 @@ from graywire.collectors.keys import split_port_key
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
 from graywire.fabricsim.gpu_layout import HostLayout
+from graywire.fabricsim.topology import mac_of_guid, nic_netdev, pci_bus
 
 #: Per-lane signalling rate (Gb/s) -> the IB speed name the kernel prints in ``rate``.
 LANE_SPEED_NAMES = {2.5: "SDR", 5: "DDR", 10: "QDR", 14: "FDR", 25: "EDR", 50: "HDR", 100: "NDR", 200: "XDR"}
@@ -141,18 +142,28 @@ class HostTreeWriter:
         dev, _, num = label.partition(":")
         return dev, int(num) if num else 1
 
-    def _bus(self, dev: str) -> int:
-        digits = "".join(ch for ch in dev.rsplit("_", 1)[-1] if ch.isdigit())
-        return 0x20 + 8 * (int(digits) if digits else 0) % 0xD8
-
     def netdev_of(self, dev: str) -> str:
-        bus = self._bus(dev)
-        return f"enp{bus}s0np0" if self.link_layer == "Ethernet" else f"ibp{bus}s0"
+        return nic_netdev(dev, self.link_layer)
+
+    def hw_address(self, host: str, dev: str) -> str:
+        """The netdev's ``address``: the port's MAC on RoCE; on IPoIB the 20-byte hardware
+        address (queue pair number ``00:00:10:87`` (invented), then the port GID: the subnet prefix
+        ``fe80::`` and the port GUID), which no MAC parser takes for a MAC."""
+        i = int(self.fabric.lookup(pa.array([f"{host}/{dev}"]))[0])
+        guid = self.fabric.guids[i] if i >= 0 and self.fabric.guids else None
+        if not guid:
+            return "00:00:00:00:00:00"
+        if self.link_layer == "Ethernet":
+            return mac_of_guid(guid)
+        g = guid.removeprefix("0x").rjust(16, "0")
+        return ":".join(
+            ["00", "00", "10", "87", "fe", "80", *["00"] * 6, *(g[i : i + 2] for i in range(0, 16, 2))]
+        )
 
     def _layout(self, host: str, dev: str) -> tuple[Path, Path]:
         """Create one device's directories and links once; returns (device dir, netdev dir)."""
         root = self.host_root(host) / "sys"
-        pci = f"0000:{self._bus(dev):02x}:00.0"
+        pci = f"0000:{pci_bus(dev):02x}:00.0"
         pci_dir = root / "devices" / "pci0000:00" / pci
         dev_dir = pci_dir / "infiniband" / dev
         netdev = self.netdev_of(dev)
@@ -168,6 +179,7 @@ class HostTreeWriter:
             _symlink(root / "class" / "infiniband" / dev, f"{rel}/infiniband/{dev}")
             _symlink(root / "class" / "net" / netdev, f"{rel}/net/{netdev}")
             self._put(nd_dir / "dev_port", "0\n")
+            self._put(nd_dir / "address", f"{self.hw_address(host, dev)}\n")
             (self.ethtool_dir(host) / netdev).mkdir(parents=True, exist_ok=True)
             self._made.add(("device", host, dev))
         return dev_dir, nd_dir

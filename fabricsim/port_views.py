@@ -52,6 +52,7 @@ from graywire.collectors.ufm.ports import PortKeys, SpellingCache
 from graywire.collectors.ufm.rest import parse_links, parse_ports
 from graywire.collectors.ufm.telemetry import parse_prometheus
 from graywire.fabricsim.hostfs import HostTreeWriter
+from graywire.fabricsim.topology import nic_netdev
 from graywire.fabricsim.ufm_server import FakeUfm, _Ports, links_json, prometheus_text
 
 #: UFM Telemetry's default counters: canonical column -> (metric name, divisor to device units).
@@ -229,7 +230,7 @@ class HostEthtoolView:
             v = {n: cols[n][row] for n in names}
             _, label = split_port_key(f.keys[i])
             dev, _num = HostTreeWriter.device_of(label)
-            netdev = f"enp{int(f.port_num[i]) if f.port_num is not None else 0}s0np0"
+            netdev = nic_netdev(dev)
             up = v["phys_state"] == PHYS_LINK_UP and v["speed_bps"] is not None
             speed = int(v["speed_bps"]) if up else int(f.expected_speed_bps[i])
             width = int(v["width"] or f.expected_width[i] or 4) if up else int(f.expected_width[i] or 4)

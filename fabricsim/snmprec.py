@@ -16,12 +16,16 @@ GETNEXT/GETBULK from that order). Types: 2 INTEGER, 4 OCTET STRING, 6 OBJECT IDE
   in Mb/s (the negotiated speed when up, the configured speed when down), ifAlias = the peer;
 - PFC pause frames in one PFC MIB: IEEE8021-PFC-MIB (per port, Counter32, the frames of
   ``ieee_priority``), ARISTA-PFC-MIB or CISCO-PFC-EXT-MIB (per port and priority, Counter64);
-- LLDP-MIB (unless ``lldp=False``): the local chassis (subtype local = the switch name) and
+- LLDP-MIB (unless ``lldp=False``): the local chassis (subtype macAddress, 6 octets) and
   system name, ``lldpLocPortTable`` with lldpLocPortNum = ifIndex and the port label as an
-  interfaceName id, and one ``lldpRemTable`` row (time mark 0, lldpRemIndex 1) per cabled port:
-  the other end's node name as chassis id (subtype local) and system name, its port label as
-  port id (subtype interfaceName) and description, as lldpd on a host NIC or a switch's own LLDP
-  agent sends them. The rows stand for the cabling, whatever the port's state.
+  interfaceName id, and one ``lldpRemTable`` row per cabled port, indexed (time mark
+  ``LLDP_TIME_MARK``, port, lldpRemIndex counting the switch's neighbours from 1). A host NIC
+  is as lldpd sends it by default: chassis id the MAC of one of the host's NICs, port id the
+  NIC's MAC (subtype macAddress), its netdev as description, the host name as system name; it
+  never names the RDMA device (``mlx5_2``), so graywire needs the inventory's ``aliases`` (or
+  host agents, for discovery) to know which port it is. A switch neighbour sends its chassis MAC,
+  its port name (subtype local, as SONiC does) and its system name. The rows stand for the
+  cabling, whatever the port's state.
 
 Counters the batch has as null are left out, as a switch without them would.
 """
@@ -42,17 +46,24 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP
 from graywire.collectors.snmp import oids as O
 from graywire.fabricsim.sim import EPOCH
+from graywire.fabricsim.topology import mac_of_guid
 
 PfcMib = Literal["ieee", "arista", "cisco"]
 SWITCH_ROLES = ("leaf", "spine", "core")
 SYS_OBJECT_ID = "1.3.6.1.4.1.8072.3.2.10"  # NET-SNMP-TC linux: the agent of SONiC/Cumulus switches
 ETHERNET_CSMACD = 6
+LLDP_MAC = 4  # LldpChassisIdSubtype macAddress
+LLDP_PORT_MAC = 3  # LldpPortIdSubtype macAddress
 LLDP_IF_NAME = 5  # LldpPortIdSubtype interfaceName
-LLDP_CHASSIS_LOCAL = 7  # LldpChassisIdSubtype local
+LLDP_PORT_LOCAL = 7  # LldpPortIdSubtype local
+#: lldpRemTimeMark: sysUpTime (ticks) when the agent learned its neighbours, 30 s after boot. Real
+#: agents key rows by it (LibreNMS's SONiC recording: 134, 2145, 301783, ...), never only by 0.
+LLDP_TIME_MARK = 3000
 U32 = 2**32
 
 # Type tags of the snmprec format.
 INTEGER, OCTETS, OID, COUNTER32, GAUGE32, TIMETICKS, COUNTER64 = "2", "4", "6", "65", "66", "67", "70"
+HEX = "4x"  # an OCTET STRING written as hex: binary values such as a MAC
 
 
 class _Records:
@@ -219,9 +230,11 @@ def _lldp(
 ) -> None:
     """LLDP-MIB rows: the switches' own identity and ports, and the far end of every cable."""
     zero = np.zeros(nodes_here.size, np.int64)
-    local = pa.array(np.full(nodes_here.size, LLDP_CHASSIS_LOCAL))
-    rec.add(O.LLDP_LOC_CHASSIS_ID_SUBTYPE, INTEGER, nodes_here, local, zero)
-    rec.add(O.LLDP_LOC_CHASSIS_ID, OCTETS, nodes_here, names, zero)
+    macs = _node_macs(fabric)
+    rec.add(
+        O.LLDP_LOC_CHASSIS_ID_SUBTYPE, INTEGER, nodes_here, pa.array(np.full(nodes_here.size, LLDP_MAC)), zero
+    )
+    rec.add(O.LLDP_LOC_CHASSIS_ID, HEX, nodes_here, pa.array([macs[c] for c in nodes_here.tolist()]), zero)
     rec.add(O.LLDP_LOC_SYS_NAME, OCTETS, nodes_here, names, zero)
     n = node.size
     rec.add(O.LLDP_LOC_PORT_ID_SUBTYPE, INTEGER, node, pa.array(np.full(n, LLDP_IF_NAME)), ifindex)
@@ -230,19 +243,52 @@ def _lldp(
     cabled = np.flatnonzero(peer >= 0)
     if cabled.size == 0:
         return
-    ends = pc.split_pattern(fabric.key_array.take(pa.array(peer[cabled])), "/", max_splits=1)
-    peer_node, peer_port = pc.list_element(ends, 0), pc.list_element(ends, 1)
-    on, at, one = node[cabled], ifindex[cabled], np.ones(cabled.size, np.int64)
+    far = peer[cabled]
+    far_node = fabric.node_of_port[far]
+    on, at = node[cabled], ifindex[cabled]
+    # lldpRemIndex: the agent numbers its neighbours as it learns them, here in port order.
+    order = np.lexsort((at, on))
+    rem_index = np.empty(cabled.size, np.int64)
+    starts = np.searchsorted(on[order], on[order], side="left")
+    rem_index[order] = np.arange(cabled.size) - starts + 1
+    is_host = fabric.port_role[far] == "host"
+    for rows, host in ((np.flatnonzero(is_host), True), (np.flatnonzero(~is_host), False)):
+        if rows.size == 0:
+            continue
+        ends = pc.split_pattern(fabric.key_array.take(pa.array(far[rows])), "/", max_splits=1)
+        far_name, far_label = pc.list_element(ends, 0), pc.list_element(ends, 1)
 
-    def rem(col: O.Oid, tag: str, values: pa.Array) -> None:
-        rec.add((*col, 0), tag, on, values, at, one)  # index (lldpRemTimeMark 0, port, lldpRemIndex 1)
+        def rem(col: O.Oid, tag: str, values: pa.Array, rows: np.ndarray = rows) -> None:
+            rec.add((*col, LLDP_TIME_MARK), tag, on[rows], values, at[rows], rem_index[rows])
 
-    rem(O.LLDP_REM_CHASSIS_ID_SUBTYPE, INTEGER, pa.array(np.full(cabled.size, LLDP_CHASSIS_LOCAL)))
-    rem(O.LLDP_REM_CHASSIS_ID, OCTETS, peer_node)
-    rem(O.LLDP_REM_PORT_ID_SUBTYPE, INTEGER, pa.array(np.full(cabled.size, LLDP_IF_NAME)))
-    rem(O.LLDP_REM_PORT_ID, OCTETS, peer_port)
-    rem(O.LLDP_REM_PORT_DESC, OCTETS, peer_port)
-    rem(O.LLDP_REM_SYS_NAME, OCTETS, peer_node)
+        chassis = [macs[c] for c in far_node[rows].tolist()]
+        rem(O.LLDP_REM_CHASSIS_ID_SUBTYPE, INTEGER, pa.array(np.full(rows.size, LLDP_MAC)))
+        rem(O.LLDP_REM_CHASSIS_ID, HEX, pa.array(chassis))
+        if host:  # lldpd's defaults: the port by MAC, its interface name as the description
+            nics = [fabric.aliases[i] if fabric.aliases else () for i in far[rows].tolist()]
+            rem(O.LLDP_REM_PORT_ID_SUBTYPE, INTEGER, pa.array(np.full(rows.size, LLDP_PORT_MAC)))
+            rem(O.LLDP_REM_PORT_ID, HEX, pa.array([_hex(a[1]) if len(a) > 1 else None for a in nics]))
+            rem(O.LLDP_REM_PORT_DESC, OCTETS, pa.array([a[0] if a else None for a in nics]))
+        else:  # a switch: its port name, locally assigned
+            rem(O.LLDP_REM_PORT_ID_SUBTYPE, INTEGER, pa.array(np.full(rows.size, LLDP_PORT_LOCAL)))
+            rem(O.LLDP_REM_PORT_ID, OCTETS, far_label)
+            rem(O.LLDP_REM_PORT_DESC, OCTETS, far_label)
+        rem(O.LLDP_REM_SYS_NAME, OCTETS, far_name)
+
+
+def _hex(mac: str) -> str:
+    return mac.replace(":", "")
+
+
+def _node_macs(fabric: Fabric) -> dict[int, str]:
+    """Each node's chassis MAC (hex, as an snmprec ``4x`` value): a switch's from its node GUID,
+    a host's from its first NIC's, as lldpd takes the MAC of one of its interfaces."""
+    nodes, first = np.unique(fabric.node_of_port, return_index=True)
+    out = {}
+    for c, i in zip(nodes.tolist(), first.tolist(), strict=True):
+        guid = fabric.guids[i] if fabric.guids else None
+        out[c] = _hex(mac_of_guid(guid)) if guid else f"02{c:010x}"  # locally administered
+    return out
 
 
 def _if_index(fabric: Fabric, pidx: np.ndarray, node: np.ndarray) -> np.ndarray:

@@ -49,6 +49,35 @@ def host_name(i: int, hosts: int) -> str:
     return f"gpu-{i:0{max(4, len(str(hosts - 1)))}d}"
 
 
+def pci_bus(dev: str) -> int:
+    """The PCI bus a simulated NIC sits on (``mlx5_3`` -> 0x38): its sysfs path and netdev."""
+    digits = "".join(ch for ch in dev.rsplit("_", 1)[-1] if ch.isdigit())
+    return 0x20 + 8 * (int(digits) if digits else 0) % 0xD8
+
+
+def nic_netdev(dev: str, link_layer: str = "Ethernet") -> str:
+    """The netdev of an RDMA device as udev's predictable names give it: ``enp<bus>s0np0`` for
+    RoCE, ``ibp<bus>s0`` for IPoIB. LLDP agents and ``ip link`` name the NIC so, never ``mlx5_N``."""
+    bus = pci_bus(dev)
+    return f"enp{bus}s0np0" if link_layer == "Ethernet" else f"ibp{bus}s0"
+
+
+def mac_of_guid(guid: str) -> str:
+    """A ConnectX port's MAC from its GUID: the GUID is the MAC with ``03:00`` (or ``ff:fe``)
+    put in after the OUI, so ``0xb8cef60300000012`` is ``b8:ce:f6:00:00:12``."""
+    h = guid.removeprefix("0x").rjust(16, "0")
+    return ":".join(h[i : i + 2] for i in (0, 2, 4, 10, 12, 14))
+
+
+def nic_aliases(keys: list[str], guids: list[str | None]) -> list[tuple[str, ...]]:
+    """Each host NIC's other names (its netdev and MAC), as discovery with host agents records
+    them: what a NIC's LLDP agent calls the port."""
+    return [
+        (nic_netdev(k.partition("/")[2]), mac_of_guid(g)) if g else ()
+        for k, g in zip(keys, guids, strict=True)
+    ]
+
+
 def build_fabric(spec: TopologySpec) -> Fabric:
     """Build the fabric model; port and node order is deterministic."""
     n, g = spec.hosts, spec.gpus
@@ -134,6 +163,7 @@ def build_fabric(spec: TopologySpec) -> Fabric:
         guids=guids,
         media=["ACC"] * n_ports,
         port_num=port_num.astype(np.int16),
+        aliases=[*nic_aliases(keys[: n * g], guids[: n * g]), *([()] * (n_ports - n * g))],
     )
     return _with_storage(fabric, spec, hpl, groups) if spec.storage_nics else fabric
 
@@ -215,4 +245,9 @@ def _with_storage(fabric: Fabric, spec: TopologySpec, hpl: int, groups: int) -> 
         port_num=np.concatenate([f.port_num, np.asarray(num, dtype=np.int16)]),
         purpose=[*(["compute"] * (n * g)), *([None] * (base - n * g)), *(["storage"] * n_nics)]
         + [None] * (extra - n_nics),
+        aliases=[
+            *f.aliases,
+            *nic_aliases(keys[:n_nics], guids[base : base + n_nics]),
+            *([()] * (extra - n_nics)),
+        ],
     )

@@ -14,7 +14,7 @@ from graywire.fabricsim.topology import TopologySpec
 
 NIC = "gpu-0003/mlx5_2"
 LEAF, LEAF_PORT = "leaf-r2-000", 4  # NIC's link goes to leaf-r2-000/p4
-TYPES = {"2", "4", "6", "65", "66", "67", "70"}
+TYPES = {"2", "4", "4x", "6", "65", "66", "67", "70"}
 
 
 def run(faults: str, steps: int) -> tuple[FabricSim, SimStep]:
@@ -137,7 +137,7 @@ def test_write_snmprec_files(tmp_path: Path, downgraded: tuple[FabricSim, SimSte
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{LEAF}.snmprec", "spine-0000.snmprec"]
     text = paths[LEAF].read_text()
     # LLDP-MIB (iso.0.8802) sorts before the system group (iso.3.6.1).
-    assert text.startswith("1.0.8802.1.1.2.1.3.1.0|2|7\n") and text.endswith("\n")
+    assert text.startswith("1.0.8802.1.1.2.1.3.1.0|2|4\n") and text.endswith("\n")
     assert f"\n1.3.6.1.2.1.1.1.0|4|graywire fabricsim switch {LEAF}\n" in text
     bare = render_snmprec(step.port_sample, sim.fabric, nodes=[LEAF], lldp=False)[LEAF]
     assert bare.startswith(f"1.3.6.1.2.1.1.1.0|4|graywire fabricsim switch {LEAF}\n")
@@ -161,29 +161,42 @@ def test_every_switch_port_of_a_large_fabric_is_recorded() -> None:
 
 
 def test_lldp_rows_name_the_other_end_of_every_cable(downgraded: tuple[FabricSim, SimStep]) -> None:
+    """As real agents send them (LibreNMS's SONiC recording in ../shared): chassis ids by MAC,
+    a host NIC by its MAC (lldpd's default) with its netdev as description, never as
+    ``mlx5_N``; a switch port by name (subtype local); rows under a time mark other than 0."""
     sim, step = downgraded
-    texts = render_snmprec(step.port_sample, sim.fabric)
+    fabric = sim.fabric
+    texts = render_snmprec(step.port_sample, fabric)
     leaf, spine = parse(texts[LEAF]), parse(texts["spine-0000"])
     assert value(leaf, O.LLDP_LOC_SYS_NAME, 0) == ("4", LEAF)
-    assert value(leaf, O.LLDP_LOC_CHASSIS_ID_SUBTYPE, 0) == ("2", "7")  # local: the name
+    assert value(leaf, O.LLDP_LOC_CHASSIS_ID_SUBTYPE, 0) == ("2", "4")  # macAddress
+    assert value(leaf, O.LLDP_LOC_CHASSIS_ID, 0)[0] == "4x"
+    assert len(bytes.fromhex(value(leaf, O.LLDP_LOC_CHASSIS_ID, 0)[1])) == 6
     assert value(leaf, O.LLDP_LOC_PORT_ID_SUBTYPE, LEAF_PORT) == ("2", "5")  # interfaceName
     assert value(leaf, O.LLDP_LOC_PORT_ID, LEAF_PORT) == ("4", f"p{LEAF_PORT}")  # lldpLocPortNum = ifIndex
-    # lldpRemTable index (time mark 0, lldpRemLocalPortNum, lldpRemIndex 1): the host NIC.
-    host, nic = NIC.split("/")
-    assert value(leaf, O.LLDP_REM_SYS_NAME, 0, LEAF_PORT, 1) == ("4", host)
-    assert value(leaf, O.LLDP_REM_CHASSIS_ID, 0, LEAF_PORT, 1) == ("4", host)
-    assert value(leaf, O.LLDP_REM_PORT_ID_SUBTYPE, 0, LEAF_PORT, 1) == ("2", "5")
-    assert value(leaf, O.LLDP_REM_PORT_ID, 0, LEAF_PORT, 1) == ("4", nic)
-    assert value(leaf, O.LLDP_REM_PORT_DESC, 0, LEAF_PORT, 1) == ("4", nic)
-    # An uplink names the spine port, and the spine names the leaf port back.
+    # lldpRemTable index (time mark, lldpRemLocalPortNum, lldpRemIndex): the host NIC.
+    host, _ = NIC.split("/")
+    netdev, mac = fabric.aliases[fabric.keys.index(NIC)]
+    rem = [k for k in leaf if k[: len(O.LLDP_REM_SYS_NAME)] == O.LLDP_REM_SYS_NAME and k[-2] == LEAF_PORT]
+    assert len(rem) == 1
+    mark, _, index = rem[0][len(O.LLDP_REM_SYS_NAME) :]
+    assert mark > 0 and index == LEAF_PORT  # the leaf's 4th neighbour, in port order
+    assert value(leaf, O.LLDP_REM_SYS_NAME, mark, LEAF_PORT, index) == ("4", host)
+    assert value(leaf, O.LLDP_REM_CHASSIS_ID_SUBTYPE, mark, LEAF_PORT, index) == ("2", "4")
+    assert value(leaf, O.LLDP_REM_PORT_ID_SUBTYPE, mark, LEAF_PORT, index) == ("2", "3")  # macAddress
+    assert value(leaf, O.LLDP_REM_PORT_ID, mark, LEAF_PORT, index) == ("4x", mac.replace(":", ""))
+    assert value(leaf, O.LLDP_REM_PORT_DESC, mark, LEAF_PORT, index) == ("4", netdev)
+    assert netdev.startswith("enp") and mac.startswith("b8:ce:f6:")
+    # An uplink names the spine port (subtype local), and the spine names the leaf port back.
     up = [
         k for k in leaf if k[: len(O.LLDP_REM_SYS_NAME)] == O.LLDP_REM_SYS_NAME and leaf[k][1] == "spine-0000"
     ]
-    uplink = up[0]
-    far = leaf[(*O.LLDP_REM_PORT_ID, *uplink[len(O.LLDP_REM_SYS_NAME) :])][1]
-    at = int(far.removeprefix("p"))
-    assert spine[(*O.LLDP_REM_SYS_NAME, 0, at, 1)] == ("4", LEAF)
-    assert spine[(*O.LLDP_REM_PORT_ID, 0, at, 1)] == ("4", f"p{uplink[-2]}")
+    uplink = up[0][len(O.LLDP_REM_SYS_NAME) :]
+    assert value(leaf, O.LLDP_REM_PORT_ID_SUBTYPE, *uplink) == ("2", "7")
+    at = int(value(leaf, O.LLDP_REM_PORT_ID, *uplink)[1].removeprefix("p"))
+    back = [k for k in spine if k[: len(O.LLDP_REM_SYS_NAME)] == O.LLDP_REM_SYS_NAME and k[-2] == at]
+    assert spine[back[0]] == ("4", LEAF)
+    assert spine[(*O.LLDP_REM_PORT_ID, *back[0][len(O.LLDP_REM_SYS_NAME) :])] == ("4", f"p{uplink[1]}")
     # One neighbour per cabled switch port: every port of this fabric has a cable.
     rows = sum(k[: len(O.LLDP_REM_PORT_ID)] == O.LLDP_REM_PORT_ID for k in leaf)
     assert rows == 16

@@ -183,14 +183,23 @@ def test_lldp_walk_gives_back_exactly_the_simulated_cables(tmp_path: Path, start
     truth = fabric.links_table("fabricsim")
     expected = cables(truth["a_port"].to_pylist(), truth["b_port"].to_pylist())
     assert len(expected) == 4 * 8 + 8 * 4  # 32 host NICs to leaves, 32 leaf uplinks to the spine
-    got = cables(found.links["a_port"].to_pylist(), found.links["b_port"].to_pylist())
+    # LLDP names a host NIC as lldpd does, by MAC: the model's aliases say which port it is.
+    netdev, mac = fabric.aliases[fabric.keys.index(NIC)]
+
+    def model_key(key: str) -> str:
+        i = fabric.resolve_alias(key)
+        return key if i < 0 else fabric.keys[i]
+
+    ends = found.links["a_port"].to_pylist() + found.links["b_port"].to_pylist()
+    assert f"gpu-0003/{mac}" in ends and NIC not in ends
+    got = cables(*([model_key(k) for k in found.links[c].to_pylist()] for c in ("a_port", "b_port")))
     assert got == expected and found.links.num_rows == len(expected)  # leaf-spine cables once, not twice
-    # Neighbours: one per switch port (a leaf-spine cable from both ends), hosts by name and NIC.
+    # Neighbours: one per switch port (a leaf-spine cable from both ends), hosts by name and MAC.
     n = found.neighbors.to_pylist()
     assert len(n) == 8 * 8 + 32
-    nic = next(r for r in n if r["remote_port"] == NIC)
-    assert (nic["local_port"], nic["sys_name"], nic["port_id"], nic["port_id_subtype"]) == (
-        LEAF_PORT, "gpu-0003", "mlx5_2", 5,
+    nic = next(r for r in n if r["remote_port"] == f"gpu-0003/{mac}")
+    assert (nic["local_port"], nic["sys_name"], nic["port_id"], nic["port_id_subtype"], nic["port_desc"]) == (
+        LEAF_PORT, "gpu-0003", mac, 3, netdev,
     )  # fmt: skip
     # Interfaces: every switch port at the speed the fabric expects of it.
     speeds = dict(
@@ -205,23 +214,40 @@ def test_inventory_discover_over_lldp_rebuilds_the_simulated_fabric(
     tmp_path: Path, start_snmpsim: Any
 ) -> None:
     """`graywire inventory discover --snmp CONFIG`: LLDP through snmpsim to an inventory the
-    service loads, with the simulated cables, roles, rails and expected speeds."""
+    service loads, with the simulated cables, roles, rails and expected speeds. LLDP names each
+    host NIC by its MAC; the config's host agents (real ones, over fabricsim's sysfs trees) say
+    which RDMA device has that MAC."""
+    from contextlib import ExitStack
+
     import yaml
 
+    from graywire.collectors.host.agent_server import AgentConfig, create_agent_app
     from graywire.collectors.model import load_inventory
+    from graywire.fabricsim.hostfs import HostTreeWriter
     from graywire.service.cli import main
+    from tests.collectors.host.httpserver import serve
 
     sim = make_sim()
     fabric = sim.fabric
     switches = [n for n, r in zip(fabric.node_names, fabric.node_roles, strict=True) if r != "host"]
-    write_snmprec(sim.step().port_sample, fabric, tmp_path / "data")
+    hosts = [n for n, r in zip(fabric.node_names, fabric.node_roles, strict=True) if r == "host"]
+    sample = sim.step().port_sample
+    write_snmprec(sample, fabric, tmp_path / "data")
+    trees = HostTreeWriter(tmp_path / "hosts", fabric)
+    trees.write(sample)
     agent = start_snmpsim(tmp_path / "data", "spine-0000")
     config = tmp_path / "graywire.yaml"
     targets = [{"host": "127.0.0.1", "port": agent.port, "community": s} for s in switches]
-    config.write_text(yaml.safe_dump({"sources": [{"type": "snmp", "targets": targets, "timeout_s": 20}]}))
     out = tmp_path / "inventory.yaml"
-    assert main(["inventory", "discover", "--snmp", str(config), "--out", str(out)]) == 0
+    with ExitStack() as stack:
+        apps = [create_agent_app(AgentConfig(sysfs_root=trees.host_root(h), hostname=h)) for h in hosts]
+        urls = [stack.enter_context(serve(app)) for app in apps]
+        sources = [{"type": "snmp", "targets": targets, "timeout_s": 20}, {"type": "agent", "urls": urls}]
+        config.write_text(yaml.safe_dump({"sources": sources}))
+        assert main(["inventory", "discover", "--snmp", str(config), "--out", str(out)]) == 0
     found = load_inventory(out)
+    netdev, mac = fabric.aliases[fabric.keys.index(NIC)]
+    assert found.aliases[found.keys.index(NIC)] == (mac, netdev)  # the names LLDP and the agent gave
 
     def cables(f: Any) -> set[frozenset[str]]:
         t = f.links_table("x")
