@@ -112,7 +112,7 @@ class _Snapshot(FakeUfm):
     def __init__(self, fabric: Fabric) -> None:  # no server, no simulation: only the renderers
         self.fabric = fabric
         self._ports = _Ports(fabric)
-        self.step = SimpleNamespace(port_sample=None, time=None)  # type: ignore[assignment]
+        self.step = SimpleNamespace(port_sample=None, time=None, links=None)  # type: ignore[assignment]
 
 
 @dataclass
@@ -135,7 +135,7 @@ class UfmDefaultView:
         if batch.num_rows == 0:
             return []
         now = _time_of(batch)
-        self._snap.step = SimpleNamespace(port_sample=batch, time=now)  # type: ignore[assignment]
+        self._snap.step = SimpleNamespace(port_sample=batch, time=now, links=None)  # type: ignore[assignment]
         rest, _ = parse_ports(self._snap.ports_json(), self._keys, now)
         labels = self._snap._ports.labels.take(pa.array(self._snap._rows()))
         metrics = [(name, self._snap._values(col, div)) for col, (name, div) in UFM_DEFAULT.items()]

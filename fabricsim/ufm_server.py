@@ -265,6 +265,7 @@ class FakeUfm:
         speed, _ = self._column("speed_bps")
         width, _ = self._column("width")
         host = f.host_port
+        peers = self._peers()
         out = []
         for i in range(f.n_ports):
             if not has[i]:
@@ -275,7 +276,7 @@ class FakeUfm:
             exp_w = int(f.expected_width[i]) or 4
             exp_name = speed_name(int(f.expected_speed_bps[i]), exp_w)
             enabled = list(SPEED_ORDER[: SPEED_ORDER.index(exp_name) + 1]) if exp_name in SPEED_ORDER else []
-            peer = int(f.peer[i])
+            peer = int(peers[i]) if up else -1  # UFM names the peer it discovered, none when down
             entry: dict[str, Any] = {
                 "guid": p.guid16[i],
                 "name": f"{p.guid16[i]}_{num}",
@@ -315,6 +316,18 @@ class FakeUfm:
                 }
             out.append(entry)
         return out
+
+    def _peers(self) -> np.ndarray:
+        """Each port's peer over the current step's cables (a moved cable's new end, none for an
+        unplugged one), the model's where the simulator reports no cables."""
+        f, links = self.fabric, self.step.links
+        if links is None:
+            return f.peer
+        a, b = f.lookup(links.column("a_port")), f.lookup(links.column("b_port"))
+        ok = (a >= 0) & (b >= 0)
+        peers = np.full(f.n_ports, -1, np.int64)
+        peers[a[ok]], peers[b[ok]] = b[ok], a[ok]
+        return peers
 
     def links_json(self) -> list[dict[str, Any]]:
         """The cables of the current step (a down or unplugged one is not listed), as UFM does."""

@@ -172,3 +172,37 @@ def test_a_port_that_is_not_up_has_null_speed_and_width_and_links_carry_the_ends
     assert nic["source_port_name"] == f"{nic['source_guid']}_{nic['source_port']}"
     assert nic["destination_port_name"] == f"{nic['destination_guid']}_{nic['destination_port']}"
     assert "leaf-r1-000:" in nic["source_port_node_description"] + nic["destination_port_node_description"]
+
+
+def test_a_ports_peer_is_the_cable_ufm_sees_now_not_the_models() -> None:
+    """UFM discovers peers: a port whose cable moved names the port it now reaches, and one that
+    is not up names none (``peer_port_dname`` "N/A", no peer GUID), as the guide's Polling port."""
+    sim = FabricSim(
+        SimConfig(topology=TopologySpec(hosts=4), seed=2, faults="cable_moved@0s+600s:gpu-0002/mlx5_1")
+    )
+    fake = FakeUfm(sim, username="admin", password="pw", token="tok")
+    fake.advance(6)  # the cable is out 20 s, then in its new port
+    moved = next(f for f in sim.faults if f.kind == "cable_moved")
+    client = TestClient(fake.app)
+    ports = {
+        p["node_description"]: p
+        for p in client.get("/ufmRest/resources/ports", headers=basic("admin", "pw")).json()
+    }
+    nic = ports["gpu-0002 mlx5_1"]
+    links = fake.step.links
+    now = dict(zip(links.column("a_port").to_pylist(), links.column("b_port").to_pylist(), strict=True))
+    now |= {b: a for a, b in now.items()}
+    new_end = now["gpu-0002/mlx5_1"]
+    assert new_end != sim.fabric.keys[int(sim.fabric.peer[sim.fabric.keys.index("gpu-0002/mlx5_1")])]
+    node, _, num = new_end.partition("/")
+    assert (nic["peer_node_name"], nic["peer_port_dname"]) == (node, num.removeprefix("p"))
+    assert moved.extra["to"] == new_end
+    # The port the cable left is not up: no peer at all.
+    left = sim.fabric.keys[int(sim.fabric.peer[sim.fabric.keys.index("gpu-0002/mlx5_1")])]
+    old = next(
+        p
+        for p in ports.values()
+        if p["system_name"] == left.split("/")[0] and p["number"] == int(left.split("/p")[1])
+    )
+    assert old["physical_state"] != "Link Up"
+    assert old["peer_port_dname"] == "N/A" and "peer_guid" not in old
