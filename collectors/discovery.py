@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.ibnetdiscover import IbEnd, IbnetdiscoverResult
-from graywire.collectors.keys import alias_keys, by_alias, normalize_guid, port_key
+from graywire.collectors.keys import alias_keys, by_alias, node_of_key, normalize_guid, port_key
 from graywire.collectors.model import Fabric, PortSpec
 from graywire.collectors.schemas import LINK
 from graywire.collectors.ufm.rest import port_speed_bps, speed_name_gbps, width_lanes
@@ -253,8 +253,8 @@ def nic_aliases(ports: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     out: dict[str, str] = {}
     for p in ports:
         key = p.get("port")
-        if isinstance(key, str) and "/" in key:
-            out.update(dict.fromkeys(alias_keys(key.partition("/")[0], (p.get("netdev"), p.get("mac"))), key))
+        if (node := node_of_key(key)) is not None:
+            out.update(dict.fromkeys(alias_keys(node, (p.get("netdev"), p.get("mac"))), key))
     return out
 
 

@@ -54,6 +54,38 @@ def split_port_key(key: str) -> tuple[str, str]:
     return node, label
 
 
+def node_of_key(key: object) -> str | None:
+    """The node of a port key, None for anything that is not one (an incident's missing port)."""
+    if not isinstance(key, str):
+        return None
+    node, sep, label = key.partition("/")
+    return node if sep and node and label else None
+
+
+#: Between the two port keys of a link label: ``gpu-0003/mlx5_2<->leaf-r2-000/p4``.
+LINK_SEP = "<->"
+
+
+def link_label(a: str, b: str) -> str:
+    """A cable's name: its two port keys in sorted order, so either end names it alike."""
+    lo, hi = sorted((a, b))
+    return f"{lo}{LINK_SEP}{hi}"
+
+
+def link_ends(label: str | None) -> list[str]:
+    """The port keys of a link label; [] for anything else (None, a port key)."""
+    if not label or LINK_SEP not in label:
+        return []
+    return [end for end in label.split(LINK_SEP, 1) if end]
+
+
+def keys_named(name: str | None) -> list[str]:
+    """The port keys a name stands for: a link label's two ends, else the name itself."""
+    if not name:
+        return []
+    return link_ends(name) or [name]
+
+
 _MAC_DIGITS = re.compile(r"[0-9a-f]{12}")
 
 

@@ -23,6 +23,7 @@ import yaml
 from graywire.collectors.keys import (
     alias_keys,
     by_alias,
+    link_label,
     normalize_guid,
     normalize_mac,
     port_key,
@@ -213,8 +214,7 @@ class Fabric:
         p = int(self.peer[idx])
         if p < 0:
             return None
-        a, b = sorted((self.keys[idx], self.keys[p]))
-        return f"{a}<->{b}"
+        return link_label(self.keys[idx], self.keys[p])
 
     def guid_index(self) -> dict[str, int]:
         """Normalized GUID -> port index, for GUID-addressed sources."""

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graywire.collectors.keys import LINK_SEP
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow, Scores
 from graywire.detectors.findings import Finding, Kind
@@ -464,7 +465,7 @@ class NcclHopDetector:
         name = self.comms.keys[comm]
         s_host, s_port, s_dev = self._port(comm, src, chan)
         d_host, d_port, d_dev = self._port(comm, dst, chan)
-        link = f"{s_port}<->{d_port}" if s_port and d_port else None
+        link = f"{s_port}{LINK_SEP}{d_port}" if s_port and d_port else None  # the hop's direction
         ends = f"{s_port or s_host or f'rank {src}'} -> {d_port or d_host or f'rank {dst}'}"
         lab = self._label[elevated]
         others = lab[(lab[:, 0] == comm) & ~((lab[:, 2] == src) & (lab[:, 3] == dst))]  # other pairs

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graywire.collectors.keys import normalize_guid
+from graywire.collectors.keys import link_label, normalize_guid
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import Hysteresis, HysteresisConfig, KeyIndex, Scores
 from graywire.detectors.findings import Finding, Kind, Severity
@@ -422,8 +422,7 @@ class TopologyDetector:
         return tuple(sorted((x, y), key=rank))  # type: ignore[return-value]
 
     def _label(self, x: int, y: int) -> str:
-        a, b = sorted((self.key_of(x), self.key_of(y)))
-        return f"{a}<->{b}"
+        return link_label(self.key_of(x), self.key_of(y))
 
     def _missing_finding(self, link: int, status: str, now: datetime, complete: list[str]) -> Finding:
         f = self.fabric

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graywire.collectors.keys import keys_named
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import record_kind
 from graywire.detectors.base import PortIndexer
@@ -338,7 +339,7 @@ class StateBoard:
         by_key: dict[str, int] = {}
         for port, link, severity in on_ports:
             code = PORT_HEALTH.get(severity, 1)
-            ends = link.split("<->") if link else []
+            ends = keys_named(link)
             for key in {port, *ends} - {None, ""}:
                 assert key is not None
                 by_key[key] = max(by_key.get(key, 0), code)

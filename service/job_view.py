@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from graywire.collectors.keys import keys_named, node_of_key
 from graywire.detectors.findings import JOB_PHASES, PHASE, SEVERITY_RANK, Phase
 from graywire.service.alerts.events import job_of
 
@@ -75,17 +76,12 @@ def _named_hosts(incident: Mapping[str, Any], roles: Mapping[str, str]) -> set[s
     return {n for n in names if _is_host(n, roles)}
 
 
-def _node_of_key(key: object) -> str | None:
-    # A port key is "<node>/<port>" once collectors normalized it.
-    return key.split("/", 1)[0] if isinstance(key, str) and "/" in key else None
-
-
 def _where(incident: Mapping[str, Any]) -> set[str]:
     """The nodes a per-host incident is on: its node, its port's node, either end of its link."""
-    where = {incident.get("node"), _node_of_key(incident.get("port"))}
+    where = {incident.get("node"), node_of_key(incident.get("port"))}
     link = incident.get("link")
     if isinstance(link, str):
-        where.update(_node_of_key(end) for end in link.split("<->"))
+        where.update(node_of_key(end) for end in keys_named(link))
     return {w for w in where if isinstance(w, str) and w}
 
 

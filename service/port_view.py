@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from graywire.collectors.keys import keys_named
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
 from graywire.detectors.findings import PORT_HEALTH
@@ -60,7 +61,7 @@ class FabricLayout:
 
     def link_of(self, name: str) -> int | None:
         """Link number for a link label (``a<->b``) or a port key on it; None if unknown."""
-        ports = name.split("<->") if "<->" in name else [name]
+        ports = keys_named(name)
         idx = [self.key_index.get(p) for p in ports]
         if any(i is None for i in idx):
             return None
@@ -291,7 +292,7 @@ def incident_ports(incident: Mapping[str, Any], key_index: Mapping[str, int]) ->
     for name in (incident.get("link"), incident.get("port"), incident.get("entity")):
         if not name:
             continue
-        for key in str(name).split("<->"):
+        for key in keys_named(str(name)):
             if key in key_index:
                 found.add(key_index[key])
     return found

@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, aliased
 
+from graywire.collectors.keys import link_ends, node_of_key
 from graywire.service.drain_engine import NETWORK_KIND as SWITCH_KIND
 from graywire.service.models import ACTIVE_STATUSES, Incident
 
@@ -33,16 +34,6 @@ class IncidentPlace:
     node: str | None
     port: str | None
     link: str | None
-
-
-def _node_of(port_key: str) -> str:
-    return port_key.split("/", 1)[0]
-
-
-def _link_ends(link: str | None) -> list[str]:
-    if not link or "<->" not in link:
-        return []
-    return [end for end in link.split("<->", 1) if end]
 
 
 def inhibited_ids(
@@ -60,7 +51,7 @@ def inhibited_ids(
     places = list(places)
     peer: dict[str, str] = {}
     for p in places:
-        ends = _link_ends(p.link)
+        ends = link_ends(p.link)
         if len(ends) == 2:
             peer[ends[0]], peer[ends[1]] = ends[1], ends[0]
     counted: set[int] = set()
@@ -70,11 +61,11 @@ def inhibited_ids(
     for p in places:
         if p.kind == SWITCH_KIND:
             continue
-        nodes = {_node_of(end) for end in _link_ends(p.link)}
+        nodes = {node_of_key(end) for end in link_ends(p.link)}
         if p.port:
-            nodes.add(_node_of(p.port))
+            nodes.add(node_of_key(p.port))
             if p.port in peer:
-                nodes.add(_node_of(peer[p.port]))
+                nodes.add(node_of_key(peer[p.port]))
         if p.node:
             nodes.add(p.node)
         if p.id in counted or nodes & switch_evidence.keys():

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 
+from graywire.collectors.keys import link_ends, node_of_key
 from graywire.collectors.model import ROLES, Fabric
 from graywire.service.alerts.events import Place
 from graywire.service.drain_engine import NETWORK_KIND as SWITCH_KIND
@@ -21,16 +22,6 @@ from graywire.service.drain_engine import NETWORK_KIND as SWITCH_KIND
 #: Rows looked up at most once per process while they stay in this many recent ones: the sync
 #: describes every firing incident on every pass.
 _CACHE = 1 << 16
-
-
-def _node_of(port_key: str) -> str:
-    return port_key.split("/", 1)[0]
-
-
-def _link_ends(link: str | None) -> list[str]:
-    if not link or "<->" not in link:
-        return []
-    return [end for end in link.split("<->", 1) if end]
 
 
 class FabricPlaces:
@@ -69,14 +60,14 @@ class FabricPlaces:
             switch = node or entity
             return Place(switch, self._node_rails.get(switch))
         f = self.fabric
-        ends = _link_ends(link)
+        ends = link_ends(link)
         switch: str | None = None
         rail: str | None = None
         if port:
             i = self._port_index(port)
-            candidates = [f.node_of(i) if i >= 0 else _node_of(port)]
+            candidates = [f.node_of(i) if i >= 0 else node_of_key(port)]
             if port in ends and len(ends) == 2:
-                candidates.append(_node_of(ends[1] if ends[0] == port else ends[0]))
+                candidates.append(node_of_key(ends[1] if ends[0] == port else ends[0]))
             peer = int(f.peer[i]) if i >= 0 else -1
             if peer >= 0:
                 candidates.append(f.node_of(peer))
@@ -86,7 +77,7 @@ class FabricPlaces:
             elif peer >= 0 and f.rail[peer] >= 0:
                 rail = str(int(f.rail[peer]))
         elif ends:
-            switches = [n for n in (_node_of(e) for e in ends) if self._is_switch(n)]
+            switches = [n for n in (node_of_key(e) for e in ends) if self._is_switch(n)]
             switch = min(switches, key=lambda n: ROLES.index(self._role[n]), default=None)
         elif self._is_switch(node):
             switch = node

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from graywire.collectors.keys import normalize_guid, port_key, split_port_key
+from graywire.collectors.keys import (
+    keys_named,
+    link_ends,
+    link_label,
+    node_of_key,
+    normalize_guid,
+    port_key,
+    split_port_key,
+)
 
 CANON = "0x0002c90300a1b2c3"
 
@@ -101,3 +109,20 @@ def test_macs_in_every_usual_spelling() -> None:
         assert normalize_mac(spelling) == "aa:bb:cc:dd:ee:0f", spelling
     for bad in (None, "", "00:00:00:00:00:00", "aa:bb:cc", "gg:bb:cc:dd:ee:ff", "mlx5_0"):
         assert normalize_mac(bad) is None, bad
+
+
+@pytest.mark.parametrize(
+    ("key", "node"),
+    [("gpu-0003/mlx5_2", "gpu-0003"), ("leaf1/Ethernet1/54", "leaf1"), ("gpu-0003", None), ("/p1", None),
+     ("leaf1/", None), (None, None), (7, None)],
+)  # fmt: skip
+def test_node_of_key_is_none_for_what_is_not_a_port_key(key: object, node: str | None) -> None:
+    assert node_of_key(key) == node
+
+
+def test_a_link_is_named_alike_from_either_end_and_read_back() -> None:
+    a, b = "leaf-r2-000/p4", "gpu-0003/mlx5_2"
+    assert link_label(a, b) == link_label(b, a) == "gpu-0003/mlx5_2<->leaf-r2-000/p4"
+    assert link_ends(link_label(a, b)) == [b, a]
+    assert link_ends(a) == [] and link_ends(None) == [] and link_ends("") == []
+    assert keys_named(link_label(a, b)) == [b, a] and keys_named(a) == [a] and keys_named(None) == []
