@@ -56,6 +56,8 @@ class Report:
     interval_s: float
     #: finding kind -> [true, false, benign alarms], for per-fault-type precision
     by_kind: dict[str, list[int]] = field(default_factory=dict)
+    #: Each firing finding scored, in order, with what it was: ``true``, ``false`` or ``benign``.
+    verdicts: list[tuple[Any, str]] = field(default_factory=list)
 
     @property
     def precision(self) -> float | None:
@@ -174,19 +176,24 @@ def score(
     true = false = benign_alarms = 0
     examples: list[dict[str, Any]] = []
     by_kind: dict[str, list[int]] = {}
+    verdicts: list[tuple[Any, str]] = []
     for f in firing:
         t, where = rel(f), _where(f)
         counts = by_kind.setdefault(f.kind, [0, 0, 0])
         if any(where & _fault_places(x) and near(x, t, interval) for x in real):
             true += 1
             counts[0] += 1
-        elif any((x.get("node") == "*" or where & _fault_places(x)) and near(x, t, interval) for x in benign):
+            verdicts.append((f, "true"))
+            continue
+        if any((x.get("node") == "*" or where & _fault_places(x)) and near(x, t, interval) for x in benign):
             benign_alarms += 1
             counts[2] += 1
-            examples.append({"kind": f.kind, "entity": f.entity, "time": f.time.isoformat(), "why": "benign"})
+            why = "benign"
         else:
             false += 1
             counts[1] += 1
-            examples.append({"kind": f.kind, "entity": f.entity, "time": f.time.isoformat(), "why": "false"})
+            why = "false"
+        verdicts.append((f, why))
+        examples.append({"kind": f.kind, "entity": f.entity, "time": f.time.isoformat(), "why": why})
     port_hours = float(truth.get("ports", 0)) * float(truth["duration_s"]) / 3600
-    return Report(by_fault, true, false, benign_alarms, examples, port_hours, interval, by_kind)
+    return Report(by_fault, true, false, benign_alarms, examples, port_hours, interval, by_kind, verdicts)

@@ -15,11 +15,12 @@ show at all is reported as not observable, not as a miss.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, TextIO
 
 from graywire.detectors.ber_thresholds import ThresholdTable
 from graywire.detectors.findings import Kind
@@ -30,7 +31,7 @@ from graywire.fabricsim.faults import FAULT_KINDS
 from graywire.fabricsim.nccl_views import NCCL_VIEWS, InitLogView
 from graywire.fabricsim.port_views import PORT_VIEWS, UfmLinksView
 from graywire.fabricsim.ras import read_back
-from graywire.fabricsim.sim import FabricSim, SimConfig, truth_document
+from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig, truth_document
 from graywire.fabricsim.topology import TopologySpec
 
 MAGNITUDES: dict[str, tuple[float, ...]] = {
@@ -375,10 +376,14 @@ def _p95(values: list[float]) -> float | None:
 
 
 def run_scenario(
-    sc: Scenario, table: ThresholdTable | None, tick: Callable[[int], None] | None = None
+    sc: Scenario,
+    table: ThresholdTable | None,
+    tick: Callable[[int], None] | None = None,
+    record: Callable[[list[Any]], None] | None = None,
 ) -> tuple[Report, Report]:
     """Simulate one scenario and score the detectors and the baseline on it, both fed the
-    batches the scenario's variant gives (its sources' formats, read back by the collectors)."""
+    batches the scenario's variant gives (its sources' formats, read back by the collectors).
+    ``record`` is given every finding the detectors made, in order."""
     topology = TopologySpec(hosts=sc.hosts, storage_nics=sc.storage_nics)
     sim = FabricSim(SimConfig(topology=topology, interval_s=sc.interval_s,
                               duration_s=sc.duration_s, seed=sc.seed, faults=sc.faults))  # fmt: skip
@@ -427,6 +432,8 @@ def run_scenario(
         nccl_view.close()
         if init_view is not None:
             init_view.close()
+    if record is not None:
+        record(found)
     truth = truth_document(sim)
     blind = set(getattr(port_view, "blind_to", ())) | set(nccl_view.blind_to)
     reports = score(found, truth, pipe.kinds), score(base_found, truth, list(StaticRules.kinds))
@@ -440,12 +447,19 @@ def evaluate(
     scenarios: list[Scenario],
     table: ThresholdTable | None,
     progress: Callable[[int], None] | None = None,
+    findings: TextIO | None = None,
 ) -> dict[str, Any]:
-    """Scores per variant (``variants``); the top level is the first variant's (``rich``)."""
+    """Scores per variant (``variants``); the top level is the first variant's (``rich``).
+    ``findings`` gets every finding as a JSON line (:func:`finding_line`)."""
     totals: dict[str, tuple[Totals, Totals]] = {}
     runs = []
     for sc in scenarios:
-        rep, base = run_scenario(sc, table, progress)
+        made: list[Any] = []
+        rep, base = run_scenario(sc, table, progress, made.extend if findings is not None else None)
+        if findings is not None:
+            verdict = {id(f): why for f, why in rep.verdicts}
+            for f in made:
+                findings.write(json.dumps(finding_line(sc, f, verdict.get(id(f))), default=str) + "\n")
         soak = sc.name.startswith("soak")
         ours, baseline = totals.setdefault(sc.group, (Totals(), Totals()))
         ours.add(rep, soak)
@@ -466,3 +480,15 @@ def evaluate(
     result["scenarios"] = runs
     result["ber_thresholds"] = "NVIDIA field table" if table else "generic PAM4 rule"
     return result
+
+
+def finding_line(sc: Scenario, f: Any, verdict: str | None) -> dict[str, Any]:
+    """One finding of one scenario, as ``graywire eval --findings`` writes it: where and when
+    (seconds into the scenario), and for a firing one what the scoring made of it (``true``: at
+    an injected fault; ``false``; ``benign``: at a benign event such as a driver reload)."""
+    return {
+        "scenario": sc.name, "variant": sc.group, "seed": sc.seed,
+        "t_s": round((f.time - EPOCH).total_seconds(), 3), "kind": str(f.kind), "status": f.status,
+        "entity": f.entity, "severity": str(f.severity), "node": f.node, "port": f.port, "link": f.link,
+        "verdict": verdict, "summary": f.summary,
+    }  # fmt: skip

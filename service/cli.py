@@ -4,6 +4,7 @@ k8s-sync, db."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -265,10 +266,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise ValueError(f"--only {args.only!r}: no scenario name matches or starts so")
     t0 = time.perf_counter()
     total = sum(sc.polls for sc in scenarios)
-    with tqdm(
-        total=total, unit="poll", desc="evaluating", disable=args.quiet or None, file=sys.stderr
-    ) as bar:
-        result = evaluate(scenarios, table, bar.update)
+    with contextlib.ExitStack() as stack:
+        bar = stack.enter_context(
+            tqdm(total=total, unit="poll", desc="evaluating", disable=args.quiet or None, file=sys.stderr)
+        )
+        out = stack.enter_context(open(args.findings, "w")) if args.findings else None
+        result = evaluate(scenarios, table, bar.update, out)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
@@ -579,6 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         metavar="GLOB",
         help="only the scenarios whose name matches GLOB or starts with it ('multipath-*', 'datapath-')",
+    )
+    s.add_argument(
+        "--findings",
+        metavar="FILE",
+        help="write every finding (JSON lines: scenario, time, kind, entity, where, and for a firing "
+        "one whether it was at a fault: true, false or benign)",
     )
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_eval)

@@ -340,3 +340,21 @@ def test_sigterm_to_fakes_stops_its_snmpsim(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_eval_writes_every_finding_with_what_the_scoring_made_of_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "findings.jsonl"
+    args = ["eval", "--quick", "--seeds", "1", "--variants", "host_ethtool+inspector_verbose",
+            "--only", "quirks-reload-ramp", "--findings", str(out), "--json", "-q"]  # fmt: skip
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines and {x["scenario"] for x in lines} == {"quirks-reload-ramp-s0"}
+    firing = [x for x in lines if x["status"] == "firing"]
+    assert all(x["verdict"] in ("true", "false", "benign") for x in firing)
+    assert all(x["verdict"] is None for x in lines if x["status"] == "cleared")
+    assert sum(x["verdict"] != "true" for x in firing) == result["false_findings"]
+    ber = [x for x in firing if x["kind"] == "ber_degradation" and x["verdict"] == "true"]
+    assert ber and ber[0]["port"] and 600 <= ber[0]["t_s"] <= 660  # the ramp starts at 600 s
