@@ -37,10 +37,10 @@ from graywire.detectors.ber_thresholds import (
     ThresholdTable,
     lane_class_codes,
 )
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 
 LEVELS = ("ok", "rising", "warning", "error")
-SEVERITY = {1: "info", 2: "warning", 3: "critical"}
+SEVERITY = {1: Severity.INFO, 2: Severity.WARNING, 3: Severity.CRITICAL}
 #: Which rule set a port's level, for the evidence (index = rule code; higher codes win ties).
 RULES = (
     "none",
@@ -478,7 +478,7 @@ class BerDetector:
             entity=str(place["entity"]),
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity=SEVERITY.get(level, "info"),  # type: ignore[arg-type]
+            severity=SEVERITY.get(level, Severity.INFO),
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=place["node"],

@@ -42,7 +42,7 @@ import pyarrow as pa
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
 from graywire.detectors.base import PortIndexer, column
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 
 ENTITY = "compute-network"
 
@@ -240,7 +240,7 @@ class CheckpointTrafficDetector:
             entity=ENTITY,
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             score=float(last.hosts / max(last.judged, 1)) if last else 0.0,

@@ -29,7 +29,7 @@ import pyarrow as pa
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
 from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, median_through
 
 
@@ -120,7 +120,7 @@ class PfcStormDetector:
             entity=key,
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="critical",
+            severity=Severity.CRITICAL,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=f.node_of(port),
@@ -256,7 +256,7 @@ class EcnHotspotDetector:
             entity=key,
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=f.node_of(port),
@@ -441,7 +441,7 @@ class XmitWaitDetector:
             entity=str(place["entity"]),
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=place["node"],

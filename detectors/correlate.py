@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.findings import SEVERITY_RANK, Kind
+from graywire.detectors.findings import SEVERITY_RANK, Kind, Severity
 
 LINK_KINDS = frozenset(
     {
@@ -177,7 +177,7 @@ def node_verdicts(
         return v
 
     for sw in sorted(blamed):
-        v = verdict(sw, "network", "critical")
+        v = verdict(sw, "network", Severity.CRITICAL)
         hosts = sorted(hosts_by_switch[sw])
         shown = ", ".join(hosts[:8]) + (", …" if len(hosts) > 8 else "")
         v.reasons.append(
@@ -189,7 +189,7 @@ def node_verdicts(
     ordered = [i for i in open_ if i["kind"] not in HOP_KINDS] + [i for i in open_ if i["kind"] in HOP_KINDS]
     for inc in ordered:
         kind, node, port = inc["kind"], inc.get("node"), inc.get("port")
-        sev = inc.get("severity", "warning")
+        sev = inc.get("severity", Severity.WARNING)
         if kind in HOP_KINDS:
             ev = inc.get("evidence") or {}
             ends = ((ev.get("src_host"), ev.get("src_port")), (ev.get("dst_host"), ev.get("dst_port")))
@@ -207,10 +207,10 @@ def node_verdicts(
         if not node:
             continue
         if kind in SATURATION_KINDS:
-            if sev == "info":
+            if sev == Severity.INFO:
                 continue
             _, host = switch_end(port)
-            v = verdict(host or node, "link", "info")
+            v = verdict(host or node, "link", Severity.INFO)
             v.reasons.append(f"{inc['summary']} (saturated counters: watched, not drained)")
             v.incident_ids.append(inc["id"])
             if port:
@@ -222,7 +222,7 @@ def node_verdicts(
                 f"{inc['summary']} (seen on the ranks of several hosts: the path, not the hosts)"
             )
         elif kind in NCCL_TIMING_KINDS and node in congested and node not in badly_linked:
-            v = verdict(node, "host", "info")
+            v = verdict(node, "host", Severity.INFO)
             v.reasons.append(f"{inc['summary']} (slow behind congestion toward it: watched, not drained)")
         elif kind in NCCL_TIMING_KINDS and node in path_of_host:
             v = verdict(node, "network", sev)
@@ -231,7 +231,7 @@ def node_verdicts(
         elif kind == Kind.PFC_STORM and port and sw_side(port) and switch_end(port)[0] not in blamed:
             # The switch pauses the host: the host is a victim of congestion further on.
             _, host = switch_end(port)
-            v = verdict(host or node, "link", "info")
+            v = verdict(host or node, "link", Severity.INFO)
             v.reasons.append(f"{inc['summary']} ({victim_of(port)}: watched, not drained)")
         elif kind in LINK_KINDS:
             sw, host = switch_end(port)
@@ -246,7 +246,7 @@ def node_verdicts(
                 v.reasons.append(str(inc["summary"]))
         elif kind == Kind.ECN_HOTSPOT:
             # Marks on what a host receives: the queue toward it is congested, not the host.
-            v = verdict(node, "host", "info")
+            v = verdict(node, "host", Severity.INFO)
             v.reasons.append(f"{inc['summary']} ({victim_of(port)}: watched, not drained)")
         else:  # NCCL, outliers: evidence about the host itself
             v = verdict(node, "host", sev)
@@ -299,7 +299,7 @@ _UNDATED = datetime.max.replace(tzinfo=UTC)
 def _rank(inc: Mapping[str, Any]) -> tuple[int, datetime, int]:
     """Worst first, then oldest, then lowest id: the one incident that stands for a place."""
     return (
-        -SEVERITY_RANK.get(inc.get("severity", "info"), 0),
+        -SEVERITY_RANK.get(inc.get("severity", Severity.INFO), 0),
         _utc(inc.get("opened_at")) or _UNDATED,
         int(inc["id"]),
     )
@@ -357,8 +357,8 @@ def root_causes(
         eid, cid = int(effect["id"]), int(cause["id"])
         if eid == cid or eid in direct:
             return
-        if SEVERITY_RANK.get(effect.get("severity", "info"), 0) > SEVERITY_RANK.get(
-            cause.get("severity", "info"), 0
+        if SEVERITY_RANK.get(effect.get("severity", Severity.INFO), 0) > SEVERITY_RANK.get(
+            cause.get("severity", Severity.INFO), 0
         ):
             return
         direct[eid] = Cause(cid, reason)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
 from graywire.detectors.base import LinkEntities, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 
 HISTORY = 16  # outage times kept per link
 MAX_SOURCES = 8  # distinct source names whose port state is tracked apart (more share the last slot)
@@ -204,7 +204,7 @@ class LinkFlapDetector:
             entity=str(place["entity"]),
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="critical" if sev == 2 else "warning",
+            severity=Severity.CRITICAL if sev == 2 else Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=place["node"],

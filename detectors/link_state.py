@@ -25,7 +25,7 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
 from graywire.collectors.units import format_speed
 from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +286,7 @@ class LinkDowngradeDetector:
             entity=f.link_label(main) or f.keys[main],
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="critical",
+            severity=Severity.CRITICAL,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=f.node_of(main),

@@ -23,7 +23,7 @@ import pyarrow as pa
 from graywire.collectors.extras import require
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA
 
 if TYPE_CHECKING:  # scikit-learn is the optional extra graywire[ml]: loaded when the detector is built
@@ -236,7 +236,7 @@ class MultivariateOutlier:
             entity=key,
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=f.node_of(port),

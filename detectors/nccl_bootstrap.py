@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA
 
 KINDS = (Kind.NCCL_BOOTSTRAP_STALL, Kind.NCCL_INIT_SLOW)
@@ -411,7 +411,7 @@ class NcclBootstrapDetector:
             entity=f"{c}|{h}",
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",  # type: ignore[arg-type]
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=None if h in ("?", "*") else h,
@@ -441,7 +441,7 @@ class NcclBootstrapDetector:
             entity=f"{job}",
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="info",  # type: ignore[arg-type]
+            severity=Severity.INFO,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             score=ev["init_seconds"] / base if base > 0 else 0.0,

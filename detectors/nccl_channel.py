@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow, Scores
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 
@@ -444,7 +444,7 @@ class NcclChannelOutlier:
             entity=entity,
             status="cleared",
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=f"{what} stopped reporting for {self.cfg.expire_polls} polls (job ended?): closed",
             detector=f"{self.name}/{self.version}",
             node=node if node != "?" else None,
@@ -511,7 +511,7 @@ class NcclChannelOutlier:
             entity=self.entity_name(ent),
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=host,
@@ -558,7 +558,7 @@ class NcclChannelOutlier:
         if status == "cleared":
             return Finding(
                 kind=Kind.NCCL_PATH_SLOW, entity=self._path_entity(key), status="cleared", time=now,
-                severity="warning", summary=f"slow path {where} in {comm} back in line with its peers",
+                severity=Severity.WARNING, summary=f"slow path {where} in {comm} back in line with its peers",
                 detector=f"{self.name}/{self.version}", node=node,
             )  # fmt: skip
         chans = sorted({self._entity_label[c][2] for c in cells})
@@ -600,7 +600,7 @@ class NcclChannelOutlier:
             entity=self._path_entity(key),
             status="firing",
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=(
                 f"{which} of {comm} slow on {len(ranks)} ranks of {len(hosts)} hosts {where} "
                 f"({med_slow:.0%} slower than peers), other channels of those ranks normal: "

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from graywire.collectors.keys import LINK_SEP
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow, Scores
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 _SIDES = ("send", "recv")
@@ -510,7 +510,7 @@ class NcclHopDetector:
             entity=self._entity(comm, src, dst),
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=None,
@@ -545,7 +545,7 @@ class NcclHopDetector:
                     entity=self._entity(comm, src, dst),
                     status="cleared",
                     time=now,
-                    severity="warning",
+                    severity=Severity.WARNING,
                     summary=f"hop rank {src} -> {dst} stopped reporting for {self.cfg.expire_polls} polls "
                     "(job ended?): closed",
                     detector=f"{self.name}/{self.version}",

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.detectors.base import Decision, EntityIndex, Hysteresis, HysteresisConfig, Scores
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import group_median, sorted_codes
 
 
@@ -354,7 +354,7 @@ class NcclStepTime:
                 entity=job,
                 status=status,  # type: ignore[arg-type]
                 time=now,
-                severity="warning",
+                severity=Severity.WARNING,
                 summary=summary,
                 detector=f"{self.name}/{self.version}",
                 score=float(ev.get("shift", 0.0)),

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow, Scores
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
 
@@ -293,7 +293,7 @@ class NcclStraggler:
             entity=f"{comm}|rank {rank}",
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=host,

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.nccl.debug_log import PATH_TYPES
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 
 KINDS = (Kind.NCCL_TOPOLOGY_MISMATCH,)
 _PATH_RANK = {t: i for i, t in enumerate(PATH_TYPES)}
@@ -216,7 +216,7 @@ class NcclTopologyDetector:
             entity=host,
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=host,

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.nccl.debug_log import net_name
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 
 KINDS = (Kind.NCCL_TRANSPORT_FALLBACK, Kind.NCCL_GDRDMA_MISSING, Kind.NCCL_CHANNELS_REDUCED)
 
@@ -197,7 +197,7 @@ class NcclTransportDetector:
             entity=f"{key[1]}|{host}",
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=None if host == "?" else host,

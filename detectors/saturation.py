@@ -19,7 +19,7 @@ import pyarrow as pa
 from graywire.collectors.counters import ERROR_COLUMNS, IBA_COUNTERS
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.rates import SATURATION_COLUMNS
 
 #: Column -> legacy width, for the evidence (saturating sources are the legacy IBA fields).
@@ -103,7 +103,7 @@ class CounterSaturationDetector:
             entity=key,
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning" if errors else "info",
+            severity=Severity.WARNING if errors else Severity.INFO,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=f.node_of(port),

@@ -52,10 +52,10 @@ _LOW = np.int64((1 << 32) - 1)
 _CHANGED, _UNEXPECTED, _RAIL = 0, 1, 2
 _CABLE_KINDS = (Kind.CABLING_CHANGED, Kind.LINK_UNEXPECTED, Kind.RAIL_MISCABLED)
 _SEVERITY: dict[str, Severity] = {
-    Kind.LINK_MISSING: "critical",
-    Kind.CABLING_CHANGED: "warning",
-    Kind.LINK_UNEXPECTED: "warning",
-    Kind.RAIL_MISCABLED: "critical",
+    Kind.LINK_MISSING: Severity.CRITICAL,
+    Kind.CABLING_CHANGED: Severity.WARNING,
+    Kind.LINK_UNEXPECTED: Severity.WARNING,
+    Kind.RAIL_MISCABLED: Severity.CRITICAL,
 }
 
 

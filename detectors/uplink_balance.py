@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import LOGICAL_ACTIVE
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, PortIndexer, Scores, column
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 
 
 class JobPulses:
@@ -308,7 +308,7 @@ class UplinkBalanceDetector:
             entity=name,
             status=status,  # type: ignore[arg-type]
             time=now,
-            severity="warning",
+            severity=Severity.WARNING,
             summary=summary,
             detector=f"{self.name}/{self.version}",
             node=name,
