@@ -41,6 +41,7 @@ def free_run(n: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # snmpsim, the agents and the fake UFM answer the poll within its timeouts
 @pytest.mark.parametrize("discover", [False, True], ids=["inventory-file", "inventory-discover"])
 def test_serve_reads_every_fake_source_and_finds_the_downgrade(tmp_path: Path, discover: bool) -> None:
     """With the fakes' inventory file, or with none (``inventory: discover``: the model and its
