@@ -188,6 +188,15 @@ class Fabric:
     def node_of(self, idx: int) -> str:
         return self.node_names[int(self.node_of_port[idx])]
 
+    def host_end(self, idx: int) -> int:
+        """The host end of the cable port ``idx`` is on: the port itself when it is on a host,
+        else its peer when that is, else -1 (a switch-to-switch or uncabled switch port). It is
+        where a person acts on a bad cable (the node to drain, the NIC to reseat)."""
+        if self.host_port[idx]:
+            return idx
+        peer = int(self.peer[idx])
+        return peer if peer >= 0 and self.host_port[peer] else -1
+
     def lookup(self, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """Port indices for an array of port keys; -1 for keys the model does not know."""
         if isinstance(keys, pa.ChunkedArray):

@@ -384,10 +384,12 @@ class LinkEntities:
             _LINK_OF_PORT[fabric] = self.of_port
 
     def ends(self, entity: int) -> list[int]:
+        """The link's ports, its host end first (:meth:`Fabric.host_end`), else the entity."""
         f = self.fabric
-        ends = [entity] + ([int(f.peer[entity])] if f.peer[entity] >= 0 else [])
-        ends.sort(key=lambda p: (not f.host_port[p], p))
-        return ends
+        main = f.host_end(entity)
+        main = entity if main < 0 else main
+        peer = int(f.peer[main])
+        return [main] + ([peer] if peer >= 0 else [])
 
     def place(self, entity: int) -> dict[str, str | None]:
         f = self.fabric

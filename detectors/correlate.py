@@ -70,6 +70,10 @@ class NodeVerdict:
     incident_ids: list[int] = field(default_factory=list)
     blamed_switch: str | None = None
     ports: list[str] = field(default_factory=list)
+    #: A switch failing as a whole: links to ``min_hosts_for_switch`` of its hosts bad at once.
+    #: A switch on the network side for one slow NCCL path is not (the drain engine raises a
+    #: ``switch_failure`` only for these).
+    whole_switch: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +85,7 @@ class NodeVerdict:
             "incident_ids": sorted(set(self.incident_ids)),
             "blamed_switch": self.blamed_switch,
             "ports": sorted(set(self.ports)),
+            "whole_switch": self.whole_switch,
         }
 
 
@@ -178,6 +183,7 @@ def node_verdicts(
 
     for sw in sorted(blamed):
         v = verdict(sw, "network", Severity.CRITICAL)
+        v.whole_switch = True
         hosts = sorted(hosts_by_switch[sw])
         shown = ", ".join(hosts[:8]) + (", …" if len(hosts) > 8 else "")
         v.reasons.append(
@@ -338,20 +344,15 @@ def root_causes(
     active = [i for i in incidents if i.get("status", "open") in ("open", "acknowledged")]
     by_id = {int(i["id"]): i for i in active}
     key_index = fabric.key_index
-    roles = dict(zip(fabric.node_names, fabric.node_roles, strict=True))
     direct: dict[int, Cause] = {}
 
     def ends(port: str | None) -> tuple[int, int]:
-        """(host-end port index, switch-end port index) of the link a port is on; -1 unknown."""
+        """(host-end port index, other end) of the link a port is on; -1 unknown."""
         i = key_index.get(port or "", -1)
         if i < 0:
             return -1, -1
-        p = int(fabric.peer[i])
-        if roles.get(fabric.node_of(i)) == "host":
-            return i, p
-        if p >= 0 and roles.get(fabric.node_of(p)) == "host":
-            return p, i
-        return -1, i
+        h = fabric.host_end(i)
+        return (h, int(fabric.peer[i])) if h == i else (h, i)
 
     def link(effect: Mapping[str, Any], cause: Mapping[str, Any], reason: str) -> None:
         eid, cid = int(effect["id"]), int(cause["id"])

@@ -167,7 +167,7 @@ def decide(
     push_held: set[str] = set()  # would drain, but on pushed timings alone
     for v in verdicts:
         if v.role != "host":
-            if v.side == "network":
+            if v.whole_switch:  # not a switch on the network side of one slow NCCL path
                 hosts_behind = sorted(
                     {
                         str(incidents[i].get("node"))

@@ -333,3 +333,17 @@ def test_purpose_is_read_and_written(tmp_path: Path) -> None:
     doc["nodes"][0]["ports"][0]["purpose"] = "gpu"
     with pytest.raises(ValueError, match="purpose must be one of"):
         fabric_from_inventory(doc)
+
+
+def test_the_host_end_of_a_cable_is_where_a_person_acts() -> None:
+    """A NIC's cable: the NIC, from either end. Two hosts back to back: each end itself. A
+    switch-to-switch cable and an uncabled switch port: none."""
+    nodes = {"h1": "host", "h2": "host", "h3": "host", "leaf": "leaf", "spine": "spine"}
+    keys = ["h1/mlx5_0", "leaf/p1", "leaf/p2", "spine/p1", "h2/mlx5_0", "h3/mlx5_0", "leaf/p3"]
+    ports = [PortSpec(*k.split("/")) for k in keys]
+    links = [("h1/mlx5_0", "leaf/p1"), ("leaf/p2", "spine/p1"), ("h2/mlx5_0", "h3/mlx5_0")]
+    f = Fabric.from_specs(nodes, ports, links)
+    at = f.keys.index
+    assert f.host_end(at("h1/mlx5_0")) == f.host_end(at("leaf/p1")) == at("h1/mlx5_0")
+    assert (f.host_end(at("h2/mlx5_0")), f.host_end(at("h3/mlx5_0"))) == (at("h2/mlx5_0"), at("h3/mlx5_0"))
+    assert f.host_end(at("leaf/p2")) == f.host_end(at("spine/p1")) == f.host_end(at("leaf/p3")) == -1

@@ -32,7 +32,7 @@ def test_one_bad_link_is_a_link_verdict_on_the_host() -> None:
 def test_three_hosts_on_one_leaf_blame_the_leaf_not_the_hosts() -> None:
     incidents = [inc(i, "speed_downgrade", f"gpu-000{i}/mlx5_2") for i in (1, 2, 3)]
     v = by_node(incidents)
-    assert v["leaf-r2-000"]["side"] == "network"
+    assert (v["leaf-r2-000"]["side"], v["leaf-r2-000"]["whole_switch"]) == ("network", True)
     assert v["leaf-r2-000"]["incident_ids"] == [1, 2, 3]
     assert "3 hosts" in v["leaf-r2-000"]["reasons"][0]
     for h in ("gpu-0001", "gpu-0002", "gpu-0003"):
@@ -83,6 +83,7 @@ def test_a_slow_nccl_path_is_the_leaf_and_its_hosts_point_at_it() -> None:
                  inc(11, "nccl_channel_slow", "gpu-0006/mlx5_4", "warning")])  # fmt: skip
     assert (v["leaf-r2-000"]["side"], v["leaf-r2-000"]["incident_ids"]) == ("network", [9])
     assert "the path, not the hosts" in v["leaf-r2-000"]["reasons"][0]
+    assert v["leaf-r2-000"]["whole_switch"] is False  # one slow path is no failing switch
     # A host behind the slow path is not blamed for it; one elsewhere still is.
     assert (v["gpu-0002"]["side"], v["gpu-0002"]["blamed_switch"]) == ("network", "leaf-r2-000")
     assert (v["gpu-0006"]["side"], v["gpu-0006"]["blamed_switch"]) == ("host", None)

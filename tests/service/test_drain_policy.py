@@ -42,7 +42,9 @@ def test_a_bad_link_drains_with_a_readable_reason_and_its_incident() -> None:
 
 def test_below_min_severity_is_watched_and_switches_and_network_hosts_are_not_drained() -> None:
     verdicts = [
-        NodeVerdict("leaf-r2-000", "leaf", "network", "critical", ["links to 3 hosts"], [2, 3, 4]),
+        NodeVerdict(
+            "leaf-r2-000", "leaf", "network", "critical", ["links to 3 hosts"], [2, 3, 4], whole_switch=True
+        ),
         NodeVerdict("gpu-0002", "host", "network", "critical", ["x (one of many)"], [2], "leaf-r2-000"),
         link("gpu-0005", 5, severity="info"),
     ]
@@ -161,3 +163,15 @@ def test_two_drains_on_16_hosts_do_not_trip_the_breaker_a_third_does() -> None:
     three = decide([link(f"gpu-000{i}", i) for i in (1, 2, 3)], incidents(1, 2, 3), {}, {}, OPEN, hosts=16,
                    policy=DrainPolicy(), now=T0)  # fmt: skip
     assert sorted(d.action for d in three.decisions) == ["drain", "drain", "watch"] and three.tripped_now
+
+
+def test_a_switch_behind_one_slow_nccl_path_is_no_switch_failure() -> None:
+    """The path's verdict sits on its leaf (network side); the leaf is not failing as a whole,
+    so no ``switch_failure`` names it, and no host is drained for it."""
+    path = NodeVerdict("leafr2", "leaf", "network", "warning", ["channel 1 slow via leafr2"], [7])
+    behind = NodeVerdict(
+        "node-01", "host", "network", "warning", ["rank 2 slow (behind leafr2)"], [8], "leafr2"
+    )
+    r = decide([path, behind], incidents(7, 8), {}, {}, OPEN, hosts=8, policy=POLICY, now=T0)
+    assert r.network == {}
+    assert "node-01" not in by_node(r) or by_node(r)["node-01"].action == "none"
