@@ -145,6 +145,18 @@ def _collected_severity(v: NodeVerdict, incidents: Mapping[int, Mapping[str, Any
     return max(ranks, default=-1)
 
 
+#: A drained node's reason while its clean window runs, around the reason it was drained for.
+CLEAN_PREFIX, WAS = "no longer failing since ", " (was: "
+
+
+def _first_reason(reason: str) -> str:
+    """The reason a node was drained for, out of a clean-window reason written by an earlier
+    run: each run restates the window, and must not wrap the last run's sentence again."""
+    if reason.startswith(CLEAN_PREFIX) and WAS in reason and reason.endswith(")"):
+        return reason.split(WAS, 1)[1][:-1]
+    return reason
+
+
 def decide(
     verdicts: Iterable[NodeVerdict],
     incidents: Mapping[int, Mapping[str, Any]],
@@ -248,8 +260,8 @@ def decide(
                     )
                 else:
                     why = (
-                        f"no longer failing since {_iso(clean)}; stays drained until its clean window "
-                        f"ends at {_iso(back_at)} (was: {cur.reason})"
+                        f"{CLEAN_PREFIX}{_iso(clean)}; stays drained until its clean window "
+                        f"ends at {_iso(back_at)}{WAS}{_first_reason(cur.reason)})"
                     )
                     out.decisions.append(
                         Decision(

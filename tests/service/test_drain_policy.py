@@ -175,3 +175,21 @@ def test_a_switch_behind_one_slow_nccl_path_is_no_switch_failure() -> None:
     r = decide([path, behind], incidents(7, 8), {}, {}, OPEN, hosts=8, policy=POLICY, now=T0)
     assert r.network == {}
     assert "node-01" not in by_node(r) or by_node(r)["node-01"].action == "none"
+
+
+def test_a_clean_window_restated_every_run_keeps_one_reason() -> None:
+    """Each run inside the clean window states the window anew around the first reason, never
+    around the last run's sentence (which grew by a sentence a poll)."""
+    cur = Current("gpu-0001", "drain", T0, "bad link (rank 2 slow)", (1,))
+    reasons = []
+    for minute in range(4):
+        r = decide(
+            [], {}, {"gpu-0001": cur}, {}, OPEN, hosts=64, policy=POLICY, now=T0 + timedelta(minutes=minute)
+        )
+        d = by_node(r)["gpu-0001"]
+        reasons.append(d.reason)
+        cur = Current(
+            "gpu-0001", d.action, d.since, d.reason, tuple(d.incident_ids), clean_since=d.clean_since
+        )
+    assert len(set(reasons)) == 1 and reasons[0].count("(was: ") == 1
+    assert reasons[0].endswith("(was: bad link (rank 2 slow))")
