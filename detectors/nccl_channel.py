@@ -300,6 +300,14 @@ class NcclChannelOutlier:
         self._host_of[ent] = host
         return leaf
 
+    def _why_no_leaf(self) -> str:
+        if self.fabric is None:
+            return "no fabric model"
+        return (
+            "the ranks' NICs are not known: the timings name no GPU (set the source's gpus_per_host, "
+            "or read the jobs' NCCL_DEBUG logs with debug_pattern) or the model lacks them"
+        )
+
     def _columns(
         self, ents: np.ndarray, batch: pa.RecordBatch, rows: np.ndarray, wmed: np.ndarray, z: np.ndarray
     ) -> dict[tuple[int, int, str], dict]:
@@ -554,7 +562,7 @@ class NcclChannelOutlier:
         g_id, leaf = key
         comm, coll, bucket = self.groups.keys[g_id].split("|")
         node = None if leaf == "?" else leaf
-        where = f"via {leaf}" if node else "across hosts (switch unknown: no fabric model)"
+        where = f"via {leaf}" if node else f"across hosts (switch unknown: {self._why_no_leaf()})"
         if status == "cleared":
             return Finding(
                 kind=Kind.NCCL_PATH_SLOW, entity=self._path_entity(key), status="cleared", time=now,

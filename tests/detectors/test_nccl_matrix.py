@@ -119,8 +119,25 @@ def test_a_lone_slow_channel_is_not_held_back() -> None:
     assert opened_at == [(8, "nccl_channel_slow", "gpu-0005")]  # the third slow sample of five
 
 
-def timing_batch(poll: int, dur: np.ndarray) -> pa.RecordBatch:
-    """One poll of a 128-rank job on gpu-0000..gpu-0015, eight GPUs (one NIC each) per host."""
+def test_a_path_whose_ranks_name_no_gpu_says_how_to_find_the_switch() -> None:
+    """Inspector records alone name no GPU: with a model loaded the switch is still unknown,
+    and the finding says why and what to set, not that there is no model."""
+    det = NcclChannelOutlier(build_fabric(TopologySpec(hosts=16)))
+    rng = np.random.default_rng(5)
+    found: list[Finding] = []
+    for poll in range(14):
+        dur = 0.0125 * np.exp(rng.normal(0.0, 0.01, (128, 4)))
+        if poll >= 6:
+            dur[np.arange(128) % 8 == 2, 1] *= 1.3
+        found += det.observe(timing_batch(poll, dur, devices=False))
+    firing = [f for f in found if f.status == "firing"]
+    assert [(f.kind, f.node) for f in firing][:1] == [("nccl_path_slow", None)]
+    assert "gpus_per_host" in firing[0].summary and "no fabric model" not in firing[0].summary
+
+
+def timing_batch(poll: int, dur: np.ndarray, devices: bool = True) -> pa.RecordBatch:
+    """One poll of a 128-rank job on gpu-0000..gpu-0015, eight GPUs (one NIC each) per host;
+    without ``devices`` the rows name no GPU, as an Inspector record alone does."""
     ranks, chans = dur.shape
     rank = np.repeat(np.arange(ranks), chans)
     n = rank.size
@@ -133,7 +150,7 @@ def timing_batch(poll: int, dur: np.ndarray) -> pa.RecordBatch:
             "communicator": pa.array(["job-000:world"] * n).dictionary_encode(),
             "rank": pa.array(rank, pa.int32()),
             "host": pa.array([f"gpu-{r // 8:04d}" for r in rank]).dictionary_encode(),
-            "device": pa.array(rank % 8, pa.int16()),
+            "device": pa.array(rank % 8 if devices else [None] * n, pa.int16()),
             "collective": pa.array(["AllReduce"] * n).dictionary_encode(),
             "message_bytes": pa.array([2**29] * n, pa.int64()),
             "channel": pa.array(np.tile(np.arange(chans), ranks), pa.int16()),
