@@ -211,6 +211,9 @@ def create_app(
         no_data = now.polls > 0 and blind == fabric.n_ports
         failing = sorted(f"{t.source} {t.target}" for t in now.targets if t.ok is False)
         unmatched = sum(t.unmatched_rows for t in now.targets)
+        unreadable = sorted(
+            f"{t.source} {t.target}" for t in now.targets if t.ok and t.skipped and not t.samples
+        )
         problems = []
         if failing:
             problems.append(f"{len(failing)} of {len(now.targets)} targets failing: {', '.join(failing[:5])}")
@@ -218,9 +221,12 @@ def create_app(
             problems.append(f"{blind} of {fabric.n_ports} ports without data")
         if unmatched:
             problems.append(f"{unmatched} rows of the last scrapes match no modelled port")
+        if unreadable:
+            shown = ", ".join(unreadable[:5])
+            problems.append(f"{len(unreadable)} targets read nothing but lines they could not parse: {shown}")
         # Some of the fabric unseen (a source failing, ports without data) is not ok either: said
         # as "partial", still 200, since restarting this process would not bring a source back.
-        partial = bool(failing) or (now.polls > 0 and blind > 0)
+        partial = bool(failing or unreadable) or (now.polls > 0 and blind > 0)
         body = {
             "status": "degraded" if not db_ok else "no_data" if no_data else "partial" if partial else "ok",
             "problems": problems if db_ok else ["database unreachable", *problems],

@@ -60,8 +60,12 @@ class TargetStatus:
     #: source naming NICs differently from the inventory), and a few of those keys.
     unmatched_rows: int = 0
     unmatched_examples: tuple[str, ...] = ()
-    #: What the last good scrape read although its source got it wrong (a known upstream bug).
+    #: What the last good scrape read although its source got it wrong (a known upstream bug),
+    #: or what it left out (lines, records, values it could not read).
     note: str | None = None
+    #: Lines, records and values its last good scrape left out; with ``samples`` 0, everything
+    #: it found was unreadable (a format graywire does not take): not ok, whatever ``ok`` says.
+    skipped: int = 0
 
 
 #: How long a (job, host) pair seen in NCCL timings stays a job's host without new timings.

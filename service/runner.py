@@ -276,6 +276,19 @@ class Runner:
                     unmatched_examples=examples,
                 )
                 unmatched_rows[r.source] += unmatched
+                left_out = sum(r.skipped.values())
+                if not (left_out or r.samples):  # nothing new (a tail between writes): the last read stands
+                    s = replace(s, note=t.status.note or r.error, skipped=t.status.skipped)
+                elif left_out:
+                    why = ", ".join(f"{reason} {n}" for reason, n in sorted(r.skipped.items()))
+                    detail = r.error or f"{left_out} left out ({why})"
+                    note = f"read nothing: {detail}" if r.samples == 0 else detail
+                    if r.samples == 0 and not (t.status.note or "").startswith("read nothing"):  # once
+                        log.warning("%s %s: read nothing but %d unreadable (%s)",
+                                    r.source, r.target, left_out, why)  # fmt: skip
+                    s = replace(s, note=note, skipped=left_out)
+                else:
+                    s = replace(s, skipped=left_out)
             else:
                 s = replace(
                     s,

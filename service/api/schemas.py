@@ -384,8 +384,10 @@ class TargetOut(BaseModel):
     )
     unmatched_examples: list[str] = Field(description="Up to five of those keys")
     note: str | None = Field(
-        description="What the last good scrape read although its source got it wrong (a known upstream bug)"
+        description="What the last good scrape read although its source got it wrong (a known upstream "
+        "bug), or what it left out (`read nothing: ...` when everything it found was unreadable)"
     )
+    skipped: int = Field(0, description="Lines, records and values the last scrape that read any left out")
 
 
 class SourcesOut(BaseModel):

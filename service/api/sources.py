@@ -38,6 +38,7 @@ async def sources(state: StateDep) -> SourcesOut:
             unmatched_rows=t.unmatched_rows,
             unmatched_examples=list(t.unmatched_examples),
             note=t.note,
+            skipped=t.skipped,
         )
         for t in state.targets
     ]

@@ -112,6 +112,38 @@ def test_healthz_says_partial_and_why_when_a_target_fails(tmp_path: Path, db_url
     assert body["problems"][0] == f"1 of 2 targets failing: agent {dead}"
 
 
+def test_a_source_that_reads_only_lines_it_cannot_parse_is_not_ok(
+    tmp_path: Path, db_url: str, real_fixtures: Path
+) -> None:
+    """The Inspector record as NCCL's README prints it (pretty, over many lines) where the
+    plugin writes one object a line: every line is skipped. The scrape succeeds, yet nothing
+    was read, so /healthz and the sources table say so, and keep saying it while no new lines
+    come. Changed: the source showed ok with 0 samples and nothing in the log."""
+    job = tmp_path / "nccl" / "4711"
+    job.mkdir(parents=True)
+    pretty = (real_fixtures / "nccl" / "nccl_inspector_readme_coll_perf_example.json").read_text()
+    (job / "node-01-pid100.log").write_text(pretty)
+    settings = load_settings(
+        None,
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        poll_interval="10s",
+        sources=[
+            {"type": "fabricsim", "hosts": 8, "seed": 3},
+            {"type": "nccl", "directory": str(tmp_path / "nccl"), "pattern": "*/*-pid*.log"},
+        ],
+    )
+    with TestClient(create_app(settings, run_loop=False)) as client:
+        for _ in range(2):  # the second scrape reads no new line: what the first said stands
+            ticks(client, 1)
+            body = client.get("/healthz").json()
+            (nccl,) = [t for t in client.get("/api/v1/sources").json()["items"] if t["source"] == "nccl"]
+            assert body["status"] == "partial"
+            assert any("read nothing but lines they could not parse: nccl" in p for p in body["problems"])
+            assert nccl["ok"] and nccl["samples"] == 0 and nccl["skipped"] == pretty.count("\n")
+            assert nccl["note"].startswith("read nothing: ") and "line 1: not JSON" in nccl["note"]
+
+
 def test_detector_settings_from_the_config_reach_the_running_pipeline(tmp_path: Path, db_url: str) -> None:
     settings = load_settings(
         None,
