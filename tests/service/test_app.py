@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,19 +13,27 @@ from prometheus_client.parser import text_string_to_metric_families
 from graywire.collectors.dataset import iter_polls, iter_replay
 from graywire.detectors.pipeline import Pipeline
 from graywire.service.app import create_app
-from graywire.service.config import load_settings
+from graywire.service.config import Settings, load_settings
 
 
-@pytest.fixture
-def app_client(tmp_path: Path, db_url: str) -> Iterator[TestClient]:
-    settings = load_settings(
+def settings_of(tmp_path: Path, db_url: str, *sources: dict, **more: Any) -> Settings:
+    """A service config polling every 10 s into ``tmp_path``: the 8-host simulator (seed 3)
+    unless ``sources`` are given."""
+    return load_settings(
         None,
         data_dir=tmp_path / "data",
         database_url=db_url,
         poll_interval="10s",
-        sources=[
-            {"type": "fabricsim", "hosts": 8, "seed": 3, "faults": "speed_downgrade@15s+100s:gpu-0002/mlx5_5"}
-        ],
+        sources=list(sources) or [{"type": "fabricsim", "hosts": 8, "seed": 3}],
+        **more,
+    )
+
+
+@pytest.fixture
+def app_client(tmp_path: Path, db_url: str) -> Iterator[TestClient]:
+    downgrade = "speed_downgrade@15s+100s:gpu-0002/mlx5_5"
+    settings = settings_of(
+        tmp_path, db_url, {"type": "fabricsim", "hosts": 8, "seed": 3, "faults": downgrade}
     )
     app = create_app(settings, run_loop=False)
     with TestClient(app) as client:
@@ -93,12 +102,8 @@ def test_healthz_says_partial_and_why_when_a_target_fails(tmp_path: Path, db_url
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    settings = load_settings(
-        None,
-        data_dir=tmp_path / "data",
-        database_url=db_url,
-        poll_interval="10s",
-        sources=[{"type": "fabricsim", "hosts": 8, "seed": 3}, {"type": "agent", "urls": [dead]}],
+    settings = settings_of(
+        tmp_path, db_url, {"type": "fabricsim", "hosts": 8, "seed": 3}, {"type": "agent", "urls": [dead]}
     )
     with TestClient(create_app(settings, run_loop=False)) as client:
         ticks(client, 2)
@@ -123,16 +128,8 @@ def test_a_source_that_reads_only_lines_it_cannot_parse_is_not_ok(
     job.mkdir(parents=True)
     pretty = (real_fixtures / "nccl" / "nccl_inspector_readme_coll_perf_example.json").read_text()
     (job / "node-01-pid100.log").write_text(pretty)
-    settings = load_settings(
-        None,
-        data_dir=tmp_path / "data",
-        database_url=db_url,
-        poll_interval="10s",
-        sources=[
-            {"type": "fabricsim", "hosts": 8, "seed": 3},
-            {"type": "nccl", "directory": str(tmp_path / "nccl"), "pattern": "*/*-pid*.log"},
-        ],
-    )
+    nccl = {"type": "nccl", "directory": str(tmp_path / "nccl"), "pattern": "*/*-pid*.log"}
+    settings = settings_of(tmp_path, db_url, {"type": "fabricsim", "hosts": 8, "seed": 3}, nccl)
     with TestClient(create_app(settings, run_loop=False)) as client:
         for _ in range(2):  # the second scrape reads no new line: what the first said stands
             ticks(client, 1)
