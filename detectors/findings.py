@@ -78,6 +78,10 @@ class Kind(StrEnum):
     NCCL_INIT_SLOW = "nccl_init_slow"
     # Start-up: a host's NCCL topology probe against its peers' (detectors/nccl_topology.py)
     NCCL_TOPOLOGY_MISMATCH = "nccl_topology_mismatch"
+    # The drain engine's own (service/drain_engine.py), from the verdicts, not from a detector:
+    # a switch failing as a whole, and the circuit breaker that stops new drains.
+    SWITCH_FAILURE = "switch_failure"
+    DRAIN_CIRCUIT_BREAKER = "drain_circuit_breaker"
 
 
 class Phase(StrEnum):
@@ -126,6 +130,8 @@ PHASE: dict[str, Phase] = {
     Kind.NCCL_RANK_DEAD: Phase.FAULT_PATH,
     Kind.NCCL_RANK_UNRESPONSIVE: Phase.FAULT_PATH,
     Kind.NCCL_COLLECTIVE_STUCK: Phase.FAULT_PATH,
+    Kind.SWITCH_FAILURE: Phase.FABRIC,
+    Kind.DRAIN_CIRCUIT_BREAKER: Phase.FABRIC,
 }
 
 

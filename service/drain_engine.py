@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from graywire.collectors.model import Fabric
 from graywire.detectors.correlate import node_verdicts, root_causes
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Kind
 from graywire.service.audit import POLICY_ACTOR, record
 from graywire.service.config import DrainSettings
 from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
@@ -52,8 +52,8 @@ log = logging.getLogger("graywire.drain")
 
 DETECTOR = "drain_policy/1"
 #: One incident per switch that fails as a whole (links to 3+ of its hosts bad at once).
-NETWORK_KIND = "switch_failure"
-BREAKER_KIND = "drain_circuit_breaker"
+NETWORK_KIND = Kind.SWITCH_FAILURE
+BREAKER_KIND = Kind.DRAIN_CIRCUIT_BREAKER
 BREAKER_ENTITY = "fabric"
 #: Incidents the policy raises itself; never input to a verdict.
 OWN_KINDS = frozenset({NETWORK_KIND, BREAKER_KIND})
