@@ -11,18 +11,19 @@ entities their scores, evidence and verdicts (:class:`Scores`); the shared hyste
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from itertools import repeat
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
-from graywire.detectors.findings import Finding, Status
+from graywire.detectors.findings import Finding, Severity, Status
 
 
 class Detector(Protocol):
@@ -402,6 +403,42 @@ class LinkEntities:
             "link": f.link_label(main),
             "peer_port": f.keys[ends[1]] if len(ends) > 1 else None,
         }
+
+
+def port_place(fabric: Fabric, port: int) -> dict[str, str | None]:
+    """Where a finding about one port of the model is: the port itself (its key the entity),
+    its node and its cable. :meth:`LinkEntities.place` is the same for a cable's finding."""
+    key = fabric.keys[port]
+    return {"entity": key, "node": fabric.node_of(port), "port": key, "link": fabric.link_label(port)}
+
+
+def port_finding(
+    detector: Detector,
+    kind: str,
+    place: Mapping[str, str | None],
+    status: Status,
+    now: datetime,
+    severity: Severity,
+    summary: str,
+    score: float,
+    evidence: dict[str, Any],
+) -> Finding:
+    """A finding about a port, a cable or a switch at ``place`` (:func:`port_place`,
+    :meth:`LinkEntities.place`, or ``entity``/``node``/``port``/``link`` given by hand)."""
+    return Finding(
+        kind=kind,
+        entity=str(place["entity"]),
+        status=status,
+        time=now,
+        severity=severity,
+        summary=summary,
+        detector=f"{detector.name}/{detector.version}",
+        node=place.get("node"),
+        port=place.get("port"),
+        link=place.get("link"),
+        score=score,
+        evidence=evidence,
+    )
 
 
 @lru_cache(maxsize=4)

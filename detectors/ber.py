@@ -29,6 +29,7 @@ from graywire.detectors.base import (
     decay_add,
     index_range,
     judged_rows,
+    port_finding,
 )
 from graywire.detectors.ber_thresholds import (
     GENERIC,
@@ -473,19 +474,16 @@ class BerDetector:
             summary = f"{where} {what}"
         else:
             summary = f"{place['port']} BER back under its levels"
-        return Finding(
-            kind=Kind.BER_DEGRADATION,
-            entity=str(place["entity"]),
-            status=status,  # type: ignore[arg-type]
-            time=now,
-            severity=SEVERITY.get(level, Severity.INFO),
-            summary=summary,
-            detector=f"{self.name}/{self.version}",
-            node=place["node"],
-            port=place["port"],
-            link=place["link"],
-            score=float(pre) if np.isfinite(pre) else 0.0,
-            evidence=evidence,
+        return port_finding(
+            self,
+            Kind.BER_DEGRADATION,
+            place,
+            status,  # type: ignore[arg-type]
+            now,
+            SEVERITY.get(level, Severity.INFO),
+            summary,
+            float(pre) if np.isfinite(pre) else 0.0,
+            evidence,
         )
 
 

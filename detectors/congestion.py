@@ -28,7 +28,16 @@ import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
-from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
+from graywire.detectors.base import (
+    Hysteresis,
+    HysteresisConfig,
+    LinkEntities,
+    PortIndexer,
+    Scores,
+    column,
+    port_finding,
+    port_place,
+)
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, median_through
 
@@ -115,19 +124,16 @@ class PfcStormDetector:
             )
         else:
             summary = f"{key} PFC pauses back to normal"
-        return Finding(
-            kind=Kind.PFC_STORM,
-            entity=key,
-            status=status,  # type: ignore[arg-type]
-            time=now,
-            severity=Severity.CRITICAL,
-            summary=summary,
-            detector=f"{self.name}/{self.version}",
-            node=f.node_of(port),
-            port=key,
-            link=f.link_label(port),
-            score=float(share),
-            evidence={
+        return port_finding(
+            self,
+            Kind.PFC_STORM,
+            port_place(f, port),
+            status,  # type: ignore[arg-type]
+            now,
+            Severity.CRITICAL,
+            summary,
+            float(share),
+            {
                 "tx_pause_share": float(share),
                 "priority": prio,
                 "threshold": self.cfg.storm_share,
@@ -251,19 +257,16 @@ class EcnHotspotDetector:
             if status == "firing"
             else f"{key} ECN marking back in line with its peers"
         )
-        return Finding(
-            kind=Kind.ECN_HOTSPOT,
-            entity=key,
-            status=status,  # type: ignore[arg-type]
-            time=now,
-            severity=Severity.WARNING,
-            summary=summary,
-            detector=f"{self.name}/{self.version}",
-            node=f.node_of(port),
-            port=key,
-            link=f.link_label(port),
-            score=float(z),
-            evidence={
+        return port_finding(
+            self,
+            Kind.ECN_HOTSPOT,
+            port_place(f, port),
+            status,  # type: ignore[arg-type]
+            now,
+            Severity.WARNING,
+            summary,
+            float(z),
+            {
                 "marked_fraction": float(frac),
                 "marks_per_second": float(marks),
                 "peer_median_fraction": float(med),
@@ -436,19 +439,16 @@ class XmitWaitDetector:
             )
         else:
             summary = f"{waiting} xmit_wait back in line with its peers"
-        return Finding(
-            kind=Kind.XMIT_WAIT_HOTSPOT,
-            entity=str(place["entity"]),
-            status=status,  # type: ignore[arg-type]
-            time=now,
-            severity=Severity.WARNING,
-            summary=summary,
-            detector=f"{self.name}/{self.version}",
-            node=place["node"],
-            port=place["port"],
-            link=place["link"],
-            score=float(z),
-            evidence={
+        return port_finding(
+            self,
+            Kind.XMIT_WAIT_HOTSPOT,
+            place,
+            status,  # type: ignore[arg-type]
+            now,
+            Severity.WARNING,
+            summary,
+            float(z),
+            {
                 "waiting_port": waiting,
                 "xmit_wait_ticks_per_second": float(rate),
                 "peer_median_ticks_per_second": float(med),

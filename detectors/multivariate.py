@@ -22,7 +22,15 @@ import pyarrow as pa
 
 from graywire.collectors.extras import require
 from graywire.collectors.model import Fabric
-from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, Scores, column
+from graywire.detectors.base import (
+    Hysteresis,
+    HysteresisConfig,
+    PortIndexer,
+    Scores,
+    column,
+    port_finding,
+    port_place,
+)
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA
 
@@ -231,19 +239,16 @@ class MultivariateOutlier:
             if status == "firing"
             else f"{key} back among its peers"
         )
-        return Finding(
-            kind=Kind.PORT_ANOMALY,
-            entity=key,
-            status=status,  # type: ignore[arg-type]
-            time=now,
-            severity=Severity.WARNING,
-            summary=summary,
-            detector=f"{self.name}/{self.version}",
-            node=f.node_of(port),
-            port=key,
-            link=f.link_label(port),
-            score=float(-score),
-            evidence={
+        return port_finding(
+            self,
+            Kind.PORT_ANOMALY,
+            port_place(f, port),
+            status,  # type: ignore[arg-type]
+            now,
+            Severity.WARNING,
+            summary,
+            float(-score),
+            {
                 "isolation_score": score,
                 "threshold": self.threshold,
                 "drivers": drivers,

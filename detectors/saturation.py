@@ -18,7 +18,15 @@ import pyarrow as pa
 
 from graywire.collectors.counters import ERROR_COLUMNS, IBA_COUNTERS
 from graywire.collectors.model import Fabric
-from graywire.detectors.base import Hysteresis, HysteresisConfig, PortIndexer, Scores, column
+from graywire.detectors.base import (
+    Hysteresis,
+    HysteresisConfig,
+    PortIndexer,
+    Scores,
+    column,
+    port_finding,
+    port_place,
+)
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.rates import SATURATION_COLUMNS
 
@@ -98,17 +106,14 @@ class CounterSaturationDetector:
             if status == "firing"
             else f"{key}: error counters no longer saturated (cleared)"
         )
-        return Finding(
-            kind=Kind.COUNTER_SATURATED,
-            entity=key,
-            status=status,  # type: ignore[arg-type]
-            time=now,
-            severity=Severity.WARNING if errors else Severity.INFO,
-            summary=summary,
-            detector=f"{self.name}/{self.version}",
-            node=f.node_of(port),
-            port=key,
-            link=f.link_label(port),
-            score=float(len(counters)),
-            evidence={"counters": counters, "meaning": "at least this many since the last clear"},
+        return port_finding(
+            self,
+            Kind.COUNTER_SATURATED,
+            port_place(f, port),
+            status,  # type: ignore[arg-type]
+            now,
+            Severity.WARNING if errors else Severity.INFO,
+            summary,
+            float(len(counters)),
+            {"counters": counters, "meaning": "at least this many since the last clear"},
         )

@@ -39,7 +39,15 @@ import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import LOGICAL_ACTIVE
-from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, PortIndexer, Scores, column
+from graywire.detectors.base import (
+    EntityIndex,
+    Hysteresis,
+    HysteresisConfig,
+    PortIndexer,
+    Scores,
+    column,
+    port_finding,
+)
 from graywire.detectors.findings import Finding, Kind, Severity
 
 
@@ -303,18 +311,16 @@ class UplinkBalanceDetector:
             )
         else:
             summary = f"{name}: uplinks evenly loaded again"
-        return Finding(
-            kind=Kind.UPLINK_IMBALANCE,
-            entity=name,
-            status=status,  # type: ignore[arg-type]
-            time=now,
-            severity=Severity.WARNING,
-            summary=summary,
-            detector=f"{self.name}/{self.version}",
-            node=name,
-            port=hot[0] if hot else None,
-            score=float(s.peak[j]),
-            evidence={
+        return port_finding(
+            self,
+            Kind.UPLINK_IMBALANCE,
+            {"entity": name, "node": name, "port": hot[0] if hot else None, "link": None},
+            status,  # type: ignore[arg-type]
+            now,
+            Severity.WARNING,
+            summary,
+            float(s.peak[j]),
+            {
                 "hot_uplinks": hot[:32],
                 "hot_uplink_shares": [round(x, 4) for x in shares[:32]],
                 "hot_share": float(s.hot_share[j]),
