@@ -37,8 +37,8 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PORT_COUNTERS
 from graywire.detectors.rates import CounterRates
 from graywire.fabricsim.topology import TopologySpec, build_fabric
-from graywire.service.fabric_state import StateBoard
 from graywire.service.metrics.exporter import GraywireExporter
+from graywire.service.state.fabric import StateBoard
 
 IB = (
     "rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "symbol_errors", "link_downed", "link_recovery",

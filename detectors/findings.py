@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -133,6 +134,21 @@ PHASE: dict[str, Phase] = {
     Kind.SWITCH_FAILURE: Phase.FABRIC,
     Kind.DRAIN_CIRCUIT_BREAKER: Phase.FABRIC,
 }
+
+#: Kinds of a job's life (every phase but the fabric under it): a finding of one names its job
+#: (:func:`job_of`): the alerts' ``job`` label, the jobs API.
+JOB_KINDS = frozenset(str(k) for k, phase in PHASE.items() if phase != Phase.FABRIC)
+
+
+def job_of(kind: str, entity: str, evidence: Mapping[str, Any] | None) -> str | None:
+    """The job of a job-scoped incident: its evidence's ``job`` (NCCL channel, straggler and
+    transport findings carry it), else the entity of a job-wide slowdown (which is the job)."""
+    if kind not in JOB_KINDS:
+        return None
+    job = (evidence or {}).get("job")
+    if job is not None and str(job):
+        return str(job)
+    return entity if kind == Kind.NCCL_JOB_SLOWDOWN and entity else None
 
 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open

@@ -30,7 +30,6 @@ from graywire.service.cluster.node import ClusterNode
 from graywire.service.config import Settings
 from graywire.service.db import make_engine, upgrade
 from graywire.service.drain_engine import DrainEngine, policy_from_settings
-from graywire.service.fabric_state import StateBoard, ports_without_data
 from graywire.service.ingest_guard import IngestGuards, RateLimiter
 from graywire.service.ingest_scope import JobPlacement
 from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
@@ -40,9 +39,10 @@ from graywire.service.metrics.drain import DrainExporter
 from graywire.service.metrics.exporter import make_registry
 from graywire.service.metrics.exposition import CONTENT_TYPE, aiter_render, render_executor
 from graywire.service.operations import Operations
-from graywire.service.read_cache import ReadCache
 from graywire.service.runner import Runner
 from graywire.service.sources import build_sources
+from graywire.service.state.fabric import StateBoard, ports_without_data
+from graywire.service.state.read_cache import ReadCache
 from graywire.service.status_page import install_status_page
 from graywire.service.store import IncidentStore
 

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from graywire.collectors.base import Collector, ScrapeResult, failed
 from graywire.collectors.dataset import DatasetWriter, prune
@@ -33,8 +32,8 @@ from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
 from graywire.service.config import Settings
 from graywire.service.db import is_fence_refusal
 from graywire.service.drain_engine import DrainEngine
-from graywire.service.fabric_state import StateBoard, TargetStatus
-from graywire.service.read_cache import ReadCache
+from graywire.service.state.fabric import StateBoard, TargetStatus
+from graywire.service.state.read_cache import ReadCache
 from graywire.service.store import IncidentStore
 
 log = logging.getLogger("graywire.runner")
@@ -96,7 +95,6 @@ class Runner:
         self._pipeline: Pipeline | None = (pipeline or Pipeline(fabric)) if lead else None
         self.drain = drain
         self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
-        self._record_indexer = PortIndexer(fabric)
         #: A port without a reading this recent has no data: a few polls (a source refreshing
         #: every 30 s, as UFM Telemetry does, dates its rows by its own sample), at least 2 minutes.
         self.data_window_s = max(120.0, (settings.stale_after_polls + 2) * settings.poll_seconds)
@@ -369,7 +367,7 @@ class Runner:
             self.record(scraped, wall, missing)
             j = self._judge([b for _, r in scraped if r.ok for b in r.batches])
             self.state.observe_poll(j.judged, j.port_rates, j.ingested, j.dropped, j.rejected)
-            self._record_ports(j.port_rates)
+            self.state.record_port_rates(j.port_rates)
             return j.findings
 
     def _judge(self, batches: list[pa.RecordBatch]) -> Judged:
@@ -413,7 +411,7 @@ class Runner:
         j = self._judge(batches)
         findings, judged, newest = j.findings, j.judged, j.newest
         self.state.observe_poll(judged, j.port_rates, j.ingested, j.dropped, j.rejected)
-        self._record_ports(j.port_rates)
+        self.state.record_port_rates(j.port_rates)
         for batch in judged:
             kind = record_kind(batch.schema)
             if self.archive is not None:
@@ -473,56 +471,6 @@ class Runner:
             | {f"push/{name}": st for name, st in self.push_pipeline.stats.items()},
         )
         return findings
-
-    def _record_ports(self, port_rates: pa.RecordBatch | None) -> None:
-        """The latest reading of each port, for the ports API, published once a poll: read from
-        the poll's port rates, which carry each sample's gauges and time, every source in one
-        batch with a dictionary kept across polls (so the port lookup is a cached ``take``,
-        however many host agents sent a few rows each)."""
-        if port_rates is None or not port_rates.num_rows:
-            return
-        idx = np.asarray(self._record_indexer(port_rates.column("port")))
-        micros = pc.cast(port_rates.column("time"), pa.int64()).to_numpy(zero_copy_only=False)
-        known = idx >= 0
-        n = self.fabric.n_ports
-        present = np.zeros(n, dtype=bool)
-        present[idx[known]] = True
-        if int(present.sum()) == int(known.sum()):  # one row a port (the usual poll): as read
-
-            def latest(name: str) -> np.ndarray:  # nulls (not read) as 0, the ports API's "not read"
-                return np.nan_to_num(
-                    port_rates.column(name).to_numpy(zero_copy_only=False).astype(np.float64), nan=0.0
-                )
-
-            ports, updated = idx, micros / 1e6
-        else:
-            # A port two sources describe apart (UFM REST's state beside Telemetry's counters,
-            # when the join could not fold them): each figure is its latest row that read it.
-            order = np.argsort(micros, kind="stable")
-            ports = np.flatnonzero(present)
-            at = idx[order]
-            ok = at >= 0
-
-            def latest(name: str) -> np.ndarray:
-                values = np.nan_to_num(
-                    port_rates.column(name).to_numpy(zero_copy_only=False).astype(np.float64), nan=0.0
-                )[order]
-                read = ok & (values != 0)
-                out = np.zeros(n)
-                out[at[read]] = values[read]  # the later row wins
-                return out[ports]
-
-            newest = np.full(n, -np.inf)
-            np.maximum.at(newest, at[ok], micros[order][ok] / 1e6)
-            updated = newest[ports]
-        self.state.record_ports(
-            ports,
-            latest("speed_bps"),
-            latest("width").astype(np.int16),
-            latest("phys_state").astype(np.uint8),
-            latest("logical_state").astype(np.uint8),
-            updated,
-        )
 
     def _maybe_prune(self) -> None:
         if self.archive is None or time.monotonic() - self._last_prune < 3600:

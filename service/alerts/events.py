@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
-from graywire.detectors.findings import PHASE, Kind, Phase
+from graywire.detectors.findings import job_of
 from graywire.service.models import Incident
 
 EventStatus = Literal["firing", "resolved"]
@@ -28,20 +28,6 @@ RESERVED_LABELS = frozenset(
 #: The runbooks' folder in the repository, one ``<kind>.md`` per kind; the default base of the
 #: ``runbook_url`` annotation (``alerts.runbook_base_url`` points it at where they are served).
 RUNBOOK_DIR = "docs/runbooks"
-#: Kinds of a job's life (every phase but the fabric under it): their alerts carry the job, when
-#: the incident names one, as a label of its own.
-JOB_KINDS = frozenset(str(k) for k, phase in PHASE.items() if phase != Phase.FABRIC)
-
-
-def job_of(kind: str, entity: str, evidence: Mapping[str, Any] | None) -> str | None:
-    """The job of a job-scoped incident: its evidence's ``job`` (NCCL channel, straggler and
-    transport findings carry it), else the entity of a job-wide slowdown (which is the job)."""
-    if kind not in JOB_KINDS:
-        return None
-    job = (evidence or {}).get("job")
-    if job is not None and str(job):
-        return str(job)
-    return entity if kind == Kind.NCCL_JOB_SLOWDOWN and entity else None
 
 
 def rfc3339(t: datetime) -> str:

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, aliased
 
 from graywire.collectors.keys import link_ends, node_of_key
-from graywire.service.drain_engine import NETWORK_KIND as SWITCH_KIND
+from graywire.detectors.findings import Kind
 from graywire.service.models import ACTIVE_STATUSES, Incident
 
 
@@ -59,7 +59,7 @@ def inhibited_ids(
         counted.update(int(i) for i in evidence.get("incident_ids") or [] if isinstance(i, int))
     out: set[int] = set()
     for p in places:
-        if p.kind == SWITCH_KIND:
+        if p.kind == Kind.SWITCH_FAILURE:
             continue
         nodes = {node_of_key(end) for end in link_ends(p.link)}
         if p.port:
@@ -79,7 +79,7 @@ def load_inhibited(session: Session) -> set[int]:
         entity: evidence or {}
         for entity, evidence in session.execute(
             sa.select(Incident.entity, Incident.evidence).where(
-                Incident.kind == SWITCH_KIND, Incident.status.in_(ACTIVE_STATUSES)
+                Incident.kind == Kind.SWITCH_FAILURE, Incident.status.in_(ACTIVE_STATUSES)
             )
         )
     }

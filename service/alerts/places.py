@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from graywire.collectors.keys import link_ends, node_of_key
 from graywire.collectors.model import ROLES, Fabric
+from graywire.detectors.findings import Kind
 from graywire.service.alerts.events import Place
-from graywire.service.drain_engine import NETWORK_KIND as SWITCH_KIND
 
 #: Rows looked up at most once per process while they stay in this many recent ones: the sync
 #: describes every firing incident on every pass.
@@ -56,7 +56,7 @@ class FabricPlaces:
         return i if i >= 0 else f.resolve_alias(port)
 
     def _place(self, kind: str, entity: str, node: str | None, port: str | None, link: str | None) -> Place:
-        if kind == SWITCH_KIND:
+        if kind == Kind.SWITCH_FAILURE:
             switch = node or entity
             return Place(switch, self._node_rails.get(switch))
         f = self.fabric

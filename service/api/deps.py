@@ -18,12 +18,12 @@ from graywire.collectors.model import Fabric
 from graywire.service.auth import Auth, Principal, Role, bearer
 from graywire.service.cluster.node import ClusterNode
 from graywire.service.drain_engine import DrainEngine
-from graywire.service.fabric_state import FabricState, StateBoard
 from graywire.service.ingest_guard import IngestGuards
 from graywire.service.operations import Operations
-from graywire.service.port_view import FabricLayout, PortView, active_incidents, build_view
-from graywire.service.read_cache import ReadCache
 from graywire.service.runner import Runner
+from graywire.service.state.fabric import FabricState, StateBoard
+from graywire.service.state.ports import FabricLayout, PortView, active_incidents, build_view
+from graywire.service.state.read_cache import ReadCache
 from graywire.service.store import IncidentStore
 
 T = TypeVar("T")

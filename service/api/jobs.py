@@ -1,6 +1,6 @@
 """``/api/v1/jobs``: a training job's findings together, by phase of its life.
 
-The grouping is :mod:`graywire.service.job_view` (pure); this reads the active incidents and
+The grouping is :mod:`graywire.service.state.jobs` (pure); this reads the active incidents and
 the fabric model's node roles and serves it. The list is served from the read cache, like the
 incident list it is built from.
 """
@@ -15,8 +15,8 @@ from pydantic import TypeAdapter
 from graywire.collectors.model import Fabric
 from graywire.service.api.deps import CacheDep, FabricDep, ServicesDep, StoreDep
 from graywire.service.api.schemas import ErrorOut, JobDetailOut, JobsOut
-from graywire.service.fabric_state import FabricState
-from graywire.service.job_view import JobView, job_views
+from graywire.service.state.fabric import FabricState
+from graywire.service.state.jobs import JobView, job_views
 from graywire.service.store import IncidentStore
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])

@@ -24,7 +24,7 @@ from graywire.service.api.deps import (
     port_view,
 )
 from graywire.service.api.schemas import ErrorOut, GridOut, Health, PortDetailOut, PortPage, Role, State
-from graywire.service.port_view import STATES, FabricLayout
+from graywire.service.state.ports import STATES, FabricLayout
 
 router = APIRouter(prefix="/api/v1", tags=["ports"])
 MAX_PAGE = 5000

@@ -1,6 +1,7 @@
-"""What ``/metrics`` exports: the service's own series, the drain gauges and the alerting counters.
+"""What ``/metrics`` exports, read from what others hold; nothing here computes a figure.
 
-``exporter`` renders the published fabric state (``service.fabric_state``); ``ports`` and ``nccl`` compute the
-per-port and per-channel figures it holds; ``exposition`` writes the large families from numpy
-arrays, off the event loop; ``drain`` and ``alerts`` read their state at scrape time.
+``exporter`` renders the published fabric state (``service.state``, where every figure is
+computed); ``ports`` names the per-port series; ``exposition`` writes the large families from
+numpy arrays, off the event loop; ``drain``, ``alerts`` and ``cluster`` read their state at
+scrape time.
 """

@@ -1,6 +1,6 @@
 """Prometheus exposition from the published fabric state, so a scrape never waits on the pipeline.
 
-The runner publishes a :class:`~graywire.service.fabric_state.FabricState` after every poll; the
+The runner publishes a :class:`~graywire.service.state.fabric.FabricState` after every poll; the
 exporter turns the current one into metric families at scrape time. Names are ``graywire_``
 prefixed, in base units, with ``_total`` on counters. Labels are bounded: port and node (the
 fabric model), rank and channel (the GPUs of the cluster), leaf and rail, detector kinds and
@@ -27,16 +27,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from graywire.collectors.model import Fabric
-from graywire.service.fabric_state import FabricState, StateBoard, ports_without_data
 from graywire.service.metrics.exposition import ArrayFamily, Extra, PortLabels, RowLabels
-from graywire.service.metrics.nccl import NcclSnapshot, per_channel_max
-from graywire.service.metrics.ports import (
-    HEALTH_STATES,
-    PORT_SERIES,
-    RAW_COUNTERS,
-    GroupFigures,
-    group_figures,
-)
+from graywire.service.metrics.ports import PORT_SERIES, RAW_COUNTERS
+from graywire.service.state.fabric import FabricState, StateBoard, port_health, ports_without_data
+from graywire.service.state.figures import HEALTH_STATES, GroupFigures, group_figures
+from graywire.service.state.nccl import NcclSnapshot, per_channel_max
 
 
 def _counter(name: str, doc: str, values: Iterable[tuple[list[str], float]], labels: list[str]) -> Metric:
@@ -251,25 +246,13 @@ class GraywireExporter(Collector):
         )
 
     # -- ports ---------------------------------------------------------------------------------
-    def _health(self, s: FabricState) -> np.ndarray:
-        """Index into HEALTH_STATES per port (critical > warning > stale > no data > ok)."""
-        n = s.fabric.n_ports
-        health = np.zeros(n, dtype=np.int64)
-        health[ports_without_data(s)] = HEALTH_STATES.index("no_data")
-        if s.port_stale is not None:
-            health[s.port_stale] = HEALTH_STATES.index("stale")
-        if s.port_severity is not None:
-            health[s.port_severity == 1] = HEALTH_STATES.index("warning")
-            health[s.port_severity == 2] = HEALTH_STATES.index("critical")
-        return health
-
     def _groups(self, s: FabricState) -> Iterator[Metric]:
         """Health, speed, BER and PFC by leaf and by rail: on whatever the per-port switch says."""
         if s.port_reported is None:
             return
         f = s.fabric
         fig = s.figures
-        health = self._health(s)
+        health = port_health(s)
         expected = f.expected_speed_bps / 8
         below = ((expected > 0) & (fig["speed"] < expected)).astype(np.float64)
         pause = np.fmax(fig["pause_ratio_rx"], fig["pause_ratio_tx"])

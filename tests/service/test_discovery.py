@@ -62,7 +62,7 @@ def test_a_downgrade_is_found_against_discovered_expectations(tmp_path: Path) ->
         settings = _settings(tmp_path, url)
         fabric, collectors = build_sources(settings)  # type: ignore[arg-type]
         from graywire.service.db import make_engine, upgrade
-        from graywire.service.fabric_state import StateBoard
+        from graywire.service.state.fabric import StateBoard
         from graywire.service.store import IncidentStore
 
         db = f"sqlite:///{tmp_path / 'g.db'}"

@@ -18,9 +18,9 @@ from graywire.collectors.schemas import PORT_CAPABILITY, TS, make_batch
 from graywire.detectors.pipeline import Pipeline
 from graywire.service.config import FabricSimSource, Settings, load_settings
 from graywire.service.db import make_engine, upgrade
-from graywire.service.fabric_state import StateBoard
 from graywire.service.runner import Runner
 from graywire.service.simulated import FabricSimCollector
+from graywire.service.state.fabric import StateBoard
 from graywire.service.store import IncidentStore
 
 

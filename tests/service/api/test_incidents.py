@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from graywire.detectors.findings import Finding
 from graywire.service.api.deps import Services
 from graywire.service.api.main import install_api
-from graywire.service.read_cache import ReadCache
+from graywire.service.state.read_cache import ReadCache
 from graywire.service.store import IncidentStore
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

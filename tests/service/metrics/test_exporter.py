@@ -23,9 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from graywire.collectors.model import Fabric, PortSpec
 from graywire.collectors.schemas import PORT_SAMPLE, make_batch
 from graywire.detectors.rates import CounterRates
-from graywire.service.fabric_state import StateBoard, TargetStatus
 from graywire.service.metrics.exporter import GraywireExporter
 from graywire.service.metrics.exposition import render
+from graywire.service.state.fabric import StateBoard, TargetStatus
 from tests.scrape import run_promtool, scrape
 
 #: Labels a series may carry: each is bounded by the fabric model, the cluster's GPUs or the code.

@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from graywire.collectors.model import Fabric, PortSpec
 from graywire.collectors.perfquery import parse_perfquery, perfquery_batch
 from graywire.detectors.rates import CounterRates
-from graywire.service.fabric_state import StateBoard
 from graywire.service.metrics.exporter import GraywireExporter
 from graywire.service.metrics.exposition import ArrayFamily, PortLabels, RowLabels, render
+from graywire.service.state.fabric import StateBoard
 from tests.scrape import run_promtool
 from tests.strategies import PROPERTY
 

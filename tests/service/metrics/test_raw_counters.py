@@ -12,10 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from graywire.collectors.model import Fabric, PortSpec
 from graywire.collectors.schemas import PORT_COUNTERS, PORT_SAMPLE, make_batch
-from graywire.service.fabric_state import StateBoard, TargetStatus
 from graywire.service.metrics.exporter import GraywireExporter
 from graywire.service.metrics.exposition import render
 from graywire.service.metrics.ports import RAW_COUNTERS
+from graywire.service.state.fabric import StateBoard, TargetStatus
 from tests.scrape import run_promtool, scrape
 
 

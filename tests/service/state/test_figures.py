@@ -1,4 +1,4 @@
-"""The figures /metrics derives per port and per channel, against the plain numpy they replace."""
+"""The figures the fabric state holds per port and per channel, against the plain numpy they replace."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.schemas import PFC_PRIORITIES
-from graywire.service.metrics.nccl import NcclSnapshot, per_channel_max
-from graywire.service.metrics.ports import port_figures
+from graywire.service.state.figures import port_figures
+from graywire.service.state.nccl import NcclSnapshot, per_channel_max
 
 
 def test_pfc_figures_are_the_max_and_sum_over_priorities_nan_only_when_all_are() -> None:
@@ -44,3 +44,14 @@ def test_worst_ratio_per_channel_whatever_the_channel_numbers() -> None:
     channels, worst = per_channel_max(snap)
     assert channels.tolist() == [-1, 0, 3, 17]  # as np.unique would list them
     assert np.array_equal(worst, [1.1, 0.9, np.inf, np.nan], equal_nan=True)  # all NaN: NaN
+
+
+def test_every_figure_the_state_computes_is_exported_and_nothing_else() -> None:
+    """``/metrics`` names what ``state.figures`` computes: a figure without a series is
+    computed for nobody, a series without a figure would fail at scrape time."""
+    from graywire.service.metrics.ports import PORT_SERIES
+    from graywire.service.state.figures import FIGURES
+
+    assert sorted({s.figure for s in PORT_SERIES}) == sorted(FIGURES)
+    rates = pa.RecordBatch.from_pydict({"port": pa.array(["a"])})
+    assert sorted(port_figures(rates)) == sorted(FIGURES)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from graywire.collectors.model import Fabric, PortSpec
-from graywire.service.fabric_state import StateBoard, TargetStatus
+from graywire.service.state.fabric import StateBoard, TargetStatus
 
 
 def _fabric() -> Fabric:
@@ -77,7 +77,7 @@ def test_each_jobs_hosts_come_from_its_timings_and_age_out(monkeypatch: pytest.M
     """The (job, host) pairs of fabricsim's NCCL timings, kept for JOB_HOSTS_TTL_S."""
     from graywire.fabricsim.sim import FabricSim, SimConfig
     from graywire.fabricsim.topology import TopologySpec
-    from graywire.service import fabric_state
+    from graywire.service.state import fabric as fabric_state
 
     sim = FabricSim(SimConfig(topology=TopologySpec(hosts=4), duration_s=20.0, seed=1, faults="none"))
     steps = [s for s in sim.run() if s.nccl_timing is not None]

@@ -29,8 +29,15 @@ from graywire.collectors.schemas import record_kind
 from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import PORT_HEALTH
 from graywire.detectors.pipeline import StageStats
-from graywire.service.metrics.nccl import NcclSnapshot, nccl_snapshot
-from graywire.service.metrics.ports import FIGURES, RawCounterBook, leaf_of_ports, port_figures
+from graywire.service.state.figures import (
+    FIGURES,
+    HEALTH_STATES,
+    RawCounterBook,
+    leaf_of_ports,
+    port_figures,
+)
+from graywire.service.state.nccl import NcclSnapshot, nccl_snapshot
+from graywire.service.state.readings import PortReadings
 
 _EMPTY: Mapping[Any, int] = MappingProxyType({})
 
@@ -101,7 +108,7 @@ class FabricState:
     poll_batches: Mapping[str, int] = field(default_factory=_empty)
     stages: Mapping[str, StageStats] = field(default_factory=_empty)
     open_incidents: tuple[tuple[str, str, int], ...] = ()
-    #: The poll's figures by port (see ``metrics.ports.FIGURES``); empty before the first rates.
+    #: The poll's figures by port (see ``state.figures.FIGURES``); empty before the first rates.
     figures: Mapping[str, np.ndarray] = field(default_factory=_empty)
     port_reported: np.ndarray | None = None  # ports any source has reported since start
     port_stale: np.ndarray | None = None
@@ -137,6 +144,19 @@ def ports_without_data(s: FabricState) -> np.ndarray:
     return ~recent
 
 
+def port_health(s: FabricState) -> np.ndarray:
+    """Index into ``HEALTH_STATES`` per port (critical > warning > stale > no data > ok)."""
+    n = s.fabric.n_ports
+    health = np.zeros(n, dtype=np.int64)
+    health[ports_without_data(s)] = HEALTH_STATES.index("no_data")
+    if s.port_stale is not None:
+        health[s.port_stale] = HEALTH_STATES.index("stale")
+    if s.port_severity is not None:
+        health[s.port_severity == 1] = HEALTH_STATES.index("warning")
+        health[s.port_severity == 2] = HEALTH_STATES.index("critical")
+    return health
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
     return a
@@ -168,6 +188,7 @@ class StateBoard:
         self.fabric = fabric
         self._lock = threading.Lock()
         self._indexer = PortIndexer(fabric)
+        self._readings = PortReadings(fabric)
         self._per_port, self._raw_counters = per_port, raw_counters
         self.reset()
         #: Whether /metrics shows this state: a replica that does not lead knows nothing of the
@@ -295,6 +316,11 @@ class StateBoard:
                     {**s.raw_counters, **{src: MappingProxyType(a) for src, a in raw.items()}}
                 )
             self._publish(**changes)
+
+    def record_port_rates(self, port_rates: pa.RecordBatch | None) -> None:
+        """The latest reading of each port from a poll's port rates (see ``state.readings``)."""
+        if (r := self._readings.latest(port_rates)) is not None:
+            self.record_ports(*r)
 
     def record_ports(
         self,

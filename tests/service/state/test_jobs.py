@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from graywire.detectors.findings import JOB_PHASES
-from graywire.service.job_view import job_views
+from graywire.service.state.jobs import job_views
 
 ROLES = {"gpu-0001": "host", "gpu-0002": "host", "gpu-0009": "host", "leaf-1": "leaf"}
 

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
 from graywire.service.db import make_engine
-from graywire.service.read_cache import ReadCache
+from graywire.service.state.read_cache import ReadCache
 
 OPERATOR = "operator-token-0123456789"
 FAULTS = "speed_downgrade@15s+1h:gpu-0001/mlx5_3"
@@ -200,7 +200,7 @@ def test_a_failed_render_at_the_end_of_a_poll_keeps_the_last_answer(caplog: pyte
         await cache.get("a", render)
         await cache.get("b", render)
         fail = True
-        with caplog.at_level("WARNING", logger="graywire.service.read_cache"), cache.background():
+        with caplog.at_level("WARNING", logger="graywire.service.state.read_cache"), cache.background():
             cache.touch()  # the poll published a state; rendering its answers fails, and says so once
         assert [r.getMessage()[:58] for r in caplog.records] == [
             "read cache: 2 of 2 answers not rendered again after the po"

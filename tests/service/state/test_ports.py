@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from graywire.collectors.model import Fabric, PortSpec
-from graywire.service.fabric_state import StateBoard
-from graywire.service.port_view import FabricLayout, build_view, incident_ports
+from graywire.service.state.fabric import StateBoard
+from graywire.service.state.ports import FabricLayout, build_view, incident_ports
 
 
 def small_fabric() -> Fabric:

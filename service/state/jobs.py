@@ -3,7 +3,7 @@
 Pure: given the active incidents (the store's rows, with ``effects``) and what the fabric model
 says of node roles, it groups; :mod:`graywire.service.api.jobs` does the reading. The rules:
 
-- **The job of an incident** is :func:`graywire.service.alerts.events.job_of` (the rule alert
+- **The job of an incident** is :func:`graywire.detectors.findings.job_of` (the rule alert
   labels use, for every job-phase kind: ``evidence.job``, or the entity of a job-wide slowdown;
   ``uplink_imbalance`` names the job behind the leaf).
 - **A job's hosts** are the hosts its own incidents name (their ``node``, ``evidence.host`` and
@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graywire.collectors.keys import keys_named, node_of_key
-from graywire.detectors.findings import JOB_PHASES, PHASE, SEVERITY_RANK, Phase
-from graywire.service.alerts.events import job_of
+from graywire.detectors.findings import JOB_PHASES, PHASE, SEVERITY_RANK, Phase, job_of
 
 #: What a job's view shows of each incident (the row has more; ``/api/v1/incidents/{id}`` has it all).
 INCIDENT_FIELDS = (

@@ -20,13 +20,11 @@ from graywire.collectors.keys import keys_named
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import LOGICAL_ACTIVE, PHYS_LINK_UP
 from graywire.detectors.findings import PORT_HEALTH
-from graywire.service.fabric_state import FabricState, ports_without_data
 from graywire.service.models import ACTIVE_STATUSES
+from graywire.service.state.fabric import FabricState, ports_without_data
+from graywire.service.state.figures import INCIDENT_HEALTH, NO_DATA
 from graywire.service.store import IncidentStore
 
-HEALTH = ("ok", "warning", "critical")
-#: What a port without an incident and without data is: unknown, not ok.
-NO_DATA = "no_data"
 STATES = ("up", "init", "down", "unknown")
 #: Cell flags in the compact grid (a bit mask, so the page needs no per-cell objects).
 FLAG_STALE, FLAG_DOWN, FLAG_DEGRADED, FLAG_NO_DATA = 1, 2, 4, 8
@@ -110,7 +108,7 @@ class PortView:
     updated: np.ndarray  # unix seconds, NaN = never
     stale: np.ndarray
     no_data: np.ndarray  # no reading within the data window (fabric_state.ports_without_data)
-    health: np.ndarray  # index into HEALTH
+    health: np.ndarray  # index into INCIDENT_HEALTH
     incident_ids: dict[int, list[int]]
     kinds: dict[int, set[str]]
     incidents: dict[int, dict[str, Any]]
@@ -158,7 +156,7 @@ class PortView:
         """``ok``, ``warning``, ``critical`` from the open incidents; ``no_data`` for a port with
         none and no reading in the data window: nobody knows it is ok."""
         h = int(self.health[i])
-        return NO_DATA if h == 0 and self.no_data[i] else HEALTH[h]
+        return NO_DATA if h == 0 and self.no_data[i] else INCIDENT_HEALTH[h]
 
     def link_health(self) -> tuple[np.ndarray, np.ndarray]:
         """Per link: the worse end's incident health, and whether neither end has data."""
@@ -167,7 +165,9 @@ class PortView:
 
     def link_health_names(self, links: np.ndarray) -> list[str]:
         worst, blind = self.link_health()
-        return [NO_DATA if worst[n] == 0 and blind[n] else HEALTH[int(worst[n])] for n in links.tolist()]
+        return [
+            NO_DATA if worst[n] == 0 and blind[n] else INCIDENT_HEALTH[int(worst[n])] for n in links.tolist()
+        ]
 
     def link_health_mask(self, names: Iterable[str]) -> np.ndarray:
         worst, blind = self.link_health()
@@ -242,7 +242,7 @@ class PortView:
                 )
             ]
             rows.append({"node": f.node_names[j], "role": f.node_roles[j], "cells": cells})
-        counts = np.bincount(self.health, minlength=len(HEALTH))
+        counts = np.bincount(self.health, minlength=len(INCIDENT_HEALTH))
         no_data = int(((self.health == 0) & self.no_data).sum())
         return {
             "generated_at": datetime.now(UTC).isoformat(),
@@ -250,7 +250,9 @@ class PortView:
             "polls": self.polls,
             "ports": f.n_ports,
             "links": int(f.link_a.size),
-            "health": {h: int(counts[k]) - (no_data if h == "ok" else 0) for k, h in enumerate(HEALTH)}
+            "health": {
+                h: int(counts[k]) - (no_data if h == "ok" else 0) for k, h in enumerate(INCIDENT_HEALTH)
+            }
             | {NO_DATA: no_data},
             "stale": int(self.stale.sum()),
             "down": int(self.down.sum()),
@@ -273,7 +275,7 @@ def _health_mask(names: Iterable[str], health: np.ndarray, no_data: np.ndarray) 
         elif name == "ok":
             mask |= (health == 0) & ~no_data
         else:
-            mask |= health == HEALTH.index(name)
+            mask |= health == INCIDENT_HEALTH.index(name)
     return mask
 
 
