@@ -40,7 +40,10 @@ log = logging.getLogger("graywire.runner")
 
 
 @dataclass
-class _Target:
+class Target:
+    """One scrape target as the poll loop keeps it: its collector, what was last reported of
+    it, and this process's backoff. The cluster shares targets out among replicas by these."""
+
     collector: Collector
     status: TargetStatus
     indexer: PortIndexer
@@ -51,9 +54,9 @@ class _Target:
 
 
 #: A scrape's target and outcome: what :meth:`Runner.record` accounts for.
-Scraped = tuple[_Target, ScrapeResult]
+Scraped = tuple[Target, ScrapeResult]
 #: A target no scrape was reported for, and why.
-Missing = tuple[_Target, str]
+Missing = tuple[Target, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,7 @@ class Runner:
         self.state = state
         self._pipeline: Pipeline | None = (pipeline or Pipeline(fabric)) if lead else None
         self.drain = drain
-        self.targets = [_Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
+        self.targets = [Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
         #: A port without a reading this recent has no data: a few polls (a source refreshing
         #: every 30 s, as UFM Telemetry does, dates its rows by its own sample), at least 2 minutes.
         self.data_window_s = max(120.0, (settings.stale_after_polls + 2) * settings.poll_seconds)
@@ -169,7 +172,7 @@ class Runner:
         ]
 
     # -- scraping -----------------------------------------------------------------------------
-    async def _scrape(self, t: _Target) -> ScrapeResult:
+    async def _scrape(self, t: Target) -> ScrapeResult:
         c = t.collector
         t0 = time.perf_counter()
         started = False
@@ -212,11 +215,11 @@ class Runner:
             self._scrape_slots = (loop, asyncio.Semaphore(self.settings.max_concurrent_scrapes))
         return self._scrape_slots[1]
 
-    async def scrape(self, targets: list[_Target]) -> list[ScrapeResult]:
+    async def scrape(self, targets: list[Target]) -> list[ScrapeResult]:
         """Scrape ``targets`` at once (each under the scrape timeout), in their order."""
         return list(await asyncio.gather(*(self._scrape(t) for t in targets)))
 
-    def _after_scrapes(self, due: list[_Target], results: list[ScrapeResult], now: float) -> list[Finding]:
+    def _after_scrapes(self, due: list[Target], results: list[ScrapeResult], now: float) -> list[Finding]:
         """Account for the scrapes, then process what they brought: both CPU work over the
         fabric's ports, so both run in the poll's worker thread, never on the event loop."""
         scraped = list(zip(due, results, strict=True))
@@ -320,7 +323,7 @@ class Runner:
         )
 
     def _ports_of(
-        self, t: _Target, batches: tuple[pa.RecordBatch, ...]
+        self, t: Target, batches: tuple[pa.RecordBatch, ...]
     ) -> tuple[np.ndarray, int, tuple[str, ...]]:
         """Fabric ports a target reported (cached per dictionary: collectors reuse theirs), and
         its port rows that match no modelled port, with up to five of their keys."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from graywire.collectors.base import ScrapeResult, redact_url
 from graywire.service.cluster.bus import Bus
 from graywire.service.cluster.wire import encode_scrape
-from graywire.service.runner import Runner, _Target
+from graywire.service.runner import Runner, Target
 
 log = logging.getLogger("graywire.cluster")
 
@@ -53,7 +53,7 @@ class Member:
         bus: Bus,
         member_id: str,
         incarnation: str,
-        share: Callable[[], list[_Target]],
+        share: Callable[[], list[Target]],
     ) -> None:
         self.runner = runner
         self.bus = bus
@@ -93,7 +93,7 @@ class Member:
         self.stats.last_slot = slot
         self.stats.last_slot_seconds = time.monotonic() - t0
 
-    async def _take_over_tails(self, new: list[_Target]) -> None:
+    async def _take_over_tails(self, new: list[Target]) -> None:
         """A file-tailing target another member read until now (its share moved here) is read
         from where the files end: what they hold was judged already, and read again it would
         reach the detectors twice. What was written between the two owners' scrapes (at most
@@ -114,7 +114,7 @@ class Member:
                 log.info("member: %s %s moved here; reading what it gains from now on", c.source, c.target)
                 skip()
 
-    async def _scrape_and_publish(self, t: _Target, slot: float) -> None:
+    async def _scrape_and_publish(self, t: Target, slot: float) -> None:
         (result,) = await self.runner.scrape([t])
         self.runner.schedule([(t, result)], time.monotonic())
         c = t.collector
@@ -123,7 +123,7 @@ class Member:
         result = replace(result, source=c.source, target=redact_url(c.target))
         await self._publish(result, slot, attempted=True)
 
-    async def _publish_backoff(self, t: _Target, slot: float, now: float) -> None:
+    async def _publish_backoff(self, t: Target, slot: float, now: float) -> None:
         c = t.collector
         self.stats.scrapes[(c.source, "backoff")] += 1
         wait = t.next_attempt - now

@@ -38,7 +38,7 @@ from graywire.service.cluster.members import MemberIdInUse, MemberInfo, Members
 from graywire.service.cluster.shard import Shards
 from graywire.service.config import Settings
 from graywire.service.db import make_engine
-from graywire.service.runner import Runner, _Target
+from graywire.service.runner import Runner, Target
 
 log = logging.getLogger("graywire.cluster")
 
@@ -152,7 +152,7 @@ class ClusterNode:
     def role(self) -> str:
         return "leader" if self.is_leader else "follower"
 
-    def share(self) -> list[_Target]:
+    def share(self) -> list[Target]:
         """The targets this member scrapes now (none until the first view, or if it does not
         collect)."""
         if not self.cfg.collect or not self.view.seen_at:
