@@ -46,31 +46,10 @@ from graywire.collectors.units import Duration, PositiveDuration
 from graywire.detectors.findings import Severity
 from graywire.service.alerts.config import AlertsSettings
 from graywire.service.schedsync.slurm import parse_hostlist
+from graywire.service.simulated import FabricSimSource
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
-
-
-class FabricSimSource(BaseModel):
-    """The synthetic fabric as a live telemetry source (sim time runs at wall-clock pace)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["fabricsim"] = "fabricsim"
-    hosts: int = Field(64, ge=1, le=65_536)
-    gpus: int = Field(8, ge=1, le=16)
-    seed: int = 0
-    faults: str = "none"
-    job_hosts: int = Field(32, ge=1)
-    channels: int = Field(4, ge=1, le=64)
-
-    @field_validator("faults")
-    @classmethod
-    def _faults_parse(cls, v: str) -> str:
-        from graywire.service.simulated import check_fault_spec  # here: simulated imports config
-
-        check_fault_spec(v)  # raises ValueError with a readable message
-        return v
 
 
 def _source_type(v: Any) -> str | None:

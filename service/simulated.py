@@ -1,4 +1,5 @@
-"""The built-in synthetic source: fabricsim as a live collector, and the check of its fault spec.
+"""The built-in synthetic source: fabricsim as a live collector, its settings and the check of
+its fault spec.
 
 The only service module besides the CLI that imports fabricsim, so the simulator reaches the
 running service through this one seam (docs/architecture.md).
@@ -9,18 +10,40 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from graywire.collectors.base import ScrapeResult
 from graywire.fabricsim.faults import Fault, parse_spec
 from graywire.fabricsim.ras import read_back
 from graywire.fabricsim.sim import FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec
-from graywire.service.config import FabricSimSource
 
 
 def check_fault_spec(spec: str) -> None:
     """Raise ``ValueError`` with a readable message when ``spec`` is not a fault spec."""
     parse_spec(spec)
+
+
+class FabricSimSource(BaseModel):
+    """The synthetic fabric as a live telemetry source (sim time runs at wall-clock pace)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["fabricsim"] = "fabricsim"
+    hosts: int = Field(64, ge=1, le=65_536)
+    gpus: int = Field(8, ge=1, le=16)
+    seed: int = 0
+    faults: str = "none"
+    job_hosts: int = Field(32, ge=1)
+    channels: int = Field(4, ge=1, le=64)
+
+    @field_validator("faults")
+    @classmethod
+    def _faults_parse(cls, v: str) -> str:
+        check_fault_spec(v)  # raises ValueError with a readable message
+        return v
 
 
 class FabricSimCollector:

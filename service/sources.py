@@ -14,9 +14,9 @@ from graywire.collectors.nccl.ras import NcclRasSourceConfig, build_ras_collecto
 from graywire.collectors.prometheus import PrometheusSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
-from graywire.service.config import FabricSimSource, Settings
+from graywire.service.config import Settings
 from graywire.service.discovery import compare_with_discovery, discovered_fabric, lldp_on
-from graywire.service.simulated import FabricSimCollector
+from graywire.service.simulated import FabricSimCollector, FabricSimSource
 
 
 def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:

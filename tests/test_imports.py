@@ -10,6 +10,7 @@ also have no cycle.
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,6 +177,68 @@ def test_the_scan_sees_function_level_and_type_only_imports() -> None:
     top-level ones, and tell which run at import time."""
     found = {(i.module, i.target): i.at_import_time for i in IMPORTS}
     assert found[(f"{NAMESPACE}.service.cli", f"{NAMESPACE}.evaluation.suite")] is False
-    assert found[(f"{NAMESPACE}.service.config", f"{NAMESPACE}.service.simulated")] is False
+    assert found[(f"{NAMESPACE}.service.cluster.forward", f"{NAMESPACE}.service.cluster.node")] is False
     assert found[(f"{NAMESPACE}.service.simulated", f"{NAMESPACE}.fabricsim.sim")] is True
     assert found[(f"{NAMESPACE}.collectors.snmp", f"{NAMESPACE}.collectors.snmp.collector")] is False
+
+
+#: The service's rooms: each folder of ``service/`` and each module at its top. No import may run
+#: back up between rooms (the room graph has no circle, lazy imports included), and these rooms
+#: never import those: the state is read by the API, ``/metrics`` and the status page, never the
+#: other way; the cluster drives the poll loop, which knows nothing of it.
+SERVICE = f"{NAMESPACE}.service"
+NEVER_IMPORTS: dict[str, frozenset[str]] = {
+    "state": frozenset({"api", "metrics", "status_page", "runner", "cluster", "app", "cli"}),
+    "runner": frozenset({"cluster", "api", "metrics", "app", "cli"}),
+    "metrics": frozenset({"api", "app", "cli"}),
+}
+
+
+def _room(module: str) -> str | None:
+    """The service room of a module: its folder under ``service/``, or the module itself."""
+    if not module.startswith(SERVICE + "."):
+        return None
+    return module[len(SERVICE) + 1 :].split(".")[0]
+
+
+def _room_edges() -> dict[tuple[str, str], list[Import]]:
+    edges: dict[tuple[str, str], list[Import]] = {}
+    for imp in IMPORTS:
+        a, b = _room(imp.module), _room(imp.target)
+        if a is not None and b is not None and a != b:
+            edges.setdefault((a, b), []).append(imp)
+    return edges
+
+
+def test_no_import_runs_back_up_between_the_service_rooms() -> None:
+    edges = _room_edges()
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+
+    def visit(room: str, path: list[str]) -> list[str] | None:
+        state[room] = 1
+        for nxt in sorted(graph.get(room, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (loop := visit(nxt, [*path, nxt])):
+                return loop
+        state[room] = 2
+        return None
+
+    for room in sorted(graph):
+        if room not in state and (loop := visit(room, [room])):
+            shown = "\n".join(edges[hop][0].where() for hop in itertools.pairwise(loop))
+            raise AssertionError(f"service rooms in a circle: {' -> '.join(loop)}\n{shown}")
+
+
+@pytest.mark.parametrize("room", sorted(NEVER_IMPORTS))
+def test_each_service_room_stays_below_its_readers(room: str) -> None:
+    bad = [
+        f"{imp.where()}: {room} never imports {other}"
+        for (a, other), imps in _room_edges().items()
+        if a == room and other in NEVER_IMPORTS[room]
+        for imp in imps
+    ]
+    assert not bad, "\n".join(bad)

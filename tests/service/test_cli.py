@@ -21,8 +21,7 @@ from graywire.fabricsim.faults import NAMED_ONLY_KINDS
 from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec, build_fabric
 from graywire.service.cli import DEMO_FAULTS, ber_thresholds, build_parser, main
-from graywire.service.config import FabricSimSource
-from graywire.service.simulated import FabricSimCollector
+from graywire.service.simulated import FabricSimCollector, FabricSimSource
 
 
 def test_sim_then_replay_scores_against_truth(

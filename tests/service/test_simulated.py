@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from graywire.service.config import FabricSimSource
-from graywire.service.simulated import FabricSimCollector
+from graywire.service.simulated import FabricSimCollector, FabricSimSource
 
 
 def test_a_fabricsim_step_leaves_the_event_loop_free() -> None:

@@ -22,8 +22,8 @@ from graywire.collectors.base import ScrapeResult, failed
 from graywire.collectors.schemas import record_kind
 from graywire.detectors.findings import Finding
 from graywire.service.app import create_app
-from graywire.service.config import FabricSimSource, load_settings
-from graywire.service.simulated import FabricSimCollector
+from graywire.service.config import load_settings
+from graywire.service.simulated import FabricSimCollector, FabricSimSource
 
 PORT = "gpu-0002/mlx5_3"
 LEAF_PORT = "leaf-r3-000/p3"
