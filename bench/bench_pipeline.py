@@ -46,7 +46,7 @@ from graywire.collectors.schemas import (
 from graywire.detectors.pipeline import Pipeline, default_detectors, nccl_timing_detectors
 from graywire.fabricsim.port_views import UFM_DEFAULT
 from graywire.fabricsim.topology import TopologySpec, build_fabric
-from graywire.service.allocator import keep_freed_memory
+from graywire.service.memory_habits import keep_freed_memory
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 POLL_S = 10.0
@@ -273,7 +273,7 @@ COUNTER_SETS = {
 
 
 def main() -> None:
-    keep_freed_memory()  # as the service runs (graywire.service.allocator)
+    keep_freed_memory()  # as the service runs (graywire.service.memory_habits)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ports", default="10000,100000,500000", help="comma-separated port counts")
     ap.add_argument("--polls", type=int, default=10, help="timed polls per size")

@@ -30,9 +30,9 @@ from graywire.service.cluster.node import ClusterNode
 from graywire.service.config import Settings
 from graywire.service.db import make_engine, upgrade
 from graywire.service.drain_engine import DrainEngine, policy_from_settings
-from graywire.service.ingest_guard import IngestGuards, RateLimiter
-from graywire.service.ingest_scope import JobPlacement
-from graywire.service.input_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
+from graywire.service.http_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
+from graywire.service.ingest.limits import IngestGuards, RateLimiter
+from graywire.service.ingest.scope import JobPlacement
 from graywire.service.metrics.alerts import AlertsExporter
 from graywire.service.metrics.cluster import ClusterExporter
 from graywire.service.metrics.drain import DrainExporter

@@ -44,8 +44,8 @@ def server_config(app: Any, settings: Any, **overrides: Any) -> Any:
 def _serve(settings: Any, banner: str | None = None) -> int:
     import uvicorn
 
-    from graywire.service.allocator import freeze_long_lived
     from graywire.service.app import create_app
+    from graywire.service.memory_habits import freeze_long_lived
 
     app = create_app(settings)
     freeze_long_lived()  # the fabric, its maps and the detectors live as long as the process
@@ -765,7 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from graywire.service import logs
-    from graywire.service.allocator import keep_freed_memory
+    from graywire.service.memory_habits import keep_freed_memory
 
     logs.configure(args.verbose)
     keep_freed_memory()

@@ -18,7 +18,7 @@ from graywire.collectors.model import Fabric
 from graywire.service.auth import Auth, Principal, Role, bearer
 from graywire.service.cluster.node import ClusterNode
 from graywire.service.drain_engine import DrainEngine
-from graywire.service.ingest_guard import IngestGuards
+from graywire.service.ingest.limits import IngestGuards
 from graywire.service.operations import Operations
 from graywire.service.runner import Runner
 from graywire.service.state.fabric import FabricState, StateBoard

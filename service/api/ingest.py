@@ -32,8 +32,8 @@ from graywire.service.api.deps import GuardsDep, Ingester, RunnerDep
 from graywire.service.api.schemas import ErrorOut, IngestOut
 from graywire.service.auth import Principal
 from graywire.service.config import TokenScope
-from graywire.service.ingest_guard import IngestGuards, retry_after
-from graywire.service.ingest_scope import SchedulerUnavailable
+from graywire.service.ingest.limits import IngestGuards, retry_after
+from graywire.service.ingest.scope import SchedulerUnavailable
 from graywire.service.runner import Runner
 from graywire.service.schedsync.slurm import parse_hostlist
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from graywire.service.app import create_app
 from graywire.service.config import RateLimit, load_settings
-from graywire.service.ingest_guard import RateLimiter, TokenBucket, retry_after
+from graywire.service.ingest.limits import RateLimiter, TokenBucket, retry_after
 from tests.service.api.test_ingest import inspector_record
 
 SLOW = "slow-ingest-token-012345"

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from graywire.service.app import create_app
 from graywire.service.config import SchedulerSettings, load_settings
-from graywire.service.ingest_scope import JobPlacement
+from graywire.service.ingest.scope import JobPlacement
 from tests.service.api.test_ingest import inspector_record
 from tests.service.conftest import SlurmRestd
 from tests.service.schedsync.fake_kube_api import FakeKubeApi, make_node, make_pod, serve

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
-from graywire.service.input_guard import DEFAULT_MAX_BODY
+from graywire.service.http_guard import DEFAULT_MAX_BODY
 
 OPERATOR = "operator-token-0123456789"
 INGEST = "ingest-token-0123456789"

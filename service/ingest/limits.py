@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from graywire.service.config import RateLimit
-from graywire.service.ingest_scope import JobPlacement
+from graywire.service.ingest.scope import JobPlacement
 
 
 @dataclass

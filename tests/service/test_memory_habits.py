@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from graywire.service.allocator import keep_freed_memory
+from graywire.service.memory_habits import keep_freed_memory
 
 PROBE = """
 import resource, sys
 import numpy as np
-from graywire.service.allocator import keep_freed_memory
+from graywire.service.memory_habits import keep_freed_memory
 if sys.argv[1] == "on":
     assert keep_freed_memory()
 a = np.arange(100_000, dtype=np.uint64); b = a // np.uint64(2); c = np.full(a.size, 0.1)
@@ -49,7 +49,7 @@ def test_keep_freed_memory_applies_on_glibc_and_again() -> None:
 
 FREEZE_PROBE = """
 import gc
-from graywire.service.allocator import freeze_long_lived
+from graywire.service.memory_habits import freeze_long_lived
 model = [[i] for i in range(50_000)]  # start-up's long-lived containers
 cycle = [[]]; cycle[0].append(cycle); del cycle  # garbage from start-up: collected, not frozen
 frozen = freeze_long_lived()
