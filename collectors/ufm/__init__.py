@@ -1,7 +1,7 @@
 """NVIDIA UFM: REST (port state, speed, width, links) and UFM Telemetry (counters) collectors."""
 
 from graywire.collectors.ufm.config import UfmSourceConfig, build_collectors
-from graywire.collectors.ufm.http import HttpSettings, UfmHttpError
+from graywire.collectors.ufm.http import UfmHttpError, UfmHttpSettings
 from graywire.collectors.ufm.ports import PortKeys, SpellingCache
 from graywire.collectors.ufm.rest import (
     LANE_GBPS,
@@ -22,11 +22,11 @@ from graywire.collectors.ufm.telemetry import (
 
 __all__ = [
     "LANE_GBPS",
-    "HttpSettings",
     "PortKeys",
     "SpellingCache",
     "TelemetryParseError",
     "UfmHttpError",
+    "UfmHttpSettings",
     "UfmRestCollector",
     "UfmSourceConfig",
     "UfmTelemetryCollector",

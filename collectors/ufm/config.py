@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from graywire.collectors.base import Collector
 from graywire.collectors.model import Fabric
-from graywire.collectors.ufm.http import HttpSettings
+from graywire.collectors.ufm.http import UfmHttpSettings
 from graywire.collectors.ufm.rest import UfmRestCollector
 from graywire.collectors.ufm.telemetry import UfmTelemetryCollector
 
@@ -95,7 +95,7 @@ class UfmSourceConfig(BaseModel):
                 raise ValueError(f"cannot read {path}: {e}") from None
         return None
 
-    def http_settings(self, *, authenticated: bool = True) -> HttpSettings:
+    def http_settings(self, *, authenticated: bool = True) -> UfmHttpSettings:
         """HTTP settings for one endpoint; secrets are read from their files here."""
         common = {
             "verify": self.verify,
@@ -106,10 +106,10 @@ class UfmSourceConfig(BaseModel):
             "max_body_bytes": self.max_body_bytes,
         }
         if not authenticated:
-            return HttpSettings(auth="none", **common)  # type: ignore[arg-type]
+            return UfmHttpSettings(auth="none", **common)  # type: ignore[arg-type]
         if self.auth == "token":
-            return HttpSettings(auth="token", token=self._secret(self.token, self.token_file), **common)  # type: ignore[arg-type]
-        return HttpSettings(
+            return UfmHttpSettings(auth="token", token=self._secret(self.token, self.token_file), **common)  # type: ignore[arg-type]
+        return UfmHttpSettings(
             auth="basic",
             username=self.username,
             password=self._secret(self.password, self.password_file),

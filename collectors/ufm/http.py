@@ -34,7 +34,7 @@ class UfmHttpError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class HttpSettings:
+class UfmHttpSettings:
     """How to reach one UFM endpoint. Secrets are plain strings here, already read from config."""
 
     auth: AuthKind = "none"
@@ -97,7 +97,7 @@ class UfmHttp:
     """One pooled async client per event loop (connections are the only state a collector keeps)."""
 
     def __init__(
-        self, base_url: str, settings: HttpSettings, transport: httpx.AsyncBaseTransport | None = None
+        self, base_url: str, settings: UfmHttpSettings, transport: httpx.AsyncBaseTransport | None = None
     ):
         self.base_url = base_url.rstrip("/")
         self.settings = settings

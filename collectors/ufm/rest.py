@@ -47,7 +47,7 @@ from graywire.collectors.schemas import (
     make_batch,
     record_kind,
 )
-from graywire.collectors.ufm.http import REST_PREFIX, HttpSettings, UfmHttp
+from graywire.collectors.ufm.http import REST_PREFIX, UfmHttp, UfmHttpSettings
 from graywire.collectors.ufm.ports import BAD, PortKeys
 
 #: Per-lane data rate of each InfiniBand speed name, in Gb/s (sysfs spells 4X FDR "56 Gb/sec").
@@ -308,7 +308,7 @@ class UfmRestCollector:
         self,
         url: str,
         fabric: Fabric | None,
-        settings: HttpSettings | None = None,
+        settings: UfmHttpSettings | None = None,
         *,
         links: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -319,7 +319,7 @@ class UfmRestCollector:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"UFM URL must be http(s)://host[:port], not {url!r}")
-        self.settings = settings or HttpSettings()
+        self.settings = settings or UfmHttpSettings()
         self.target = redact_url(url.rstrip("/"))
         self.prefix = parts.path.rstrip("/") + REST_PREFIX[self.settings.auth]
         self.links = links

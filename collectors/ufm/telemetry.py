@@ -62,7 +62,7 @@ from graywire.collectors.base import (
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
 from graywire.collectors.ufm.counters import CounterSpec, counter_spec
-from graywire.collectors.ufm.http import HttpSettings, UfmHttp
+from graywire.collectors.ufm.http import UfmHttp, UfmHttpSettings
 from graywire.collectors.ufm.ports import BAD, PortKeys, SpellingCache, same_strings
 
 TelemetryFormat = Literal["auto", "prometheus", "csv", "json"]
@@ -1185,7 +1185,7 @@ class UfmTelemetryCollector:
         self,
         url: str,
         fabric: Fabric | None,
-        settings: HttpSettings | None = None,
+        settings: UfmHttpSettings | None = None,
         *,
         fmt: TelemetryFormat = "auto",
         transport: httpx.AsyncBaseTransport | None = None,
@@ -1201,7 +1201,7 @@ class UfmTelemetryCollector:
         if parts.query:
             self.path += "?" + parts.query
         self.fmt = fmt
-        self.http = UfmHttp(f"{parts.scheme}://{parts.netloc}", settings or HttpSettings(), transport)
+        self.http = UfmHttp(f"{parts.scheme}://{parts.netloc}", settings or UfmHttpSettings(), transport)
         self.keys = PortKeys(fabric)
         self.cache = SpellingCache()
         #: The poll time when the payload carries no timestamps.

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from graywire.collectors.base import ScrapeResult
 from graywire.collectors.schemas import record_kind
 from graywire.collectors.ufm import (
-    HttpSettings,
+    UfmHttpSettings,
     UfmRestCollector,
     UfmSourceConfig,
     UfmTelemetryCollector,
@@ -24,8 +24,8 @@ from graywire.fabricsim.ufm_server import FakeUfm
 from tests.collectors.ufm.httpserver import self_signed, serve
 
 G = 10**9
-BASIC = HttpSettings(auth="basic", username="admin", password="s3cret")
-TOKEN = HttpSettings(auth="token", token="tok-abc123")
+BASIC = UfmHttpSettings(auth="basic", username="admin", password="s3cret")
+TOKEN = UfmHttpSettings(auth="token", token="tok-abc123")
 
 
 def scrape(collector: Any) -> ScrapeResult:
@@ -52,7 +52,9 @@ def port_row(batch: pa.RecordBatch, key: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("settings", [BASIC, TOKEN], ids=["basic", "token"])
-def test_rest_scrape_reads_state_speed_and_links(fake: FakeUfm, ufm_url: str, settings: HttpSettings) -> None:
+def test_rest_scrape_reads_state_speed_and_links(
+    fake: FakeUfm, ufm_url: str, settings: UfmHttpSettings
+) -> None:
     fake.advance(4)  # t = 40 s: gpu-0003/mlx5_2 runs at 400G since 30 s
     collector = UfmRestCollector(ufm_url, fake.fabric, settings)
     result = scrape(collector)
@@ -86,13 +88,13 @@ def test_rest_sends_capabilities_only_when_they_changed(fake: FakeUfm, ufm_url: 
 @pytest.mark.parametrize(
     "settings",
     [
-        HttpSettings(auth="basic", username="admin", password="wrong"),
-        HttpSettings(auth="token", token="not-the-token"),
-        HttpSettings(),
+        UfmHttpSettings(auth="basic", username="admin", password="wrong"),
+        UfmHttpSettings(auth="token", token="not-the-token"),
+        UfmHttpSettings(),
     ],
     ids=["wrong-password", "wrong-token", "no-credentials"],
 )
-def test_rest_auth_failure_is_a_failed_scrape(ufm_url: str, fake: FakeUfm, settings: HttpSettings) -> None:
+def test_rest_auth_failure_is_a_failed_scrape(ufm_url: str, fake: FakeUfm, settings: UfmHttpSettings) -> None:
     result = scrape(UfmRestCollector(ufm_url, fake.fabric, settings))
     assert not result.ok and result.batches == ()
     assert "HTTP 401" in (result.error or "")
@@ -109,7 +111,7 @@ def test_refused_connection_is_a_failed_scrape(fake: FakeUfm) -> None:
 
 def test_hung_server_fails_within_the_read_timeout(fake: FakeUfm, ufm_url: str) -> None:
     fake.delay_s = 5.0
-    settings = HttpSettings(auth="basic", username="admin", password="s3cret", read_timeout_s=0.3)
+    settings = UfmHttpSettings(auth="basic", username="admin", password="s3cret", read_timeout_s=0.3)
     t0 = time.monotonic()
     result = scrape(UfmRestCollector(ufm_url, fake.fabric, settings))
     elapsed = time.monotonic() - t0
@@ -120,7 +122,7 @@ def test_hung_server_fails_within_the_read_timeout(fake: FakeUfm, ufm_url: str) 
 
 def test_total_deadline_bounds_a_slow_scrape(fake: FakeUfm, ufm_url: str) -> None:
     fake.delay_s = 0.4  # each request answers, but the two of a scrape take longer than allowed
-    settings = HttpSettings(
+    settings = UfmHttpSettings(
         auth="basic", username="admin", password="s3cret", read_timeout_s=5, total_timeout_s=0.6
     )
     t0 = time.monotonic()
@@ -150,8 +152,8 @@ def test_tls_is_verified_by_default(fake: FakeUfm, tls_url: tuple[str, Path]) ->
 
 def test_tls_with_ca_file_or_explicit_opt_out(fake: FakeUfm, tls_url: tuple[str, Path]) -> None:
     url, cert = tls_url
-    trusted = HttpSettings(auth="basic", username="admin", password="s3cret", ca_file=cert)
-    unverified = HttpSettings(auth="basic", username="admin", password="s3cret", verify=False)
+    trusted = UfmHttpSettings(auth="basic", username="admin", password="s3cret", ca_file=cert)
+    unverified = UfmHttpSettings(auth="basic", username="admin", password="s3cret", verify=False)
     for settings in (trusted, unverified):
         result = scrape(UfmRestCollector(url, fake.fabric, settings))
         assert result.ok, result.error
@@ -160,13 +162,13 @@ def test_tls_with_ca_file_or_explicit_opt_out(fake: FakeUfm, tls_url: tuple[str,
 
 def test_http_settings_reject_contradictions(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="verify is false"):
-        HttpSettings(ca_file=tmp_path / "ca.pem", verify=False)
+        UfmHttpSettings(ca_file=tmp_path / "ca.pem", verify=False)
     with pytest.raises(ValueError, match="does not exist"):
         UfmRestCollector(
-            "https://ufm", None, HttpSettings(auth="token", token="t", ca_file=tmp_path / "no.pem")
+            "https://ufm", None, UfmHttpSettings(auth="token", token="t", ca_file=tmp_path / "no.pem")
         )
     with pytest.raises(ValueError, match="needs a username and a password"):
-        HttpSettings(auth="basic", username="admin")
+        UfmHttpSettings(auth="basic", username="admin")
 
 
 # -- telemetry ----------------------------------------------------------------------------------
@@ -211,7 +213,7 @@ def test_telemetry_body_over_the_limit_is_never_read(fake: FakeUfm, ufm_url: str
     assert "declares a 5,000,000,000-byte body, over the 1,073,741,824-byte limit" in (result.error or "")
     assert time.monotonic() - t0 < 2.0
     fake.truncate_to = fake.declare_length = None
-    small = HttpSettings(max_body_bytes=1 << 16)
+    small = UfmHttpSettings(max_body_bytes=1 << 16)
     result = scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric, small))
     assert not result.ok and "(max_body_bytes)" in (result.error or "")
     assert scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric)).ok
@@ -234,7 +236,7 @@ def test_telemetry_hang_fails_within_the_timeout(fake: FakeUfm, ufm_url: str) ->
     fake.delay_s = 5.0
     t0 = time.monotonic()
     result = scrape(
-        UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric, HttpSettings(read_timeout_s=0.3))
+        UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric, UfmHttpSettings(read_timeout_s=0.3))
     )
     assert not result.ok and (result.error or "").startswith("ReadTimeout")
     assert time.monotonic() - t0 < 2.0

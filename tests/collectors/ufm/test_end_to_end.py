@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from graywire.collectors.schemas import record_kind
-from graywire.collectors.ufm import HttpSettings, UfmRestCollector, UfmTelemetryCollector
+from graywire.collectors.ufm import UfmHttpSettings, UfmRestCollector, UfmTelemetryCollector
 from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline
 from graywire.fabricsim.ufm_server import FakeUfm
@@ -25,7 +25,7 @@ def collectors(
 ) -> tuple[UfmRestCollector, UfmTelemetryCollector]:
     """Both collectors on simulated time (UFM REST has no timestamps of its own)."""
     rest = UfmRestCollector(
-        url, fake.fabric, HttpSettings(auth="token", token="tok-abc123"), clock=lambda: fake.step.time
+        url, fake.fabric, UfmHttpSettings(auth="token", token="tok-abc123"), clock=lambda: fake.step.time
     )
     telemetry = UfmTelemetryCollector(url + telemetry_path, fake.fabric, clock=lambda: fake.step.time)
     return rest, telemetry
