@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from graywire.collectors.schemas import SCHEMAS, record_kind
+from graywire.collectors.schemas import SCHEMAS, RecordKind, record_kind
 
 HOUR_FMT = "%Y-%m-%dT%H"
 #: A file the writer has open has this name until it is closed: Parquet keeps its index at the
@@ -190,7 +190,13 @@ def iter_polls(root: str | Path, kind: str) -> Iterator[pa.RecordBatch]:
 
 def iter_replay(
     root: str | Path,
-    kinds: tuple[str, ...] = ("port_sample", "nccl_timing", "nccl_transport", "nccl_proxy", "nccl_init"),
+    kinds: tuple[str, ...] = (
+        RecordKind.PORT_SAMPLE,
+        RecordKind.NCCL_TIMING,
+        RecordKind.NCCL_TRANSPORT,
+        RecordKind.NCCL_PROXY,
+        RecordKind.NCCL_INIT,
+    ),
 ) -> Iterator[pa.RecordBatch]:
     """Merge several records' polls in time order (at equal times in the order of ``kinds``)."""
     streams = [

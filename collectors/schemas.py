@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 import pyarrow as pa
@@ -301,17 +302,33 @@ GPU_NIC_PATH = pa.schema(
     metadata={"graywire.record": "gpu_nic_path", "graywire.version": "1"},
 )
 
+
+class RecordKind(StrEnum):
+    """Every canonical record, by the name its schema carries (``graywire.record``)."""
+
+    PORT_SAMPLE = "port_sample"
+    PORT_CAPABILITY = "port_capability"
+    NCCL_TIMING = "nccl_timing"
+    NCCL_TRANSPORT = "nccl_transport"
+    NCCL_PROXY = "nccl_proxy"
+    NCCL_INIT = "nccl_init"
+    LINK = "link"
+    NCCL_RANK_STATE = "nccl_rank_state"
+    GPU_NIC_PATH = "gpu_nic_path"
+    NCCL_LAYOUT = "nccl_layout"
+
+
 SCHEMAS: dict[str, pa.Schema] = {
-    "port_sample": PORT_SAMPLE,
-    "link": LINK,
-    "port_capability": PORT_CAPABILITY,
-    "nccl_timing": NCCL_TIMING,
-    "nccl_transport": NCCL_TRANSPORT,
-    "nccl_proxy": NCCL_PROXY,
-    "nccl_rank_state": NCCL_RANK_STATE,
-    "gpu_nic_path": GPU_NIC_PATH,
-    "nccl_init": NCCL_INIT,
-    "nccl_layout": NCCL_LAYOUT,
+    RecordKind.PORT_SAMPLE: PORT_SAMPLE,
+    RecordKind.LINK: LINK,
+    RecordKind.PORT_CAPABILITY: PORT_CAPABILITY,
+    RecordKind.NCCL_TIMING: NCCL_TIMING,
+    RecordKind.NCCL_TRANSPORT: NCCL_TRANSPORT,
+    RecordKind.NCCL_PROXY: NCCL_PROXY,
+    RecordKind.NCCL_RANK_STATE: NCCL_RANK_STATE,
+    RecordKind.GPU_NIC_PATH: GPU_NIC_PATH,
+    RecordKind.NCCL_INIT: NCCL_INIT,
+    RecordKind.NCCL_LAYOUT: NCCL_LAYOUT,
 }
 
 #: Batch metadata key: JSON object {counter column: bit width} for counters narrower than 64

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
-from graywire.collectors.schemas import TS, record_kind
+from graywire.collectors.schemas import TS, RecordKind, record_kind
 from graywire.detectors.base import Detector
 from graywire.detectors.ber import BerDetector
 from graywire.detectors.ber_thresholds import ThresholdTable
@@ -42,6 +42,20 @@ from graywire.detectors.saturation import CounterSaturationDetector
 from graywire.detectors.topology import TopologyDetector
 from graywire.detectors.tuning import Tuning, config
 from graywire.detectors.uplink_balance import JobPulses, UplinkBalanceDetector
+
+#: The records that reach their detectors as they came, in the order a poll routes them (after
+#: the port rates, which the rates stage makes of ``port_sample``; capabilities configure the
+#: detectors instead, and cables are dated first).
+ROUTED: tuple[RecordKind, ...] = (
+    RecordKind.NCCL_TIMING,
+    RecordKind.NCCL_TRANSPORT,
+    RecordKind.NCCL_PROXY,
+    RecordKind.LINK,
+    RecordKind.NCCL_RANK_STATE,
+    RecordKind.GPU_NIC_PATH,
+    RecordKind.NCCL_INIT,
+    RecordKind.NCCL_LAYOUT,
+)
 
 
 def default_detectors(
@@ -176,62 +190,30 @@ class Pipeline:
         """
         result = PollResult()
         rates: list[pa.RecordBatch] = []
-        nccl: list[pa.RecordBatch] = []
-        wiring: list[pa.RecordBatch] = []
-        proxy: list[pa.RecordBatch] = []
-        capabilities: list[pa.RecordBatch] = []
-        links: list[pa.RecordBatch] = []
-        rank_states: list[pa.RecordBatch] = []
-        gpu_paths: list[pa.RecordBatch] = []
-        init: list[pa.RecordBatch] = []
-        layouts: list[pa.RecordBatch] = []
-        port_samples: list[pa.RecordBatch] = []
+        parts_of: dict[str, list[pa.RecordBatch]] = {kind: [] for kind in RecordKind}
         for batch in batches:
             kind = record_kind(batch.schema)
-            if kind != "link" and batch.num_rows and "time" in batch.schema.names:
+            if kind != RecordKind.LINK and batch.num_rows and "time" in batch.schema.names:
                 t = batch.column("time")[0].as_py()
                 if t is not None and (self._poll_time is None or t > self._poll_time):
                     self._poll_time = t
-            if kind == "port_sample":
-                port_samples.append(batch)
-            elif kind == "nccl_timing":
-                nccl.append(batch)
-            elif kind == "nccl_transport":
-                wiring.append(batch)
-            elif kind == "nccl_proxy":
-                proxy.append(batch)
-            elif kind == "port_capability":
-                capabilities.append(batch)
-            elif kind == "link":
-                links.append(batch)
-            elif kind == "nccl_rank_state":
-                rank_states.append(batch)
-            elif kind == "gpu_nic_path":
-                gpu_paths.append(batch)
-            elif kind == "nccl_init":
-                init.append(batch)
-            elif kind == "nccl_layout":
-                layouts.append(batch)
+            if kind in parts_of:
+                parts_of[kind].append(batch)
             else:
-                takes = (
-                    "port_sample, port_capability, nccl_timing, nccl_transport, nccl_proxy, nccl_init, "
-                    "link, nccl_rank_state, gpu_nic_path or nccl_layout"
-                )
+                *others, last = RecordKind
+                takes = f"{', '.join(others)} or {last}"
                 result.dropped.append((kind, batch.num_rows, f"the pipeline takes {takes}, not {kind}"))
-        for parts in self._joined_sources(port_samples, result):
+        for parts in self._joined_sources(parts_of[RecordKind.PORT_SAMPLE], result):
             rates += parts
         # One view at a time, in the order the sources sent them (a port a view leaves out keeps
         # what an earlier one said).
-        for view in capabilities:
+        for view in parts_of[RecordKind.PORT_CAPABILITY]:
             for det in self.detectors:
                 if isinstance(det, CapabilityConsumer):
                     det.set_capabilities(view)
-        views = [self._dated_links(links)] if links else []
-        routes = (
-            ("port_rates", rates), ("nccl_timing", nccl), ("nccl_transport", wiring), ("nccl_proxy", proxy),
-            ("link", views), ("nccl_rank_state", rank_states), ("gpu_nic_path", gpu_paths),
-            ("nccl_init", init), ("nccl_layout", layouts),
-        )  # fmt: skip
+        links = parts_of[RecordKind.LINK]
+        parts_of[RecordKind.LINK] = [self._dated_links(links)] if links else []
+        routes = (("port_rates", rates), *((str(kind), parts_of[kind]) for kind in ROUTED))
         for consumes, parts in routes:
             if not parts:
                 continue
@@ -294,7 +276,7 @@ class Pipeline:
             out = [stage.observe(joined)]
         except ValueError as e:
             if len(parts) == 1:
-                result.dropped.append(("port_sample", joined.num_rows, str(e)))
+                result.dropped.append((RecordKind.PORT_SAMPLE, joined.num_rows, str(e)))
                 return []
         else:
             self._timed("rates", joined.num_rows, t0)
@@ -306,7 +288,7 @@ class Pipeline:
             try:
                 out.append(stage.observe(self.port_state.fill(batch)))
             except ValueError as e:
-                result.dropped.append(("port_sample", batch.num_rows, str(e)))
+                result.dropped.append((RecordKind.PORT_SAMPLE, batch.num_rows, str(e)))
                 continue
             self._timed("rates", batch.num_rows, t0)
         return out

@@ -25,7 +25,7 @@ import pyarrow as pa
 from graywire.collectors.base import Collector, ScrapeResult, failed
 from graywire.collectors.dataset import DatasetWriter, prune
 from graywire.collectors.model import INVENTORY, Fabric
-from graywire.collectors.schemas import record_kind
+from graywire.collectors.schemas import RecordKind, record_kind
 from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
@@ -327,7 +327,7 @@ class Runner:
     ) -> tuple[np.ndarray, int, tuple[str, ...]]:
         """Fabric ports a target reported (cached per dictionary: collectors reuse theirs), and
         its port rows that match no modelled port, with up to five of their keys."""
-        parts = [b for b in batches if record_kind(b.schema) == "port_sample"]
+        parts = [b for b in batches if record_kind(b.schema) == RecordKind.PORT_SAMPLE]
         if not parts:
             return t.ports, 0, ()
         found = [t.indexer(b.column("port")) for b in parts]
@@ -387,7 +387,9 @@ class Runner:
         for i, batch in enumerate(batches):
             kind = record_kind(batch.schema)
             ingested[kind] += batch.num_rows
-            if kind == "link":  # cables: judged against the model, not archived (no time of their own)
+            if (
+                kind == RecordKind.LINK
+            ):  # cables: judged against the model, not archived (no time of their own)
                 links.append(batch)
                 continue
             if batch.num_rows:

@@ -25,6 +25,7 @@ from graywire.collectors.schemas import (
     PORT_COUNTERS,
     PORT_SAMPLE,
     SATURATING_KEY,
+    RecordKind,
     record_kind,
 )
 
@@ -186,7 +187,10 @@ class AgentCollector:
         with pa.ipc.open_stream(body) as reader:
             batches = list(reader)
             schema = reader.schema
-        if record_kind(schema) != "port_sample" or (schema.metadata or {}).get(b"graywire.version") != b"1":
+        if (
+            record_kind(schema) != RecordKind.PORT_SAMPLE
+            or (schema.metadata or {}).get(b"graywire.version") != b"1"
+        ):
             raise ValueError("not a port_sample v1 stream")
         if not schema.remove_metadata().equals(PORT_SAMPLE.remove_metadata()):
             raise ValueError("schema differs from port_sample v1")
@@ -225,7 +229,7 @@ def decode_gpu_paths(body: bytes) -> pa.RecordBatch:
     with pa.ipc.open_stream(body) as reader:
         batches = list(reader)
         schema = reader.schema
-    if record_kind(schema) != "gpu_nic_path" or not schema.remove_metadata().equals(
+    if record_kind(schema) != RecordKind.GPU_NIC_PATH or not schema.remove_metadata().equals(
         GPU_NIC_PATH.remove_metadata()
     ):
         raise ValueError("not a gpu_nic_path v1 stream")
@@ -245,7 +249,7 @@ def decode_rank_state(body: bytes) -> pa.RecordBatch:
     with pa.ipc.open_stream(body) as reader:
         batches = list(reader)
         schema = reader.schema
-    if record_kind(schema) != "nccl_rank_state" or not schema.remove_metadata().equals(
+    if record_kind(schema) != RecordKind.NCCL_RANK_STATE or not schema.remove_metadata().equals(
         NCCL_RANK_STATE.remove_metadata()
     ):
         raise ValueError("not a nccl_rank_state v1 stream")

@@ -44,6 +44,7 @@ from graywire.collectors.schemas import (
     PORT_CAPABILITY,
     PORT_SAMPLE,
     TS,
+    RecordKind,
     make_batch,
     record_kind,
 )
@@ -369,7 +370,7 @@ class UfmRestCollector:
         """
         kept = []
         for b in result.batches:
-            if record_kind(b.schema) == "port_capability":
+            if record_kind(b.schema) == RecordKind.PORT_CAPABILITY:
                 view = b.drop_columns(["time"])
                 last = self._sent_capabilities
                 if b.num_rows == 0 or (last is not None and view.equals(last)):

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from graywire.collectors.keys import keys_named
 from graywire.collectors.model import Fabric
-from graywire.collectors.schemas import record_kind
+from graywire.collectors.schemas import RecordKind, record_kind
 from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import PORT_HEALTH
 from graywire.detectors.pipeline import StageStats
@@ -275,9 +275,9 @@ class StateBoard:
             kind = record_kind(b.schema)
             rows[kind] += b.num_rows
             count[kind] += 1
-            if kind == "nccl_timing":
+            if kind == RecordKind.NCCL_TIMING:
                 nccl_batches.append(b)
-            elif kind == "port_sample":
+            elif kind == RecordKind.PORT_SAMPLE:
                 samples.append(b)
         snap = nccl_snapshot(nccl_batches)
         job_hosts = self._job_hosts(nccl_batches)
