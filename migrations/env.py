@@ -1,6 +1,6 @@
 """Alembic environment for graywire.
 
-The URL comes from the Alembic config (``graywire.service.db.upgrade`` sets it) or else from the
+The URL comes from the Alembic config (``graywire.service.models.engine.upgrade`` sets it) or else from the
 service's settings (``GRAYWIRE_DATABASE_URL``, else ``graywire.db`` under ``GRAYWIRE_DATA_DIR``),
 so the same scripts serve the service, the CLI and tests. A caller may also hand over an open
 connection in ``config.attributes["connection"]`` to migrate inside its own transaction.
@@ -14,8 +14,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from graywire.service.config import load_settings
-from graywire.service.db import make_engine
 from graywire.service.models import metadata
+from graywire.service.models.engine import make_engine
 
 config = context.config
 if config.config_file_name is not None:

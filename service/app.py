@@ -28,7 +28,6 @@ from graywire.service.cluster.fence import Fence
 from graywire.service.cluster.forward import ForwardToLeader, LeaderRelay
 from graywire.service.cluster.node import ClusterNode
 from graywire.service.config import Settings
-from graywire.service.db import make_engine, upgrade
 from graywire.service.drain_engine import DrainEngine, policy_from_settings
 from graywire.service.http_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
 from graywire.service.ingest.limits import IngestGuards, RateLimiter
@@ -38,6 +37,7 @@ from graywire.service.metrics.cluster import ClusterExporter
 from graywire.service.metrics.drain import DrainExporter
 from graywire.service.metrics.exporter import make_registry
 from graywire.service.metrics.exposition import CONTENT_TYPE, aiter_render, render_executor
+from graywire.service.models.engine import make_engine, upgrade
 from graywire.service.operations import Operations
 from graywire.service.runner import Runner
 from graywire.service.sources import build_sources

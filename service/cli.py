@@ -496,7 +496,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
     from graywire.service.config import load_settings
-    from graywire.service.db import upgrade
+    from graywire.service.models.engine import upgrade
 
     settings = load_settings(args.config, database_url=args.database_url)
     if settings.database_url is None:

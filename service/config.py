@@ -44,7 +44,7 @@ from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig
 from graywire.collectors.units import Duration, PositiveDuration
 from graywire.detectors.findings import Severity
-from graywire.service.alerts.config import AlertsSettings
+from graywire.service.alert_settings import AlertsSettings
 from graywire.service.schedsync.slurm import parse_hostlist
 from graywire.service.simulated import FabricSimSource
 

@@ -32,7 +32,6 @@ from graywire.detectors.correlate import node_verdicts, root_causes
 from graywire.detectors.findings import Finding, Kind
 from graywire.service.audit import POLICY_ACTOR, record
 from graywire.service.config import DrainSettings
-from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
 from graywire.service.drain_policy import Breaker, Current, DrainPolicy, PolicyResult, decide
 from graywire.service.models import (
     ACTIVE_STATUSES,
@@ -46,6 +45,7 @@ from graywire.service.models import (
     Silence,
     row_to_dict,
 )
+from graywire.service.models.engine import SQLITE_BEGIN_IMMEDIATE
 from graywire.service.store import IncidentStore
 
 log = logging.getLogger("graywire.drain")

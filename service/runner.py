@@ -30,8 +30,8 @@ from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
 from graywire.service.config import Settings
-from graywire.service.db import is_fence_refusal
 from graywire.service.drain_engine import DrainEngine
+from graywire.service.models.engine import is_fence_refusal
 from graywire.service.state.fabric import StateBoard, TargetStatus
 from graywire.service.state.read_cache import ReadCache
 from graywire.service.store import IncidentStore

@@ -17,7 +17,6 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from graywire.detectors.findings import SEVERITY_RANK, Finding
-from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
 from graywire.service.models import (
     ACTIVE_STATUSES,
     FINDING_STATUSES,
@@ -28,6 +27,7 @@ from graywire.service.models import (
     row_to_dict,
     to_jsonable,
 )
+from graywire.service.models.engine import SQLITE_BEGIN_IMMEDIATE
 
 INCIDENT_FINDINGS_LIMIT = 50
 # Pairs per lookup query; keeps bound parameters (two per pair) under SQLite's historic limit of 999.
@@ -65,8 +65,9 @@ def _validate(finding: Finding) -> None:
 class IncidentStore:
     """Incidents and findings in one SQL database (SQLite or PostgreSQL).
 
-    The schema must already exist (``graywire.service.db.upgrade``); the store never creates tables, so
-    a service started against an unmigrated database fails at once instead of drifting.
+    The schema must already exist (``graywire.service.models.engine.upgrade``); the store never
+    creates tables, so a service started against an unmigrated database fails at once instead of
+    drifting.
     """
 
     def __init__(self, engine: Engine) -> None:

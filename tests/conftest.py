@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-from graywire.service.db import make_engine, upgrade
+from graywire.service.models.engine import make_engine, upgrade
 from graywire.service.store import IncidentStore
 
 PG_URL_ENV = "GRAYWIRE_TEST_PG_URL"

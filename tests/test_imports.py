@@ -37,9 +37,9 @@ SIM_PACKAGES = frozenset({"fabricsim", "evaluation"})
 #: database URL), nothing else of it; the service's engine module in turn runs them, and needs
 #: their package only to find the scripts.
 MIGRATIONS_MAY_USE = frozenset(
-    {f"{NAMESPACE}.service.models", f"{NAMESPACE}.service.db", f"{NAMESPACE}.service.config"}
+    {f"{NAMESPACE}.service.models", f"{NAMESPACE}.service.models.engine", f"{NAMESPACE}.service.config"}
 )
-MIGRATION_RUNNER = (f"{NAMESPACE}.service.db", f"{NAMESPACE}.migrations")
+MIGRATION_RUNNER = (f"{NAMESPACE}.service.models.engine", f"{NAMESPACE}.migrations")
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,3 +244,24 @@ def test_each_service_room_stays_below_its_readers(room: str) -> None:
         for imp in imps
     ]
     assert not bad, "\n".join(bad)
+
+
+#: How many floors the service's rooms may stand on: the longest chain of rooms, each importing
+#: the next (cli → app → api → cluster → runner → drain engine → config → alert settings today).
+MAX_SERVICE_FLOORS = 8
+
+
+def test_the_service_rooms_stand_on_at_most_max_floors() -> None:
+    graph: dict[str, set[str]] = {}
+    for a, b in _room_edges():
+        graph.setdefault(a, set()).add(b)
+    chain: dict[str, list[str]] = {}
+
+    def longest(room: str) -> list[str]:  # the room graph has no circle (the test above)
+        if room not in chain:
+            below = [longest(n) for n in sorted(graph.get(room, ()))]
+            chain[room] = [room, *max(below, key=len, default=[])]
+        return chain[room]
+
+    tallest = max((longest(r) for r in sorted(graph)), key=len)
+    assert len(tallest) <= MAX_SERVICE_FLOORS, f"{len(tallest)} floors: {' -> '.join(tallest)}"

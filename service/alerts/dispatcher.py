@@ -26,13 +26,13 @@ import httpx
 from sqlalchemy.engine import Engine
 
 from graywire.collectors.model import Fabric
+from graywire.service.alert_settings import AlertsSettings, ReceiverConfig
 from graywire.service.alerts import alertmanager, outbox, pagerduty, slack, webhook
-from graywire.service.alerts.config import AlertsSettings, ReceiverConfig
 from graywire.service.alerts.events import NO_CONTEXT, AlertContext, AlertEvent
 from graywire.service.alerts.places import FabricPlaces
 from graywire.service.alerts.sync import SyncResult, SyncTarget, sync_alerts
-from graywire.service.db import is_fence_refusal
 from graywire.service.models import OutboxMessage
+from graywire.service.models.engine import is_fence_refusal
 
 log = logging.getLogger("graywire.alerts")
 

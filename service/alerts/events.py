@@ -15,19 +15,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from graywire.detectors.findings import job_of
+from graywire.service.alert_settings import RUNBOOK_DIR
 from graywire.service.models import Incident
 
 EventStatus = Literal["firing", "resolved"]
 #: Alertmanager's "no end time" (Go's zero time), as its own webhooks carry it.
 ZERO_TIME = "0001-01-01T00:00:00Z"
-#: Labels graywire sets on every alert itself: ``alerts.labels`` may not override them.
-RESERVED_LABELS = frozenset(
-    {"alertname", "severity", "kind", "entity", "incident_id", "node", "port", "link"}
-    | {"switch", "rail", "job", "instance"}
-)
-#: The runbooks' folder in the repository, one ``<kind>.md`` per kind; the default base of the
-#: ``runbook_url`` annotation (``alerts.runbook_base_url`` points it at where they are served).
-RUNBOOK_DIR = "docs/runbooks"
 
 
 def rfc3339(t: datetime) -> str:

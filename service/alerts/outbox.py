@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 
 from graywire.detectors.findings import SEVERITY_RANK
 from graywire.service.alerts.events import AlertEvent
-from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
 from graywire.service.models import AlertAction, OutboxMessage
+from graywire.service.models.engine import SQLITE_BEGIN_IMMEDIATE
 
 log = logging.getLogger("graywire.alerts")
 

@@ -41,8 +41,8 @@ from graywire.detectors.findings import SEVERITY_RANK
 from graywire.service.alerts import outbox
 from graywire.service.alerts.events import NO_CONTEXT, AlertContext, AlertEvent, EventStatus
 from graywire.service.alerts.inhibit import load_effect_lines, load_effects, load_inhibited
-from graywire.service.db import SQLITE_BEGIN_IMMEDIATE
 from graywire.service.models import ACTIVE_STATUSES, AlertState, Incident, LateEpisode, Silence
+from graywire.service.models.engine import SQLITE_BEGIN_IMMEDIATE
 
 log = logging.getLogger("graywire.alerts")
 

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from graywire.service.db import FENCE_SETTING, is_fence_refusal
+from graywire.service.models.engine import FENCE_SETTING, is_fence_refusal
 
 log = logging.getLogger("graywire.cluster")
 

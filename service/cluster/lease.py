@@ -25,8 +25,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from graywire.service.audit import record
-from graywire.service.db import FENCE_SETTING
 from graywire.service.models import LEADER_ROW, ClusterLeader
+from graywire.service.models.engine import FENCE_SETTING
 
 #: Actor name of the audit rows the cluster writes itself.
 CLUSTER_ACTOR = "cluster"

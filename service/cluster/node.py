@@ -37,7 +37,7 @@ from graywire.service.cluster.member import Member, MemberStats
 from graywire.service.cluster.members import MemberIdInUse, MemberInfo, Members
 from graywire.service.cluster.shard import Shards
 from graywire.service.config import Settings
-from graywire.service.db import make_engine
+from graywire.service.models.engine import make_engine
 from graywire.service.runner import Runner, Target
 
 log = logging.getLogger("graywire.cluster")

@@ -15,8 +15,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 import graywire.migrations as migrations
-from graywire.service.db import alembic_config, make_engine, upgrade
 from graywire.service.models import metadata
+from graywire.service.models.engine import alembic_config, make_engine, upgrade
 
 TABLES = {
     "incidents", "findings", "alembic_version", "inventory_nodes", "node_verdicts",

@@ -152,7 +152,7 @@ def test_db_upgrade_does_not_print_the_database_password(capsys: pytest.CaptureF
 
 
 def test_db_upgrade_of_a_database_holding_data_keeps_it(db_url: str) -> None:
-    from graywire.service.db import upgrade
+    from graywire.service.models.engine import upgrade
 
     upgrade(db_url, "0001")  # a database from before the drain tables, with an incident in it
     engine = sa.create_engine(db_url)

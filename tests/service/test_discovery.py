@@ -61,7 +61,7 @@ def test_a_downgrade_is_found_against_discovered_expectations(tmp_path: Path) ->
     with serve(fake.app) as url:
         settings = _settings(tmp_path, url)
         fabric, collectors = build_sources(settings)  # type: ignore[arg-type]
-        from graywire.service.db import make_engine, upgrade
+        from graywire.service.models.engine import make_engine, upgrade
         from graywire.service.state.fabric import StateBoard
         from graywire.service.store import IncidentStore
 

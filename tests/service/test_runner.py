@@ -17,7 +17,7 @@ from graywire.collectors.base import Collector, ScrapeResult, failed
 from graywire.collectors.schemas import PORT_CAPABILITY, TS, make_batch
 from graywire.detectors.pipeline import Pipeline
 from graywire.service.config import Settings, load_settings
-from graywire.service.db import make_engine, upgrade
+from graywire.service.models.engine import make_engine, upgrade
 from graywire.service.runner import Runner
 from graywire.service.simulated import FabricSimCollector, FabricSimSource
 from graywire.service.state.fabric import StateBoard

@@ -26,7 +26,7 @@ from graywire.detectors.pipeline import Pipeline
 from graywire.fabricsim.hostfs import HostTreeWriter
 from graywire.fabricsim.sim import EPOCH, FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec, build_fabric
-from graywire.service.db import make_engine, upgrade
+from graywire.service.models.engine import make_engine, upgrade
 from graywire.service.store import IncidentStore
 from tests.collectors.host.httpserver import serve
 

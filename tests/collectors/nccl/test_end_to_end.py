@@ -16,7 +16,7 @@ from graywire.detectors.pipeline import Pipeline
 from graywire.fabricsim.nccl_writer import InspectorWriter
 from graywire.fabricsim.sim import FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec
-from graywire.service.db import make_engine, upgrade
+from graywire.service.models.engine import make_engine, upgrade
 from graywire.service.store import IncidentStore
 
 

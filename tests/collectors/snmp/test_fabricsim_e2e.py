@@ -26,7 +26,7 @@ from graywire.detectors.pipeline import Pipeline
 from graywire.fabricsim.sim import FabricSim, SimConfig
 from graywire.fabricsim.snmprec import render_snmprec, write_snmprec
 from graywire.fabricsim.topology import TopologySpec
-from graywire.service.db import make_engine, upgrade
+from graywire.service.models.engine import make_engine, upgrade
 from graywire.service.store import IncidentStore
 
 NIC = "gpu-0003/mlx5_2"

@@ -14,7 +14,7 @@ from graywire.collectors.ufm import UfmHttpSettings, UfmRestCollector, UfmTeleme
 from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline
 from graywire.fabricsim.ufm_server import FakeUfm
-from graywire.service.db import make_engine, upgrade
+from graywire.service.models.engine import make_engine, upgrade
 from graywire.service.store import IncidentStore
 
 G = 10**9

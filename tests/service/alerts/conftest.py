@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from graywire.detectors.findings import Finding
-from graywire.service.db import make_engine, upgrade
+from graywire.service.models.engine import make_engine, upgrade
 from tests.conftest import _in_ci
 from tests.service.alerts.receiver import Recorder, serve_recorder
 

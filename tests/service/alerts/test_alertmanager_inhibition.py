@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 
 from graywire.detectors.findings import Finding, Kind
 from graywire.fabricsim.topology import TopologySpec, build_fabric
+from graywire.service.alert_settings import AlertsSettings
 from graywire.service.alerts.alertmanager import ALERTS_PATH, fingerprint, postable_alerts
-from graywire.service.alerts.config import AlertsSettings
 from graywire.service.alerts.dispatcher import Dispatcher
 from graywire.service.alerts.events import AlertEvent
 from graywire.service.drain_engine import NETWORK_KIND, DrainEngine

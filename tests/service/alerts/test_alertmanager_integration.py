@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from graywire.service.alert_settings import AlertsSettings
 from graywire.service.alerts.alertmanager import fingerprint
-from graywire.service.alerts.config import AlertsSettings
 from graywire.service.alerts.dispatcher import Dispatcher
 from graywire.service.alerts.events import AlertEvent
 from graywire.service.alerts.webhook import payload

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from graywire.service.alert_settings import AlertsSettings
 from graywire.service.alerts import outbox
-from graywire.service.alerts.config import AlertsSettings
 from graywire.service.alerts.dispatcher import Dispatcher
 from graywire.service.alerts.webhook import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from graywire.service.metrics.alerts import AlertsExporter

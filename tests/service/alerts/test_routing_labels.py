@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from graywire.detectors.findings import Kind, job_of
 from graywire.fabricsim.topology import TopologySpec, build_fabric
+from graywire.service.alert_settings import AlertsSettings
 from graywire.service.alerts import pagerduty, slack, webhook
-from graywire.service.alerts.config import AlertsSettings
 from graywire.service.alerts.dispatcher import Dispatcher, alert_context, default_instance
 from graywire.service.alerts.events import AlertContext, AlertEvent
 from graywire.service.alerts.places import FabricPlaces

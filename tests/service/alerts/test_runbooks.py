@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from graywire.detectors.findings import Kind
-from graywire.service.alerts.config import AlertsSettings
+from graywire.service.alert_settings import RUNBOOK_DIR, AlertsSettings
 from graywire.service.alerts.dispatcher import alert_context
-from graywire.service.alerts.events import RUNBOOK_DIR, AlertContext
+from graywire.service.alerts.events import AlertContext
 from graywire.service.drain_engine import OWN_KINDS
 from tests.service.alerts.test_payloads import FIRING
 

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from graywire.service.db import make_engine, upgrade
+from graywire.service.models.engine import make_engine, upgrade
 from tests.conftest import _in_ci, postgres_url, reset_postgres
 
 NATS_URL_ENV = "GRAYWIRE_TEST_NATS_URL"

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from graywire.service.app import create_app
 from graywire.service.config import load_settings
-from graywire.service.db import make_engine
+from graywire.service.models.engine import make_engine
 from graywire.service.state.read_cache import ReadCache
 
 OPERATOR = "operator-token-0123456789"

@@ -15,7 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from graywire.collectors.units import Duration, PositiveDuration
 from graywire.detectors.findings import Severity
-from graywire.service.alerts.events import RESERVED_LABELS, RUNBOOK_DIR
+
+#: Labels graywire sets on every alert itself: ``alerts.labels`` may not override them.
+RESERVED_LABELS = frozenset(
+    {"alertname", "severity", "kind", "entity", "incident_id", "node", "port", "link"}
+    | {"switch", "rail", "job", "instance"}
+)
+#: The runbooks' folder in the repository, one ``<kind>.md`` per kind; the default base of the
+#: ``runbook_url`` annotation (``alerts.runbook_base_url`` points it at where they are served).
+RUNBOOK_DIR = "docs/runbooks"
 
 ReceiverType = Literal["alertmanager", "webhook", "pagerduty", "slack"]
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"

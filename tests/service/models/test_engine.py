@@ -9,7 +9,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from graywire.service import db
+from graywire.service.models import engine as db
 
 
 def test_a_postgresql_server_that_never_answers_fails_the_connection_instead_of_hanging(

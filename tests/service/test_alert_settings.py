@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from graywire.service.alerts.config import PAGERDUTY_EVENTS_URL
+from graywire.service.alert_settings import PAGERDUTY_EVENTS_URL
 from graywire.service.alerts.dispatcher import destinations
 from graywire.service.config import load_settings
 
@@ -106,7 +106,7 @@ def test_duplicate_names_and_bad_durations_are_rejected(tmp_path: Path) -> None:
 
 
 def test_the_readme_alerts_example_is_a_valid_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = readme.index("```yaml", readme.index("## Alerts")) + len("```yaml")
     monkeypatch.setenv("GRAYWIRE_PD_ROUTING_KEY", "R0UT1NGKEY0000000000000000000000")
     monkeypatch.setenv("GRAYWIRE_NOC_HMAC", "s")
@@ -127,7 +127,7 @@ def test_the_outbox_limit_defaults_to_ten_thousand_per_receiver(tmp_path: Path) 
 def test_the_example_configs_commented_alerts_section_is_valid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    example = (Path(__file__).resolve().parents[3] / "deploy" / "graywire.example.yaml").read_text()
+    example = (Path(__file__).resolve().parents[2] / "deploy" / "graywire.example.yaml").read_text()
     lines = example[example.index("# alerts:") :].splitlines()
     end = next((i for i, line in enumerate(lines[1:], 1) if not line.startswith("#   ")), len(lines))
     block = [line[2:] for line in lines[:end]]
