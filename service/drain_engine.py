@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from graywire.collectors.model import Fabric
 from graywire.detectors.correlate import node_verdicts, root_causes
-from graywire.detectors.findings import Finding, Kind
+from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.service.audit import POLICY_ACTOR, record
 from graywire.service.config import DrainSettings
 from graywire.service.drain_policy import Breaker, Current, DrainPolicy, PolicyResult, decide
@@ -334,7 +334,7 @@ class DrainEngine:
                     entity=switch,
                     status="firing",
                     time=now,
-                    severity="critical",
+                    severity=Severity.CRITICAL,
                     summary=(
                         f"{switch} is failing as a whole: links to {len(hosts)} hosts are bad at once "
                         f"({shown}); one network incident, the hosts are not drained"
@@ -368,7 +368,7 @@ class DrainEngine:
                     status="firing",
                     time=now,
                     # In shadow mode nothing was acted on: visible, but below the default paging floor.
-                    severity="info" if self.policy.shadow else "critical",
+                    severity=Severity.INFO if self.policy.shadow else Severity.CRITICAL,
                     summary=breaker_message
                     + (" (shadow mode: nothing was acted on)" if self.policy.shadow else ""),
                     detector=DETECTOR,
@@ -387,7 +387,7 @@ class DrainEngine:
                     entity=BREAKER_ENTITY,
                     status="cleared",
                     time=now,
-                    severity="critical",
+                    severity=Severity.CRITICAL,
                     summary="drain circuit breaker reset",
                     detector=DETECTOR,
                 )

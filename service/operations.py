@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from graywire.detectors.findings import Finding
+from graywire.detectors.findings import Finding, Severity
 from graywire.service.audit import list_audit, record
 from graywire.service.drain_engine import BREAKER_ENTITY, BREAKER_KIND, DETECTOR, STATE_ID, DrainEngine
 from graywire.service.models import DrainRecommendation, DrainState, Exclusion, Incident, Silence, row_to_dict
@@ -208,7 +208,7 @@ class Operations:
                     entity=BREAKER_ENTITY,
                     status="cleared",
                     time=now,
-                    severity="critical",
+                    severity=Severity.CRITICAL,
                     summary=f"drain circuit breaker reset by {actor}",
                     detector=DETECTOR,
                 )
