@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graywire.collectors.ibnetdiscover import IbEnd, IbnetdiscoverResult
+from graywire.collectors.ib.ibnetdiscover import IbEnd, IbnetdiscoverResult
 from graywire.collectors.keys import alias_keys, by_alias, node_of_key, normalize_guid, port_key
 from graywire.collectors.model import Fabric, PortSpec
 from graywire.collectors.schemas import LINK

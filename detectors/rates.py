@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graywire.collectors.counters import ERROR_COLUMNS
+from graywire.collectors.ib.counters import ERROR_COLUMNS
 from graywire.collectors.schemas import (
     COUNTER_BITS_KEY,
     PORT_COUNTERS,

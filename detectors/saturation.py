@@ -16,7 +16,7 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from graywire.collectors.counters import ERROR_COLUMNS, IBA_COUNTERS
+from graywire.collectors.ib.counters import ERROR_COLUMNS, IBA_COUNTERS
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import (
     Hysteresis,

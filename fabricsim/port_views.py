@@ -35,7 +35,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graywire.collectors.counters import IBA_COUNTERS
 from graywire.collectors.host.ethtool import (
     EthtoolReading,
     apply_ethtool,
@@ -44,9 +43,10 @@ from graywire.collectors.host.ethtool import (
     parse_statistics,
 )
 from graywire.collectors.host.sysfs import HW_COUNTERS, PMA_COUNTERS, PortReading, readings_to_batch
+from graywire.collectors.ib.counters import IBA_COUNTERS
+from graywire.collectors.ib.perfquery import parse_perfquery, perfquery_batch
 from graywire.collectors.keys import split_port_key
 from graywire.collectors.model import Fabric
-from graywire.collectors.perfquery import parse_perfquery, perfquery_batch
 from graywire.collectors.schemas import PHYS_LINK_UP, PORT_SAMPLE, make_batch
 from graywire.collectors.ufm.ports import PortKeys, SpellingCache
 from graywire.collectors.ufm.rest import parse_links, parse_ports

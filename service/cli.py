@@ -445,7 +445,7 @@ def cmd_inventory_discover(args: argparse.Namespace) -> int:
         facts_from_ibnetdiscover,
         facts_from_ufm,
     )
-    from graywire.collectors.ibnetdiscover import parse_ibnetdiscover
+    from graywire.collectors.ib.ibnetdiscover import parse_ibnetdiscover
 
     given = [a for a in (args.ibnetdiscover, args.ufm, args.snmp) if a is not None]
     if len(given) != 1:

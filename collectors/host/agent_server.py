@@ -43,9 +43,9 @@ from graywire.collectors.host.agent_wire import ARROW_STREAM, DEFAULT_AGENT_PORT
 from graywire.collectors.host.ethtool import EthtoolCommand, EthtoolDirectory, EthtoolSource, apply_all
 from graywire.collectors.host.gpu_topo import TopoCommand, paths_to_batch, read_gpu_nic_paths
 from graywire.collectors.host.sysfs import PortReading, SysfsConfig, read_ports, read_text, readings_to_batch
+from graywire.collectors.ib.perfquery import PerfqueryCommand, apply_perfquery
 from graywire.collectors.keys import normalize_mac, port_key
 from graywire.collectors.nccl.ras import RankStateRows, parse_status, query_status
-from graywire.collectors.perfquery import PerfqueryCommand, apply_perfquery
 
 log = logging.getLogger("graywire.agent")
 

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.base import OUT_OF_RANGE, Skips
-from graywire.collectors.counters import SYSFS_COUNTERS, SYSFS_WIDE, iba_counter
+from graywire.collectors.ib.counters import SYSFS_COUNTERS, SYSFS_WIDE, iba_counter
 from graywire.collectors.keys import port_key
 from graywire.collectors.schemas import (
     LOGICAL_ACTIVE,
@@ -76,7 +76,7 @@ def _pma_counters() -> dict[str, PmaCounter]:
     return out
 
 
-#: ``counters/<file>`` -> canonical column (names and widths in :mod:`graywire.collectors.counters`).
+#: ``counters/<file>`` -> canonical column (names and widths in :mod:`graywire.collectors.ib.counters`).
 #: Widths below 64 are the PortCounters fields (saturating).
 PMA_COUNTERS: dict[str, PmaCounter] = _pma_counters()
 

@@ -11,7 +11,7 @@ perfquery prints one block per port and attribute, a ``#`` header then ``Name:..
 The width of a value is that of the attribute its block holds, not of its name: ``perfquery -x``
 prints the 64-bit PortCountersExtended error counters as ``SymbolErrorCounter`` etc., while the
 same name in a PortCounters block is the 16-bit saturating field (widths in
-:mod:`graywire.collectors.counters`). A column is declared narrow in the batch metadata when every value
+:mod:`graywire.collectors.ib.counters`). A column is declared narrow in the batch metadata when every value
 in it came from a narrow field of one width; a device that fills a legacy field with a wider
 value is recognized by the rates stage (the value exceeds the width). Data counters are 4-octet
 words (×4 for bytes). PortRcvErrorDetails fields have no canonical column and stay in
@@ -35,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.base import OUT_OF_RANGE, Skips
-from graywire.collectors.counters import CounterSpec, iba_spec
 from graywire.collectors.host.sysfs import PortReading
+from graywire.collectors.ib.counters import CounterSpec, iba_spec
 from graywire.collectors.schemas import PORT_SAMPLE, TS, make_batch, with_counter_widths
 
 BlockKind = Literal["legacy", "extended", "rcv_error_details", "extended_speeds", "other"]

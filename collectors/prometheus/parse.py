@@ -42,7 +42,6 @@ import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
 from graywire.collectors.base import BAD_PORT, NOT_A_NUMBER, OUT_OF_RANGE, KeyResolver, Skips
-from graywire.collectors.counters import iba_spec
 from graywire.collectors.discovery import ca_name, switch_name
 from graywire.collectors.host.ethtool import EthtoolReading, apply_ethtool
 from graywire.collectors.host.sysfs import (
@@ -52,6 +51,7 @@ from graywire.collectors.host.sysfs import (
     PortReading,
     operstate_codes,
 )
+from graywire.collectors.ib.counters import iba_spec
 from graywire.collectors.keys import normalize_guid, port_key
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import (

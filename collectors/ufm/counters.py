@@ -12,7 +12,7 @@ stream renames UFM's monitoring counters ``Infiniband_<Name>_u_<unit>``. Sources
   unit suffix is an explicit byte unit (``_u_B``/``_u_Bytes``: ×1, ``_u_KB``: ×10³, ``_u_MB``:
   ×10⁶; not seen in any real sample).
 * The legacy PortCounters (no ``Extended``) are narrow and saturate (widths in
-  :mod:`graywire.collectors.counters`). When both forms of a counter are present for a port, the Extended
+  :mod:`graywire.collectors.ib.counters`). When both forms of a counter are present for a port, the Extended
   one wins.
 * ``phy_corrected_bits``/``phy_received_bits`` (PPCNT physical-layer statistics) give pre-FEC BER
   over a window as Δcorrected/Δreceived; ``phy_raw_errors_lane<N>`` become ``fec_lane_errors``.
@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import re
 
-from graywire.collectors.counters import CounterSpec, ufm_names
+from graywire.collectors.ib.counters import CounterSpec, ufm_names
 
 __all__ = ["TELEMETRY_COUNTERS", "TFS_COUNTERS", "CounterSpec", "counter_spec"]
 
 #: UFM Telemetry counter names (Prometheus metric names and CSV header names). The IBA PM names
-#: and their widths live in :mod:`graywire.collectors.counters`, shared with perfquery and sysfs.
+#: and their widths live in :mod:`graywire.collectors.ib.counters`, shared with perfquery and sysfs.
 TELEMETRY_COUNTERS: dict[str, CounterSpec] = {
     **ufm_names(),
     "phy_received_bits": CounterSpec("phy_received_bits"),

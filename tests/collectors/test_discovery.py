@@ -20,7 +20,7 @@ from graywire.collectors.discovery import (
     facts_from_ufm,
     switch_name,
 )
-from graywire.collectors.ibnetdiscover import parse_ibnetdiscover
+from graywire.collectors.ib.ibnetdiscover import parse_ibnetdiscover
 from graywire.collectors.model import fabric_from_inventory, load_inventory
 from graywire.collectors.schemas import LINK
 from graywire.fabricsim.sim import FabricSim, SimConfig

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from graywire.collectors.ibnetdiscover import UNREADABLE, IbnetdiscoverResult, parse_ibnetdiscover
-from graywire.collectors.perfquery import parse_perfquery, perfquery_batch
+from graywire.collectors.ib.ibnetdiscover import UNREADABLE, IbnetdiscoverResult, parse_ibnetdiscover
+from graywire.collectors.ib.perfquery import parse_perfquery, perfquery_batch
 from graywire.collectors.schemas import COUNTER_BITS_KEY
 from graywire.collectors.ufm.ports import PortKeys
 from graywire.collectors.ufm.rest import parse_links, parse_ports

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from graywire.collectors.counters import ERROR_COLUMNS, IBA_COUNTERS, iba_spec
 from graywire.collectors.host.sysfs import PMA_COUNTERS
+from graywire.collectors.ib.counters import ERROR_COLUMNS, IBA_COUNTERS, iba_spec
 from graywire.collectors.schemas import PORT_COUNTERS
 from graywire.collectors.ufm.counters import counter_spec
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hypothesis import given
 
-from graywire.collectors.ibnetdiscover import ROUTER, UNREADABLE, parse_ibnetdiscover
+from graywire.collectors.ib.ibnetdiscover import ROUTER, UNREADABLE, parse_ibnetdiscover
 from tests.strategies import PROPERTY, spliced
 
 TOPOLOGY = """\

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 
 from graywire.collectors.base import OUT_OF_RANGE
-from graywire.collectors.perfquery import parse_perfquery, perfquery_batch
+from graywire.collectors.ib.perfquery import parse_perfquery, perfquery_batch
 from tests.conftest import REAL_FIXTURES
 from tests.strategies import PROPERTY, spliced
 

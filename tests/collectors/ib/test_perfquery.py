@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from graywire.collectors.counters import iba_spec
 from graywire.collectors.host.sysfs import PortReading
-from graywire.collectors.perfquery import PerfqueryCommand, apply_perfquery, parse_perfquery, perfquery_batch
+from graywire.collectors.ib.counters import iba_spec
+from graywire.collectors.ib.perfquery import (
+    PerfqueryCommand,
+    apply_perfquery,
+    parse_perfquery,
+    perfquery_batch,
+)
 from graywire.collectors.schemas import COUNTER_BITS_KEY, SATURATING_KEY
 
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from graywire.collectors.ib.perfquery import parse_perfquery, perfquery_batch
 from graywire.collectors.model import Fabric, PortSpec
-from graywire.collectors.perfquery import parse_perfquery, perfquery_batch
 from graywire.detectors.rates import CounterRates
 from graywire.service.metrics.exporter import GraywireExporter
 from graywire.service.metrics.exposition import ArrayFamily, PortLabels, RowLabels, render
