@@ -424,7 +424,7 @@ def _ufm_topology(args: argparse.Namespace) -> tuple[Any, Any]:
 def _lldp_topology(config: Path) -> tuple[Any, Any, list[str], str]:
     """Walk LLDP on the switches of every SNMP source of a service config (its targets and
     credentials, as ``graywire serve`` would poll them); its agent sources name the host NICs."""
-    from graywire.collectors.host.agent_client import AgentSourceConfig
+    from graywire.collectors.host.config import AgentSourceConfig
     from graywire.collectors.snmp import SnmpSourceConfig
     from graywire.service.config import load_settings
     from graywire.service.discovery import lldp_topology

@@ -36,9 +36,9 @@ from pydantic_settings import (
 
 from graywire.collectors import extras
 from graywire.collectors.discovery import ExpectRule, PurposeRule
-from graywire.collectors.host.agent_client import AgentSourceConfig
+from graywire.collectors.host.config import AgentSourceConfig
 from graywire.collectors.nccl import NcclSourceConfig
-from graywire.collectors.nccl.ras import NcclRasSourceConfig
+from graywire.collectors.nccl.config import NcclRasSourceConfig
 from graywire.collectors.prometheus import PrometheusSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig

@@ -36,7 +36,7 @@ from graywire.collectors.discovery import (
     facts_from_ufm,
     nic_aliases,
 )
-from graywire.collectors.host.agent_client import AgentSourceConfig
+from graywire.collectors.host.config import AgentSourceConfig
 from graywire.collectors.model import Fabric, load_inventory
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmRestCollector, UfmSourceConfig

@@ -7,10 +7,10 @@ from pathlib import Path
 from graywire.collectors import nccl, prometheus, snmp, ufm
 from graywire.collectors.base import Collector
 from graywire.collectors.host import agent_client
-from graywire.collectors.host.agent_client import AgentSourceConfig
+from graywire.collectors.host.config import AgentSourceConfig
 from graywire.collectors.model import Fabric, load_inventory
 from graywire.collectors.nccl import NcclSourceConfig
-from graywire.collectors.nccl.ras import NcclRasSourceConfig, build_ras_collectors
+from graywire.collectors.nccl.config import NcclRasSourceConfig, build_ras_collectors
 from graywire.collectors.prometheus import PrometheusSourceConfig
 from graywire.collectors.snmp import SnmpSourceConfig
 from graywire.collectors.ufm import UfmSourceConfig

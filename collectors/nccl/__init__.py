@@ -10,10 +10,25 @@
 - :mod:`graywire.collectors.nccl.nccl_tests`: nccl-tests output -> result table, summary, timing rows.
 - :mod:`graywire.collectors.nccl.debug_log`: NCCL_DEBUG=INFO lines -> ranks, channels, NICs, and
   transport fallbacks.
-- :mod:`graywire.collectors.nccl.tail`: the file collector (tailing a job's directory), the HTTP push
-  parser, the source configuration.
+- :mod:`graywire.collectors.nccl.tail`: the file collector (tailing a job's directory).
+- :mod:`graywire.collectors.nccl.push`: Inspector records a job POSTs, parsed strictly.
+- :mod:`graywire.collectors.nccl.config`: the ``nccl`` and ``nccl_ras`` source configurations.
 """
 
-from graywire.collectors.nccl.tail import NcclFileCollector, NcclSourceConfig, build_collectors, parse_push
+from graywire.collectors.nccl.config import (
+    NcclRasSourceConfig,
+    NcclSourceConfig,
+    build_collectors,
+    build_ras_collectors,
+)
+from graywire.collectors.nccl.push import parse_push
+from graywire.collectors.nccl.tail import NcclFileCollector
 
-__all__ = ["NcclFileCollector", "NcclSourceConfig", "build_collectors", "parse_push"]
+__all__ = [
+    "NcclFileCollector",
+    "NcclRasSourceConfig",
+    "NcclSourceConfig",
+    "build_collectors",
+    "build_ras_collectors",
+    "parse_push",
+]

@@ -50,7 +50,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
 
 from graywire.collectors.base import MALFORMED_LINE, ScrapeResult, failed
 from graywire.collectors.nccl.inspector import iter_json_values
@@ -536,36 +535,3 @@ class NcclRasCollector:
             skipped={MALFORMED_LINE: rows.skipped} if rows.skipped else {},
         )
 
-
-class NcclRasSourceConfig(BaseModel):
-    """The RAS client socket of one NCCL job, as the service's YAML configures it.
-
-    ```yaml
-    sources:
-      - type: nccl_ras
-        job: "1234567"                 # the scheduler's job id
-        host: localhost                # NCCL_RAS_ADDR of the job (default localhost:28028)
-        host_names: {172.16.64.213: gpu-0042}
-    ```
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["nccl_ras"] = "nccl_ras"
-    job: str = Field(min_length=1)
-    host: str = "localhost"
-    port: int = Field(RAS_PORT, ge=1, le=65535)
-    #: RAS names nodes by their bootstrap address: address -> inventory host name.
-    host_names: dict[str, str] = Field(default_factory=dict)
-    #: The whole report's deadline; RAS is told one second less to wait for the other processes
-    #: (its own leg timeout is 5 s). Keep it under the service's scrape timeout.
-    timeout_s: float = Field(6.0, gt=1, le=120)
-    format: Literal["json", "text"] = "json"
-
-
-def build_ras_collectors(cfg: NcclRasSourceConfig) -> list[NcclRasCollector]:
-    return [
-        NcclRasCollector(
-            cfg.job, cfg.host, cfg.port, host_names=cfg.host_names, timeout_s=cfg.timeout_s, format=cfg.format
-        )
-    ]

@@ -1,4 +1,4 @@
-"""Following NCCL output files as a job writes them, and the HTTP push path.
+"""Following NCCL output files as a job writes them.
 
 A training job writes one Inspector file per process (``<host>-pid<pid>.log``), appending a
 dump every interval; the files appear as ranks start, a write can stop mid-line, and files can
@@ -17,8 +17,7 @@ still ``ok``; ``ScrapeResult.skipped`` has the scrape's count). Offsets move whe
 handed out, before they are parsed, so rows are delivered or their offsets kept: a file whose
 parse raises is put back where it was (its lines are read again by the next scrape; the other
 files' rows are delivered), and a batch that cannot be built puts back every file of its poll.
-:func:`parse_push` takes the body of a POST of Inspector records instead, and is
-strict: a bad body is refused whole with a ``ValueError`` saying what is wrong.
+A job that POSTs its records instead goes through :mod:`graywire.collectors.nccl.push`.
 """
 
 from __future__ import annotations
@@ -35,10 +34,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from graywire.collectors.base import MALFORMED_LINE, Collector, ScrapeResult, failed
-from graywire.collectors.model import Fabric
+from graywire.collectors.base import MALFORMED_LINE, ScrapeResult, failed
 from graywire.collectors.nccl.bootstrap import InitViews
 from graywire.collectors.nccl.common import TimingRows
 from graywire.collectors.nccl.debug_log import NcclTopology, process_of
@@ -593,164 +590,4 @@ class NcclFileCollector:
         )
 
 
-# -- HTTP push ------------------------------------------------------------------------------------
-
-_LINE_TYPES = {
-    "application/x-ndjson",
-    "application/jsonl",
-    "application/json-lines",
-    "application/jsonlines",
-    "application/ndjson",
-    "text/plain",
-}
-_DOC_TYPES = {"application/json"}
-
-
-def parse_push(
-    body: bytes,
-    content_type: str,
-    *,
-    job: str = "unknown",
-    gpus_per_host: int | None = None,
-    received: datetime | None = None,
-) -> pa.RecordBatch:
-    """Inspector records POSTed by a job (``/api/v1/ingest/nccl``) -> one nccl_timing batch.
-
-    ``application/x-ndjson`` (also ``application/jsonl``, ``text/plain``): the Inspector's
-    own JSON lines, any version (a v4.3 body must include the ``dump_stats`` markers its records
-    belong to). ``application/json``: one record, an array of records, or records one after
-    another. The whole body is refused on the first problem (``ValueError`` naming the line and
-    the reason) so a client never gets half its rows stored. A body with only markers or P2P
-    records gives an empty batch. Rows without a collective time are stamped ``received``.
-    """
-    if not isinstance(body, bytes | bytearray):
-        raise ValueError("body must be bytes")
-    media, _, params = (content_type or "").partition(";")
-    media = media.strip().lower()
-    charset = re.search(r"charset\s*=\s*\"?([\w-]+)", params, re.IGNORECASE)
-    if charset and charset.group(1).lower().replace("_", "-") not in ("utf-8", "utf8", "us-ascii"):
-        raise ValueError(f"unsupported charset {charset.group(1)!r}: send UTF-8")
-    if media not in _LINE_TYPES | _DOC_TYPES:
-        raise ValueError(
-            f"unsupported content type {media or '(none)'!r}: send application/x-ndjson (Inspector JSON "
-            "lines) or application/json"
-        )
-    try:
-        text = bytes(body).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"body is not UTF-8 text (byte {e.start}: {e.reason})") from None
-    if not text.strip():
-        raise ValueError("empty body: expected NCCL Inspector JSON records")
-    parser = InspectorParser(job, gpus_per_host=gpus_per_host, strict=True)
-    rows = TimingRows()
-    if media in _DOC_TYPES:
-        parser.feed_text(text, rows)
-    else:
-        # JSON lines end at \n only: a JSON string may hold a raw U+2028 or \x85, which
-        # str.splitlines would cut the record at.
-        parser.feed_data(bytes(body), rows, strict_json=True)
-    if not parser.records + parser.ignored:  # strict: every record counts as one or raises
-        raise ValueError("no JSON records in body")
-    when = received or datetime.now(UTC)
-    return rows.to_batch(None if rows.latest_us() is not None else when)
-
-
-# -- configuration ----------------------------------------------------------------------------------
-
-
-class NcclSourceConfig(BaseModel):
-    """A directory of NCCL output files, as the service's YAML configures it.
-
-    ```yaml
-    sources:
-      - type: nccl
-        directory: /shared/nccl-inspector        # NCCL_INSPECTOR_DUMP_DIR of the job(s)
-        pattern: "*/*-pid*.log"                   # one subdirectory per job
-        debug_pattern: "*/nccl.*"                 # NCCL_DEBUG_FILE=nccl.%h.%p, for GPU and NIC
-    ```
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["nccl"] = "nccl"
-    directory: Path
-    format: Format = "inspector"
-    #: Glob under ``directory``; default by format: ``*-pid*.log``, ``*.log``, ``*.json``.
-    pattern: str | None = None
-    #: Job id for every row; default: ``job_regex``, else the file's directory name
-    #: (``nccl-inspector-<id>`` -> ``<id>``), else, for debug files at the top of a shared
-    #: directory, ``<directory>/<commId>`` of each process's first communicator.
-    job: str | None = None
-    #: Regex with a ``job`` group, matched against a file's path under ``directory``:
-    #: ``nccl\.(?P<job>\d+)\.`` for ``NCCL_DEBUG_FILE=nccl.${SLURM_JOB_ID}.%h.%p``.
-    job_regex: str | None = None
-    #: Glob of NCCL_DEBUG=INFO files: GPU index per process and transport per channel.
-    debug_pattern: str | None = None
-    #: Fallback GPU index = rank % gpus_per_host, for communicators that span whole hosts.
-    gpus_per_host: int | None = Field(None, ge=1, le=64)
-    #: Drop the domain from Inspector host names (``gpu-0003.cluster`` -> ``gpu-0003``).
-    short_hostnames: bool = False
-    #: nccl-tests: the collective, when neither the output nor the file name says it.
-    collective: str | None = None
-    #: nccl-tests: which of the two result groups becomes timing rows.
-    placement: Literal["out_of_place", "in_place"] = "out_of_place"
-    #: ``end`` skips what the files already hold when the service starts.
-    start_at: Literal["beginning", "end"] = "beginning"
-    max_bytes_per_scrape: int = Field(256 * 2**20, ge=4096)
-    #: Glob of PyTorch Flight Recorder dumps (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` prefix + rank),
-    #: e.g. ``*/*/nccl_trace_rank_*`` for ``<job>/<host>/``; each is read once per mtime and size.
-    flight_recorder_pattern: str | None = None
-    #: Glob of the job's stderr/log files, tailed for ProcessGroupNCCL watchdog timeout lines.
-    watchdog_pattern: str | None = None
-    #: Regex with a ``host`` group, matched against a dump's or log's path under ``directory``
-    #: (neither names its host): ``^[^/]+/(?P<host>[^/]+)/`` for ``<job>/<host>/``.
-    host_regex: str | None = None
-
-    @field_validator("host_regex", "job_regex")
-    @classmethod
-    def _named_group(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v is None:
-            return v
-        group = "host" if info.field_name == "host_regex" else "job"
-        try:
-            rx = re.compile(v)
-        except re.error as e:
-            raise ValueError(f"{info.field_name} is not a regular expression: {e}") from None
-        if group not in rx.groupindex:
-            raise ValueError(f"{info.field_name} needs a (?P<{group}>...) group")
-        return v
-
-
-def build_collectors(cfg: NcclSourceConfig, fabric: Fabric | None = None) -> list[Collector]:
-    """One collector per configured directory. The fabric is not needed here: rows name hosts
-    and GPUs, and the detectors map them to NIC ports against the inventory."""
-    del fabric
-    return [
-        NcclFileCollector(
-            cfg.directory,
-            cfg.pattern,
-            cfg.format,
-            job=cfg.job,
-            debug_pattern=cfg.debug_pattern,
-            gpus_per_host=cfg.gpus_per_host,
-            short_hostnames=cfg.short_hostnames,
-            collective=cfg.collective,
-            placement=cfg.placement,
-            start_at=cfg.start_at,
-            max_bytes_per_scrape=cfg.max_bytes_per_scrape,
-            flight_recorder_pattern=cfg.flight_recorder_pattern,
-            watchdog_pattern=cfg.watchdog_pattern,
-            host_regex=cfg.host_regex,
-            job_regex=cfg.job_regex,
-        )
-    ]
-
-
-__all__ = [
-    "DirectoryTailer",
-    "NcclFileCollector",
-    "NcclSourceConfig",
-    "build_collectors",
-    "job_from_path",
-    "parse_push",
-]
+__all__ = ["DEFAULT_PATTERN", "DirectoryTailer", "Format", "NcclFileCollector", "job_from_path"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from graywire.collectors.discovery import discover, facts_from_lldp, nic_aliases
-from graywire.collectors.host.agent_client import AgentSourceConfig
 from graywire.collectors.host.agent_server import AgentConfig, create_agent_app
+from graywire.collectors.host.config import AgentSourceConfig
 from graywire.collectors.schemas import LINK
 from graywire.collectors.snmp.lldp import LLDP_NEIGHBOR, SWITCH_INTERFACE, LldpDiscovery
 from graywire.service.discovery import agent_aliases

@@ -17,9 +17,10 @@ from pydantic import ValidationError
 
 import graywire.collectors.host.agent_client as agent_client
 from graywire.collectors.base import ScrapeResult
-from graywire.collectors.host.agent_client import AgentCollector, AgentSourceConfig, build_collectors
+from graywire.collectors.host.agent_client import AgentCollector
 from graywire.collectors.host.agent_server import AgentConfig, create_agent_app
 from graywire.collectors.host.agent_wire import ARROW_STREAM, to_ipc
+from graywire.collectors.host.config import AgentSourceConfig, build_collectors
 from graywire.collectors.host.sysfs import PortReading, readings_to_batch
 from graywire.collectors.schemas import COUNTER_BITS_KEY, NCCL_TIMING, TS, make_batch
 from graywire.detectors.pipeline import Pipeline

@@ -23,7 +23,7 @@ from graywire.collectors.nccl import jsonlines
 from graywire.collectors.nccl.common import TimingRows
 from graywire.collectors.nccl.debug_log import NcclTopology
 from graywire.collectors.nccl.inspector import InspectorParser, iter_json_values, parse_inspector_text
-from graywire.collectors.nccl.tail import parse_push
+from graywire.collectors.nccl.push import parse_push
 from graywire.fabricsim.nccl_writer import InspectorWriter
 from graywire.fabricsim.sim import FabricSim, SimConfig
 from graywire.fabricsim.topology import TopologySpec

@@ -22,7 +22,7 @@ from graywire.collectors.nccl.inspector import RecordError, parse_inspector_text
 from graywire.collectors.nccl.nccl_tests import parse_nccl_tests
 from graywire.collectors.nccl.profiler import parse_profiler_trace
 from graywire.collectors.nccl.proxy import ProxyRows
-from graywire.collectors.nccl.tail import parse_push
+from graywire.collectors.nccl.push import parse_push
 from tests.conftest import REAL_FIXTURES
 from tests.strategies import JSON_VALUES, PROPERTY, spliced
 

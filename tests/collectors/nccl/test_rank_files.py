@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from graywire.collectors.nccl.tail import NcclFileCollector, NcclSourceConfig
+from graywire.collectors.nccl.config import NcclSourceConfig
+from graywire.collectors.nccl.tail import NcclFileCollector
 from tests.collectors.nccl.test_flight_recorder import dump
 
 WATCHDOG = (
