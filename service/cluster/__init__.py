@@ -1,7 +1,7 @@
 """Several replicas of one graywire: collection shared through NATS JetStream, decisions by
 one leader through PostgreSQL (docs/architecture.md, Replicas).
 
-- ``members.py``, ``lease.py``, ``fence.py``: membership heartbeats, the leader's lease and
+- ``membership.py``, ``lease.py``, ``fence.py``: membership heartbeats, the leader's lease and
   its fencing token, the token carried by every deciding write (all in PostgreSQL, on its clock);
 - ``shard.py``: which member scrapes which target (rendezvous hashing; pure);
 - ``wire.py``: a scrape as NATS messages (Arrow IPC, chunked) and back (pure); ``bus.py``: the

@@ -34,7 +34,7 @@ from graywire.service.cluster.fence import Fence
 from graywire.service.cluster.leader import Leader, LeaderStats, runner_key
 from graywire.service.cluster.lease import Lease, Takeover
 from graywire.service.cluster.member import Member, MemberStats
-from graywire.service.cluster.members import MemberIdInUse, MemberInfo, Members
+from graywire.service.cluster.membership import MemberIdInUse, MemberInfo, Members
 from graywire.service.cluster.shard import Shards
 from graywire.service.config import Settings
 from graywire.service.models.engine import make_engine

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from graywire.detectors.findings import Finding
 from graywire.service.cluster.fence import FENCED_TABLES, Fence
 from graywire.service.cluster.lease import TAKEOVER_ACTION, Lease
-from graywire.service.cluster.members import MemberIdInUse, MemberInfo, Members
+from graywire.service.cluster.membership import MemberIdInUse, MemberInfo, Members
 from graywire.service.models.engine import is_fence_refusal, make_engine
 from graywire.service.store import IncidentStore
 from tests.service.cluster.conftest import rows
