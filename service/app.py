@@ -30,8 +30,7 @@ from graywire.service.cluster.node import ClusterNode
 from graywire.service.config import Settings
 from graywire.service.drain_engine import DrainEngine, policy_from_settings
 from graywire.service.http_guard import BodyLimit, SecurityHeaders, reject_nul, validation_error
-from graywire.service.ingest.limits import IngestGuards, RateLimiter
-from graywire.service.ingest.scope import JobPlacement
+from graywire.service.ingest.admission import Admission
 from graywire.service.metrics.alerts import AlertsExporter
 from graywire.service.metrics.cluster import ClusterExporter
 from graywire.service.metrics.drain import DrainExporter
@@ -92,8 +91,6 @@ def create_app(
         drain.sync_inventory()  # in a cluster, each leader does as it takes over
     registry.register(DrainExporter(drain))
     auth = Auth(settings.auth)
-    guards = IngestGuards(RateLimiter(settings.ingest.rate_limit), JobPlacement(settings.scheduler))
-    registry.register(guards.refused)
     table = ThresholdTable.load(settings.ber_thresholds) if settings.ber_thresholds else None
 
     def pipelines() -> Pipeline:
@@ -112,6 +109,8 @@ def create_app(
         cache,
         lead=not clustered,
     )
+    admission = Admission(settings, fabric, state, runner)
+    registry.register(admission.refused)
 
     own_url = f"http://{settings.host}:{settings.port}"
     may_send = (lambda: fence.locally_valid) if fence is not None else None
@@ -161,7 +160,7 @@ def create_app(
             await runner.aclose()
             render_pool = None
             pool.shutdown(wait=False, cancel_futures=True)
-            guards.placement.close()
+            admission.placement.close()
             engine.dispose()
 
     app = FastAPI(
@@ -190,7 +189,7 @@ def create_app(
     app.state.fabric_state = state
     app.state.drain = drain
     app.state.auth = auth
-    app.state.ingest = guards
+    app.state.ingest = admission
     app.state.cluster = node
 
     @app.get("/healthz", tags=["ops"])
@@ -260,7 +259,7 @@ def create_app(
         # Streamed as it renders: per-port series on a large fabric are hundreds of MB.
         return StreamingResponse(aiter_render(registry, render_pool), media_type=CONTENT_TYPE)
 
-    services = Services(store, cache, fabric, auth, state, drain, Operations(drain), runner, guards, node)
+    services = Services(store, cache, fabric, auth, state, drain, Operations(drain), runner, admission, node)
     install_api(app, services)
     install_status_page(app, settings.status_page.grafana_url)
     return app

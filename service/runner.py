@@ -118,8 +118,9 @@ class Runner:
         #: alone they never drain a host); they cannot skew the collected peers either.
         self.push_pipeline = Pipeline(fabric, nccl_timing_detectors(fabric, settings.detectors))
         self._max_skew = settings.ingest.max_clock_skew.total_seconds()
-        #: (job, communicator) pushed recently -> when last (the ingest API bounds their number).
-        self.push_communicators: dict[tuple[str, str], float] = {}
+        #: Counts the times this runner started over (:meth:`new_term`): push admission keeps no
+        #: state of an earlier term.
+        self.term = 0
         self._unstored: list[Finding] = []
         #: When storing ``_unstored`` first failed: what is stored after that is stored late.
         self._unstored_since: datetime | None = None
@@ -148,18 +149,15 @@ class Runner:
             self.push_pipeline = Pipeline(
                 self.fabric, nccl_timing_detectors(self.fabric, self.settings.detectors)
             )
-            self.push_communicators.clear()
+            self.term += 1
             self._pushed.clear()
             self._unstored.clear()
             self._unstored_since = None
 
     def push(self, batch: pa.RecordBatch) -> None:
-        """Queue a batch a client pushed (NCCL timings); it is processed with the next poll."""
+        """Queue a batch push admission let in (NCCL timings, stamped with their receipt time);
+        it is judged with the next poll."""
         self._pushed.append(batch)
-
-    def reject(self, record: str, reason: str, rows: int) -> None:
-        """Count rows refused before detection (``graywire_rejected_rows{record,reason}``)."""
-        self.state.count_rejected(record, reason, rows)
 
     def _judge_pushed(self, pushed: list[pa.RecordBatch]) -> list[Finding]:
         """Pushed timings through their own detectors; each finding says where it came from."""
@@ -378,18 +376,13 @@ class Runner:
         newest = 0.0
         judged, pushed, links = [], [], []
         ahead_of = time.time() + self._max_skew
-        n_collected = len(batches)
         ingested: Counter[str] = Counter()
         dropped: Counter[str] = Counter()
         rejected: Counter[tuple[str, str]] = Counter()
-        while self._pushed:
-            batches = [*batches, self._pushed.popleft()]
-        for i, batch in enumerate(batches):
+        for batch in batches:
             kind = record_kind(batch.schema)
             ingested[kind] += batch.num_rows
-            if (
-                kind == RecordKind.LINK
-            ):  # cables: judged against the model, not archived (no time of their own)
+            if kind == RecordKind.LINK:  # cables: judged against the model; no time, not archived
                 links.append(batch)
                 continue
             if batch.num_rows:
@@ -399,9 +392,13 @@ class Runner:
                                 t - ahead_of + self._max_skew)  # fmt: skip
                     rejected[(kind, "clock_ahead")] += batch.num_rows
                     continue
-                if i < n_collected:  # what collectors last saw, for the lag gauge; not pushes
-                    newest = max(newest, t)
-            (judged if i < n_collected else pushed).append(batch)
+                newest = max(newest, t)  # what collectors last saw, for the lag gauge
+            judged.append(batch)
+        # Pushes were judged at the door (push admission: their clock too) and stamped on receipt.
+        while self._pushed:
+            batch = self._pushed.popleft()
+            ingested[record_kind(batch.schema)] += batch.num_rows
+            pushed.append(batch)
         # One view of the fabric per poll: every source's batches reach the detectors together.
         result = self.pipeline.process_poll(judged + links)
         for kind, rows, reason in result.dropped:

@@ -18,7 +18,7 @@ from graywire.collectors.model import Fabric
 from graywire.service.auth import Auth, Principal, Role, bearer
 from graywire.service.cluster.node import ClusterNode
 from graywire.service.drain_engine import DrainEngine
-from graywire.service.ingest.limits import IngestGuards
+from graywire.service.ingest.admission import Admission
 from graywire.service.operations import Operations
 from graywire.service.runner import Runner
 from graywire.service.state.fabric import FabricState, StateBoard
@@ -42,7 +42,7 @@ class Services:
     drain: DrainEngine | None = None
     ops: Operations | None = None
     runner: Runner | None = None
-    guards: IngestGuards | None = None
+    admission: Admission | None = None
     #: This replica's part in a cluster; None without ``cluster:``.
     cluster: ClusterNode | None = None
 
@@ -99,8 +99,8 @@ async def _runner(s: ServicesDep) -> Runner:
     return _part(s.runner, "runner")
 
 
-async def _guards(s: ServicesDep) -> IngestGuards:
-    return _part(s.guards, "ingest guards")
+async def _admission(s: ServicesDep) -> Admission:
+    return _part(s.admission, "push admission")
 
 
 def port_view(s: Services, state: FabricState | None = None) -> PortView:
@@ -124,7 +124,7 @@ StateDep = Annotated[FabricState, Depends(_state)]
 DrainDep = Annotated[DrainEngine, Depends(_drain)]
 OpsDep = Annotated[Operations, Depends(_ops)]
 RunnerDep = Annotated[Runner, Depends(_runner)]
-GuardsDep = Annotated[IngestGuards, Depends(_guards)]
+AdmissionDep = Annotated[Admission, Depends(_admission)]
 PortViewDep = Annotated[PortView, Depends(_port_view)]
 
 

@@ -14,13 +14,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from graywire.service.config import RateLimit
-from graywire.service.ingest.scope import JobPlacement
 
 
 @dataclass
@@ -116,12 +115,3 @@ class RefusedPushes(Collector):
         for (token, reason), n in items:
             c.add_metric([token, reason], n)
         yield c
-
-
-@dataclass
-class IngestGuards:
-    """What a push is held to beyond its content: rate limits, scheduler placement, counts."""
-
-    limiter: RateLimiter
-    placement: JobPlacement
-    refused: RefusedPushes = field(default_factory=RefusedPushes)
