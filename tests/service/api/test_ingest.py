@@ -218,6 +218,23 @@ def test_pushed_communicators_are_bounded(tmp_path: Path) -> None:
         assert 'reason="communicator_cap"' in c.get("/metrics").text
 
 
+def test_a_new_term_starts_the_pushed_communicators_over(tmp_path: Path) -> None:
+    """A replica that takes the lead judges with fresh detectors: the communicators pushed under
+    the earlier term hold no place in the cap any more."""
+    with make_client(tmp_path, ingest={"max_communicators": 2}) as c:
+        t = time.time()
+        runner = c.app.state.runner  # type: ignore[attr-defined]
+
+        def push(comm: str) -> Any:
+            body = inspector_record("gpu-0001", t).replace('"0xabc"', json.dumps(comm)).encode()
+            return c.post("/api/v1/ingest/nccl", params={"job": "j"}, content=body,
+                          headers={"content-type": "application/x-ndjson"})  # fmt: skip
+
+        assert [push(f"0x{i}").status_code for i in range(3)] == [202, 202, 422]
+        runner.new_term(runner.pipeline)
+        assert [push(f"0x{i}").status_code for i in range(2, 5)] == [202, 202, 422]
+
+
 def test_one_jobs_communicators_cannot_crowd_out_the_others(tmp_path: Path) -> None:
     with make_client(tmp_path, ingest={"max_communicators": 10, "max_communicators_per_job": 2}) as c:
         t = time.time()
