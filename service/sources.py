@@ -6,7 +6,7 @@ from pathlib import Path
 
 from graywire.collectors import nccl, prometheus, snmp, ufm
 from graywire.collectors.base import Collector
-from graywire.collectors.host import agent_client
+from graywire.collectors.host import config as agent
 from graywire.collectors.host.config import AgentSourceConfig
 from graywire.collectors.model import Fabric, load_inventory
 from graywire.collectors.nccl import NcclSourceConfig
@@ -59,7 +59,7 @@ def build_sources(settings: Settings) -> tuple[Fabric, list[Collector]]:
         if isinstance(cfg, NcclSourceConfig):
             collectors.extend(nccl.build_collectors(cfg, fabric))
         elif isinstance(cfg, AgentSourceConfig):
-            collectors.extend(agent_client.build_collectors(cfg, fabric))
+            collectors.extend(agent.build_collectors(cfg, fabric))
         elif isinstance(cfg, SnmpSourceConfig):
             collectors.extend(snmp.build_collectors(cfg, fabric))
         elif isinstance(cfg, UfmSourceConfig):
