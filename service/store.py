@@ -364,6 +364,10 @@ class IncidentStore:
         with self._sessions() as session:
             return [(kind, severity, int(count)) for kind, severity, count in session.execute(query)]
 
+    def active_incidents(self) -> list[dict[str, Any]]:
+        """Open and acknowledged incidents, whole: what port health is judged from."""
+        return [i for status in ACTIVE_STATUSES for i in self.list_incidents(status=status, limit=100_000)]
+
     def active_on_ports(self) -> list[tuple[str | None, str | None, str]]:
         """``(port, link, severity)`` of open and acknowledged incidents, for per-port health."""
         query = sa.select(Incident.port, Incident.link, Incident.severity).where(

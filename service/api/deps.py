@@ -22,7 +22,7 @@ from graywire.service.ingest.admission import Admission
 from graywire.service.operations import Operations
 from graywire.service.runner import Runner
 from graywire.service.state.fabric import FabricState, StateBoard
-from graywire.service.state.ports import FabricLayout, PortView, active_incidents, build_view
+from graywire.service.state.ports import FabricLayout, PortView, build_view
 from graywire.service.state.read_cache import ReadCache
 from graywire.service.store import IncidentStore
 
@@ -108,7 +108,7 @@ def port_view(s: Services, state: FabricState | None = None) -> PortView:
     from the database: blocking, for a worker thread."""
     layout = _part(s.layout, "fabric model")
     state = state if state is not None else _part(s.state, "fabric state").current
-    return build_view(layout, state, active_incidents(s.store))
+    return build_view(layout, state, s.store.active_incidents())
 
 
 def _port_view(s: ServicesDep) -> PortView:

@@ -23,16 +23,10 @@ from graywire.detectors.findings import PORT_HEALTH
 from graywire.service.models import ACTIVE_STATUSES
 from graywire.service.state.fabric import FabricState, ports_without_data
 from graywire.service.state.figures import INCIDENT_HEALTH, NO_DATA
-from graywire.service.store import IncidentStore
 
 STATES = ("up", "init", "down", "unknown")
 #: Cell flags in the compact grid (a bit mask, so the page needs no per-cell objects).
 FLAG_STALE, FLAG_DOWN, FLAG_DEGRADED, FLAG_NO_DATA = 1, 2, 4, 8
-
-
-def active_incidents(store: IncidentStore) -> list[dict[str, Any]]:
-    """Open and acknowledged incidents: what port health is judged from."""
-    return [i for status in ACTIVE_STATUSES for i in store.list_incidents(status=status, limit=100_000)]
 
 
 class FabricLayout:
