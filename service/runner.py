@@ -1,10 +1,14 @@
-"""The service loop: scrape every target, run the pipeline, archive, persist, update metrics.
+"""The poll loop: scrape the targets that are due, hand their batches (and what pushes brought)
+to the pipeline, store the findings, publish the poll.
 
 Scrapes are concurrent and each is bounded by a timeout, so one hung switch never stalls the
-rest. A failing target is retried with exponential backoff and its ports are marked *stale*
-(metrics and ``/api/v1/sources`` say so); nothing it half-returned reaches the detectors, so a
-broken source cannot raise a false finding. Accounting for the scrapes and processing a poll
-are CPU work (Arrow + numpy) and run in a worker thread so the API stays responsive.
+rest; nothing a failed scrape half-returned reaches the detectors, so a broken source cannot
+raise a false finding. The loop's collaborators each keep one concern: the targets' backoff and
+accounting (:class:`~graywire.service.targets.TargetBook`), the archive
+(:class:`~graywire.service.archive.Archive`), the drain policy run
+(:class:`~graywire.service.drain_engine.DrainEngine`) and the published state
+(:class:`~graywire.service.state.fabric.StateBoard`). Accounting for the scrapes and processing
+a poll are CPU work (Arrow + numpy) and run in a worker thread so the API stays responsive.
 """
 
 from __future__ import annotations
@@ -16,47 +20,26 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.base import Collector, ScrapeResult, failed
-from graywire.collectors.dataset import DatasetWriter, prune
-from graywire.collectors.model import INVENTORY, Fabric
+from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import RecordKind, record_kind
-from graywire.detectors.base import PortIndexer
 from graywire.detectors.findings import Finding
 from graywire.detectors.pipeline import Pipeline, nccl_timing_detectors
+from graywire.service.archive import Archive
 from graywire.service.config import Settings
 from graywire.service.drain_engine import DrainEngine
 from graywire.service.models.engine import is_fence_refusal
-from graywire.service.state.fabric import StateBoard, TargetStatus
+from graywire.service.state.fabric import StateBoard
 from graywire.service.state.read_cache import ReadCache
 from graywire.service.store import IncidentStore
+from graywire.service.targets import Missing, Scraped, Target, TargetBook
 
 log = logging.getLogger("graywire.runner")
-
-
-@dataclass
-class Target:
-    """One scrape target as the poll loop keeps it: its collector, what was last reported of
-    it, and this process's backoff. The cluster shares targets out among replicas by these."""
-
-    collector: Collector
-    status: TargetStatus
-    indexer: PortIndexer
-    next_attempt: float = 0.0  # monotonic seconds
-    ports: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
-    #: Failed scrapes in a row by this process (its backoff; ``status`` is what was reported).
-    failing: int = 0
-
-
-#: A scrape's target and outcome: what :meth:`Runner.record` accounts for.
-Scraped = tuple[Target, ScrapeResult]
-#: A target no scrape was reported for, and why.
-Missing = tuple[Target, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,22 +80,12 @@ class Runner:
         self.state = state
         self._pipeline: Pipeline | None = (pipeline or Pipeline(fabric)) if lead else None
         self.drain = drain
-        self.targets = [Target(c, TargetStatus(c.source, c.target), PortIndexer(fabric)) for c in collectors]
-        #: A port without a reading this recent has no data: a few polls (a source refreshing
-        #: every 30 s, as UFM Telemetry does, dates its rows by its own sample), at least 2 minutes.
-        self.data_window_s = max(120.0, (settings.stale_after_polls + 2) * settings.poll_seconds)
-        state.set_targets([t.status for t in self.targets], np.zeros(fabric.n_ports, dtype=bool))
-        self.archive: DatasetWriter | None = None
-        if settings.archive.enabled:
-            self.archive = DatasetWriter(
-                settings.archive_dir,
-                row_group_rows=250_000,
-                roll_seconds=settings.archive.roll.total_seconds(),
-            )
-            # The fabric model beside the data, so `graywire replay <archive>` needs nothing else.
-            settings.archive_dir.mkdir(parents=True, exist_ok=True)
-            fabric.write_inventory(settings.archive_dir / INVENTORY)
-        self._last_prune = 0.0
+        #: The targets, their backoff and what each reported (published to the state).
+        self.book = TargetBook(settings, fabric, collectors, state)
+        self.targets = self.book.targets
+        self.archive = (
+            Archive(settings, fabric, state.count_archive_error) if settings.archive.enabled else None
+        )
         self._pushed: collections.deque[pa.RecordBatch] = collections.deque()
         #: Pushed timings are judged apart from collected data (their findings say so, and
         #: alone they never drain a host); they cannot skew the collected peers either.
@@ -143,9 +116,7 @@ class Runner:
         pushes or findings of an earlier term), or none at all (one that steps down)."""
         with self._busy:
             self._pipeline = pipeline
-            for t in self.targets:  # what an earlier term accounted is not this one's to go on
-                t.status = TargetStatus(t.collector.source, t.collector.target)
-                t.ports = np.zeros(0, dtype=np.int32)
+            self.book.start_over()
             self.push_pipeline = Pipeline(
                 self.fabric, nccl_timing_detectors(self.fabric, self.settings.detectors)
             )
@@ -200,7 +171,7 @@ class Runner:
     async def poll_once(self) -> list[Finding]:
         """Scrape the targets that are due, then process what came back."""
         now = time.monotonic()
-        due = [t for t in self.targets if t.next_attempt <= now]
+        due = self.book.due(now)
         results = await asyncio.gather(*(self._scrape(t) for t in due))
         return await asyncio.to_thread(self._after_scrapes, due, results, now)
 
@@ -221,134 +192,18 @@ class Runner:
         """Account for the scrapes, then process what they brought: both CPU work over the
         fabric's ports, so both run in the poll's worker thread, never on the event loop."""
         scraped = list(zip(due, results, strict=True))
-        self.schedule(scraped, now)
+        self.book.schedule(scraped, now)
         return self.judge(scraped, time.time())
 
     def judge(self, scraped: list[Scraped], wall: float, missing: Sequence[Missing] = ()) -> list[Finding]:
         """Account for a poll's scrapes (and targets nobody reported, ``missing``: target and
         why), then judge and store what they brought."""
-        self.record(scraped, wall, missing)
+        self.book.record(scraped, wall, missing)
         return self._process([b for _, r in scraped if r.ok for b in r.batches])
 
     def tick(self) -> list[Finding]:
         """One poll, synchronously (tests and tools; the service uses :meth:`run`)."""
         return asyncio.run(self.poll_once())
-
-    def schedule(self, scraped: list[Scraped], now: float) -> None:
-        """This process's backoff: a target that failed twice in a row or more waits, doubling
-        from one interval up to ``max_backoff``, before it is scraped again."""
-        interval = self.settings.poll_seconds
-        max_backoff = self.settings.max_backoff.total_seconds()
-        for t, r in scraped:
-            if r.ok:
-                t.failing, t.next_attempt = 0, 0.0
-                continue
-            t.failing += 1
-            backoff = min(interval * 2 ** (t.failing - 1), max_backoff)
-            t.next_attempt = now + backoff if t.failing > 1 else 0.0
-            log.warning("%s %s failed (%d in a row): %s", r.source, r.target, t.failing, r.error)
-
-    def record(self, scraped: list[Scraped], wall: float, missing: Sequence[Missing] = ()) -> None:
-        """Each target's status after a poll, its ports, and which ports are stale (published)."""
-        skipped: Counter[tuple[str, str]] = Counter()
-        unmatched_rows: Counter[str] = Counter()
-        for t, r in scraped:
-            s = t.status
-            if r.ok:
-                t.ports, unmatched, examples = self._ports_of(t, r.batches)
-                skipped.update({(r.source, reason): n for reason, n in r.skipped.items()})
-                if unmatched and not s.unmatched_rows:  # once, when it starts
-                    log.warning(
-                        "%s %s: %d port rows match no port of the fabric model (e.g. %s): their keys "
-                        "are not the inventory's; they are counted, not judged",
-                        r.source, r.target, unmatched, ", ".join(examples),
-                    )  # fmt: skip
-                s = replace(
-                    s,
-                    ok=True,
-                    last_success=wall,
-                    samples=r.samples,
-                    error=None,
-                    note=r.error,  # an ok scrape's remark: what it read despite its source
-                    consecutive_failures=0,
-                    unmatched_rows=unmatched,
-                    unmatched_examples=examples,
-                )
-                unmatched_rows[r.source] += unmatched
-                left_out = sum(r.skipped.values())
-                if not (left_out or r.samples):  # nothing new (a tail between writes): the last read stands
-                    s = replace(s, note=t.status.note or r.error, skipped=t.status.skipped)
-                elif left_out:
-                    why = ", ".join(f"{reason} {n}" for reason, n in sorted(r.skipped.items()))
-                    detail = r.error or f"{left_out} left out ({why})"
-                    note = f"read nothing: {detail}" if r.samples == 0 else detail
-                    if r.samples == 0 and not (t.status.note or "").startswith("read nothing"):  # once
-                        log.warning("%s %s: read nothing but %d unreadable (%s)",
-                                    r.source, r.target, left_out, why)  # fmt: skip
-                    s = replace(s, note=note, skipped=left_out)
-                else:
-                    s = replace(s, skipped=left_out)
-            else:
-                s = replace(
-                    s,
-                    ok=False,
-                    failures=s.failures + 1,
-                    consecutive_failures=s.consecutive_failures + 1,
-                    error=r.error,
-                    samples=0,
-                )
-            t.status = replace(s, scrapes=s.scrapes + 1, last_attempt=wall, duration_s=r.duration_s)
-        for t, reason in missing:
-            s = t.status
-            t.status = replace(
-                s, ok=False, consecutive_failures=s.consecutive_failures + 1, error=reason, samples=0
-            )
-        stale = np.zeros(self.fabric.n_ports, dtype=bool)
-        for t in self.targets:
-            s = t.status
-            # Stale after `stale_after_polls` failed scrapes in a row (a target in backoff
-            # keeps its count), or while it has never answered.
-            fresh = s.last_success is not None and s.consecutive_failures < self.settings.stale_after_polls
-            t.status = replace(
-                s,
-                stale_ports=() if fresh else tuple(self.fabric.keys[i] for i in t.ports[:1000]),
-                stale_port_count=0 if fresh else int(t.ports.size),
-            )
-            if not fresh:
-                stale[t.ports] = True
-        self.state.set_targets(
-            [t.status for t in self.targets], stale, skipped, unmatched_rows, self.data_window_s
-        )
-
-    def _ports_of(
-        self, t: Target, batches: tuple[pa.RecordBatch, ...]
-    ) -> tuple[np.ndarray, int, tuple[str, ...]]:
-        """Fabric ports a target reported (cached per dictionary: collectors reuse theirs), and
-        its port rows that match no modelled port, with up to five of their keys."""
-        parts = [b for b in batches if record_kind(b.schema) == RecordKind.PORT_SAMPLE]
-        if not parts:
-            return t.ports, 0, ()
-        found = [t.indexer(b.column("port")) for b in parts]
-        idx = np.concatenate(found)
-        unmatched = int((idx < 0).sum())
-        examples: tuple[str, ...] = ()
-        if unmatched:
-            keys: list[str] = []
-            for b, ix in zip(parts, found, strict=True):
-                rows = np.flatnonzero(ix < 0)[: 5 - len(keys)]
-                if rows.size:
-                    keys += b.column("port").take(pa.array(rows)).cast(pa.string()).to_pylist()
-                if len(keys) >= 5:
-                    break
-            examples = tuple(keys)
-        idx = idx[idx >= 0]
-        if idx.size * 64 < self.fabric.n_ports:
-            # A host's few ports: sorting them beats clearing a fabric-wide mask, once per target
-            # (12,500 agents x 400,000 ports would be 5 GB of mask a poll).
-            return np.unique(idx).astype(np.int32), unmatched, examples
-        seen = np.zeros(self.fabric.n_ports, dtype=bool)  # a mask, not np.unique: no sort
-        seen[idx] = True
-        return np.flatnonzero(seen).astype(np.int32), unmatched, examples
 
     # -- processing ---------------------------------------------------------------------------
     def _process(self, batches: list[pa.RecordBatch]) -> list[Finding]:
@@ -365,7 +220,7 @@ class Runner:
         date: accounted and judged, nothing stored, archived or decided. Returns the findings
         the replay gave (for the log: the database has the real ones)."""
         with self._busy:
-            self.record(scraped, wall, missing)
+            self.book.record(scraped, wall, missing)
             j = self._judge([b for _, r in scraped if r.ok for b in r.batches])
             self.state.observe_poll(j.judged, j.port_rates, j.ingested, j.dropped, j.rejected)
             self.state.record_port_rates(j.port_rates)
@@ -414,14 +269,8 @@ class Runner:
         findings, judged, newest = j.findings, j.judged, j.newest
         self.state.observe_poll(judged, j.port_rates, j.ingested, j.dropped, j.rejected)
         self.state.record_port_rates(j.port_rates)
-        for batch in judged:
-            kind = record_kind(batch.schema)
-            if self.archive is not None:
-                try:
-                    self.archive.write(batch)
-                except (OSError, ValueError) as e:  # a full disk must not cost the findings
-                    log.error("archive write failed (%s batch kept out of the archive): %s", kind, e)
-                    self.state.count_archive_error()
+        if self.archive is not None:
+            self.archive.write(judged)
         # Detectors report changes only once: findings not stored yet are kept and retried.
         # The database being away fails none of the rest of the poll: scrapes, detector
         # state, metrics and the archive carry on, and the poll counts as an error.
@@ -460,7 +309,8 @@ class Runner:
         except Exception as e:  # the gauges keep their last values until the database is back
             log.warning("reading open incidents for the metrics failed: %s", e)
             db_failed = True
-        self._maybe_prune()
+        if self.archive is not None:
+            self.archive.prune_if_due()
         self.state.finish_poll(
             seconds=time.perf_counter() - t0,
             finished_at=time.time(),
@@ -473,14 +323,6 @@ class Runner:
             | {f"push/{name}": st for name, st in self.push_pipeline.stats.items()},
         )
         return findings
-
-    def _maybe_prune(self) -> None:
-        if self.archive is None or time.monotonic() - self._last_prune < 3600:
-            return
-        self._last_prune = time.monotonic()
-        keep = self.settings.archive.retention
-        for d in prune(self.settings.archive_dir, keep):
-            log.info("archive retention: removed %s", d)
 
     async def run(self) -> None:
         """Poll every interval until cancelled; a late poll shifts nothing after it."""

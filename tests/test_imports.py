@@ -191,6 +191,8 @@ SERVICE = f"{NAMESPACE}.service"
 NEVER_IMPORTS: dict[str, frozenset[str]] = {
     "state": frozenset({"api", "metrics", "status_page", "runner", "cluster", "app", "cli"}),
     "runner": frozenset({"cluster", "api", "metrics", "app", "cli"}),
+    "targets": frozenset({"runner", "cluster", "api", "metrics", "app", "cli"}),
+    "archive": frozenset({"runner", "cluster", "api", "metrics", "app", "cli"}),
     "metrics": frozenset({"api", "app", "cli"}),
     "ingest": frozenset({"api", "metrics", "runner", "cluster", "app", "cli"}),
 }

@@ -41,7 +41,8 @@ from graywire.detectors.pipeline import Pipeline
 from graywire.service.cluster.bus import FETCH_BATCH, Bus
 from graywire.service.cluster.shard import target_key
 from graywire.service.cluster.wire import Assembler, Report, WireError
-from graywire.service.runner import Runner, Scraped
+from graywire.service.runner import Runner
+from graywire.service.targets import Scraped
 
 log = logging.getLogger("graywire.cluster")
 

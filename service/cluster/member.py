@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from graywire.collectors.base import ScrapeResult, redact_url
 from graywire.service.cluster.bus import Bus
 from graywire.service.cluster.wire import encode_scrape
-from graywire.service.runner import Runner, Target
+from graywire.service.runner import Runner
+from graywire.service.targets import Target
 
 log = logging.getLogger("graywire.cluster")
 
@@ -116,7 +117,7 @@ class Member:
 
     async def _scrape_and_publish(self, t: Target, slot: float) -> None:
         (result,) = await self.runner.scrape([t])
-        self.runner.schedule([(t, result)], time.monotonic())
+        self.runner.book.schedule([(t, result)], time.monotonic())
         c = t.collector
         self.stats.scrapes[(c.source, "ok" if result.ok else "failed")] += 1
         # Named as the leader knows the target (by its collector), never with a URL's password.

@@ -38,7 +38,8 @@ from graywire.service.cluster.membership import MemberIdInUse, MemberInfo, Membe
 from graywire.service.cluster.shard import Shards
 from graywire.service.config import Settings
 from graywire.service.models.engine import make_engine
-from graywire.service.runner import Runner, Target
+from graywire.service.runner import Runner
+from graywire.service.targets import Target
 
 log = logging.getLogger("graywire.cluster")
 

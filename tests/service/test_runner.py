@@ -182,14 +182,14 @@ def test_a_poll_leaves_the_event_loop_to_the_api_after_its_scrapes(tmp_path: Pat
     the poll's worker thread: the loop only awaits the scrapes."""
     runner, _, state = make_runner(tmp_path, "", {})
     threads: dict[str, int] = {}
-    for name in ("record", "_process"):
-        method = getattr(runner, name)
+    for owner, name in ((runner.book, "record"), (runner, "_process")):
+        method = getattr(owner, name)
 
         def noted(*args: object, _name: str = name, _method: object = method) -> object:
             threads[_name] = threading.get_ident()
             return _method(*args)  # type: ignore[operator]
 
-        setattr(runner, name, noted)
+        setattr(owner, name, noted)
 
     async def poll() -> int:
         await runner.poll_once()
