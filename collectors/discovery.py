@@ -28,7 +28,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.ib.ibnetdiscover import IbEnd, IbnetdiscoverResult
-from graywire.collectors.keys import alias_keys, by_alias, node_of_key, normalize_guid, port_key
+from graywire.collectors.keys import (
+    alias_keys,
+    by_alias,
+    label_of_key,
+    node_of_key,
+    normalize_guid,
+    port_key,
+    split_port_key,
+)
 from graywire.collectors.model import Fabric, PortSpec
 from graywire.collectors.schemas import LINK
 from graywire.collectors.ufm.rest import port_speed_bps, speed_name_gbps, width_lanes
@@ -297,13 +305,13 @@ def facts_from_lldp(
     rows: dict[str, dict[str, Any]] = {}
     for r in iface:
         if r["port"] in cabled or r["oper_up"]:
-            node, _, label = r["port"].partition("/")
+            node, label = split_port_key(r["port"])
             rows[r["port"]] = {"port": r["port"], "node": node, "label": label, "kind": "switch",
                                "speed_bps": r["speed_bps"] if r["port"] in cabled else None}  # fmt: skip
     names_of: dict[str, set[str]] = {}
     for alias, port in (aliases or {}).items():
-        if "/" in alias:
-            names_of.setdefault(port, set()).add(alias.partition("/")[2])
+        if (label := label_of_key(alias)) is not None:
+            names_of.setdefault(port, set()).add(label)
     unmatched = keyed_by_chassis = 0
     for n in found.neighbors.to_pylist():
         key = rename(n["remote_port"])
@@ -312,7 +320,7 @@ def facts_from_lldp(
         if key == n["remote_port"]:  # a host NIC named only as its LLDP agent says
             unmatched += 1
             keyed_by_chassis += n["sys_name"] is None
-        node, _, label = key.partition("/")
+        node, label = split_port_key(key)
         rows[key] = {"port": key, "node": node, "label": label, "kind": "host",
                      "speed_bps": speed_of.get(n["local_port"]),
                      "aliases": sorted(names_of.get(key, ())) or None}  # fmt: skip
@@ -464,7 +472,7 @@ class Discovery:
             out.append(f"    role: {role}" + (f"  # {note}" if note else ""))
             out.append("    ports:")
             for i in order[bounds[j] : bounds[j + 1]].tolist():
-                label = f.keys[i].split("/", 1)[1]
+                label = split_port_key(f.keys[i])[1]
                 parts = [f"label: {json.dumps(label)}"]
                 if nums[i]:
                     parts.append(f"num: {int(nums[i])}")
@@ -622,7 +630,7 @@ def discover(
     port_role = roles[node_of]
 
     # Purpose: operator rules on host port labels, else the speed class.
-    labels = [k.split("/", 1)[1] for k in keys]
+    labels = [split_port_key(k)[1] for k in keys]
     seen_speed = _col(facts, "speed_bps", 0)
     seen_width = _col(facts, "width", 0)
     max_speed = _col(facts, "max_speed_bps", 0)

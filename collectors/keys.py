@@ -56,10 +56,18 @@ def split_port_key(key: str) -> tuple[str, str]:
 
 def node_of_key(key: object) -> str | None:
     """The node of a port key, None for anything that is not one (an incident's missing port)."""
-    if not isinstance(key, str):
+    try:
+        return split_port_key(key)[0] if isinstance(key, str) else None
+    except ValueError:
         return None
-    node, sep, label = key.partition("/")
-    return node if sep and node and label else None
+
+
+def label_of_key(key: object) -> str | None:
+    """The port label of a port key (it may hold a '/': ``leaf-1/Ethernet1/1``), None for a non-key."""
+    try:
+        return split_port_key(key)[1] if isinstance(key, str) else None
+    except ValueError:
+        return None
 
 
 #: Between the two port keys of a link label: ``gpu-0003/mlx5_2<->leaf-r2-000/p4``.

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from graywire.collectors.keys import label_of_key
 from graywire.collectors.model import Fabric
 from graywire.detectors.findings import SEVERITY_RANK, Kind, Severity
 
@@ -433,7 +434,7 @@ def root_causes(
             cause = link_behind(inc.get("port"), inc.get("node"))
             lead = _lead_s(cause, inc) if cause is not None and cause["kind"] in LINK_CAUSE_KINDS else None
             if cause is not None and lead is not None and -RANK_FAULT_SLACK_S <= lead <= RANK_FAULT_WINDOW_S:
-                nic = str(cause.get("port") or "").rpartition("/")[2] or "its NIC"
+                nic = label_of_key(cause.get("port")) or "its NIC"
                 when = f"{lead:.0f} s before" if lead >= 0 else f"{-lead:.0f} s after"
                 link(inc, cause, f"its {nic} link failed {when} ({cause['summary']})")
     for inc in sorted(active, key=_rank):

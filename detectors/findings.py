@@ -154,7 +154,7 @@ def job_of(kind: str, entity: str, evidence: Mapping[str, Any] | None) -> str | 
 #: A port's health from the worst open incident on it: 0 ok, 1 warning, 2 critical. Any open
 #: incident marks its port, an ``info`` one too (something is open there). The one rule that
 #: ``/metrics``, ``/api/v1/ports`` and the status page all use.
-PORT_HEALTH: dict[str, int] = {"info": 1, "warning": 1, "critical": 2}
+PORT_HEALTH: dict[str, int] = {Severity.INFO: 1, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
 @dataclass(frozen=True, slots=True)

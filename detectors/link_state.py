@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
+from graywire.collectors.keys import split_port_key
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
 from graywire.collectors.units import format_speed
@@ -121,7 +122,7 @@ class LinkDowngradeDetector:
         n = fabric.n_ports
         self.cap_speed = np.zeros(n, np.int64)
         self.cap_width = np.zeros(n, np.int16)  # lanes (the schema's width is uint8)
-        labels = [k.rsplit("/", 1)[-1] for k in fabric.keys]
+        labels = [split_port_key(k)[1] for k in fabric.keys]
         roles = fabric.port_role.tolist() if n else []
         _, self.group = np.unique(np.array([f"{r}|{lab}" for r, lab in zip(roles, labels, strict=True)],
                                            dtype=object), return_inverse=True)  # fmt: skip

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graywire.collectors.keys import link_label, normalize_guid
+from graywire.collectors.keys import link_label, normalize_guid, split_port_key
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import Hysteresis, HysteresisConfig, KeyIndex, Scores
 from graywire.detectors.findings import Finding, Kind, Severity
@@ -211,9 +211,9 @@ class TopologyDetector:
         LLDP agent names it), a GUID-addressed port (``0x<guid>/<num>``), else a new id."""
         if (alias := self.fabric.resolve_alias(key)) >= 0:
             return alias
-        node, _, num = key.rpartition("/")
         try:
-            guid = normalize_guid(node) if node else None
+            node, num = split_port_key(key)
+            guid = normalize_guid(node)
         except ValueError:
             guid = None
         if guid is not None:

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from graywire.detectors.correlate import NodeVerdict
-from graywire.detectors.findings import SEVERITY_RANK
+from graywire.detectors.findings import SEVERITY_RANK, Severity
 
 Action = Literal["drain", "watch", "none"]
 #: What changed for a node, as written to the audit log (``None``: nothing changed).
@@ -47,7 +47,7 @@ class DrainPolicy:
     window: timedelta = timedelta(minutes=10)
     clean_window: timedelta = timedelta(minutes=10)
     cooldown: timedelta = timedelta(minutes=30)
-    min_severity: str = "warning"
+    min_severity: Severity = Severity.WARNING
     trust_pushed: bool = False
     #: The cap never goes below this many nodes (one drain on a small cluster is no storm)...
     min_nodes: int = 2

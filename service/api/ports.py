@@ -23,7 +23,7 @@ from graywire.service.api.deps import (
     ServicesDep,
     port_view,
 )
-from graywire.service.api.schemas import ErrorOut, GridOut, Health, PortDetailOut, PortPage, Role, State
+from graywire.service.api.schemas import ErrorOut, GridOut, PortDetailOut, PortHealth, PortPage, Role, State
 from graywire.service.state.ports import STATES, FabricLayout
 
 router = APIRouter(prefix="/api/v1", tags=["ports"])
@@ -31,7 +31,7 @@ MAX_PAGE = 5000
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}}
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Page size, at most {MAX_PAGE}.")]
 Offset = Annotated[int, Query(ge=0, le=2**63 - 1)]
-HealthFilter = Annotated[list[Health] | None, Query(description="Only these health values (repeatable).")]
+HealthFilter = Annotated[list[PortHealth] | None, Query(description="Only these health values (repeatable).")]
 KindFilter = Annotated[str | None, Query(description="Only ports with an open incident of this kind.")]
 _page = TypeAdapter(PortPage)
 

@@ -15,12 +15,11 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from graywire.collectors.units import parse_duration
 from graywire.detectors.findings import Severity
+from graywire.service.state.figures import PortHealth
 
 IncidentStatusParam = Literal["open", "acknowledged", "resolved"]
 MAX_ID = 2**63 - 1  # larger ids cannot exist, and SQLite cannot even bind them
 MAX_DURATION = timedelta(days=365)
-#: ``no_data``: no incident and no reading in the data window (a few polls): unknown, not ok.
-Health = Literal["ok", "warning", "critical", "no_data"]
 State = Literal["up", "init", "down", "unknown"]
 Role = Literal["host", "leaf", "spine", "core"]
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL text cannot hold NUL: refuse it here with a 422, not a 500
@@ -297,7 +296,7 @@ class PortOut(BaseModel):
     phys_state: int | None
     logical_state: int | None
     stale: bool = Field(description="Its source is failing: the reading is old.")
-    health: Health = Field(
+    health: PortHealth = Field(
         description="Worst open incident on the port or its cable; no_data when it has none and no "
         "source reported the port lately (unknown is not ok)"
     )
@@ -323,7 +322,7 @@ class LinkOut(BaseModel):
     link: str
     a: PortOut
     b: PortOut
-    health: Health
+    health: PortHealth
     incident_ids: list[int]
     kinds: list[str]
 

@@ -11,6 +11,7 @@ no rate yet): such a port gets no sample, never a zero.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -19,10 +20,11 @@ from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES, PHYS_LINK_UP, PORT_COUNTERS
 from graywire.detectors.base import PortIndexer, column
 
-#: What a port without an incident and without data is: unknown, not ok.
-NO_DATA = "no_data"
-#: A port's health by its worst open incident, indexed by ``PORT_HEALTH``'s code.
-INCIDENT_HEALTH: tuple[str, ...] = ("ok", "warning", "critical")
+#: A port's health as the API names it: by its worst open incident (``PORT_HEALTH``'s code
+#: indexes the first three), else ``no_data``: no incident and no reading, unknown, not ok.
+PortHealth = Literal["ok", "warning", "critical", "no_data"]
+INCIDENT_HEALTH: tuple[str, ...] = get_args(PortHealth)[:-1]
+NO_DATA: str = get_args(PortHealth)[-1]
 #: Aggregate health of a port, in order of precedence (a stale port with a critical incident
 #: is critical; ``no_data``: no source reported it within the data window, unknown, not ok).
 #: ``graywire_port_health`` uses the incident part: 0 ok, 1 warning, 2 critical.

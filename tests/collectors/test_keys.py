@@ -6,6 +6,7 @@ import pytest
 
 from graywire.collectors.keys import (
     keys_named,
+    label_of_key,
     link_ends,
     link_label,
     node_of_key,
@@ -112,12 +113,17 @@ def test_macs_in_every_usual_spelling() -> None:
 
 
 @pytest.mark.parametrize(
-    ("key", "node"),
-    [("gpu-0003/mlx5_2", "gpu-0003"), ("leaf1/Ethernet1/54", "leaf1"), ("gpu-0003", None), ("/p1", None),
-     ("leaf1/", None), (None, None), (7, None)],
+    ("key", "node", "label"),
+    [("gpu-0003/mlx5_2", "gpu-0003", "mlx5_2"), ("leaf1/Ethernet1/54", "leaf1", "Ethernet1/54"),
+     ("gpu-0003", None, None), ("/p1", None, None), ("leaf1/", None, None), (None, None, None),
+     (7, None, None)],
 )  # fmt: skip
-def test_node_of_key_is_none_for_what_is_not_a_port_key(key: object, node: str | None) -> None:
+def test_node_and_label_are_none_for_what_is_not_a_port_key(
+    key: object, node: str | None, label: str | None
+) -> None:
+    """A switch port's label may hold '/': the node ends at the first one, the label takes the rest."""
     assert node_of_key(key) == node
+    assert label_of_key(key) == label
 
 
 def test_a_link_is_named_alike_from_either_end_and_read_back() -> None:
