@@ -258,10 +258,15 @@ def test_the_service_rooms_stand_on_at_most_max_floors() -> None:
     for a, b in _room_edges():
         graph.setdefault(a, set()).add(b)
     chain: dict[str, list[str]] = {}
+    climbing: set[str] = set()
 
-    def longest(room: str) -> list[str]:  # the room graph has no circle (the test above)
+    def longest(room: str) -> list[str]:
+        if room in climbing:
+            pytest.fail(f"the service rooms are in a circle through {room}: floors cannot be counted")
         if room not in chain:
+            climbing.add(room)
             below = [longest(n) for n in sorted(graph.get(room, ()))]
+            climbing.discard(room)
             chain[room] = [room, *max(below, key=len, default=[])]
         return chain[room]
 
