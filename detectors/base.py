@@ -16,22 +16,27 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from itertools import repeat
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.findings import Finding, Severity, Status
+
+#: The rates stage's output (detectors/rates.py), which the port detectors read: not a canonical
+#: record, so not a ``RecordKind``.
+PORT_RATES: Final = "port_rates"
 
 
 class Detector(Protocol):
-    """``consumes`` is the record a detector reads: ``port_rates`` or ``nccl_timing``."""
+    """``consumes`` is the record a detector reads: ``PORT_RATES`` or a ``RecordKind``."""
 
     name: ClassVar[str]
     version: ClassVar[str]
-    consumes: ClassVar[str]
+    consumes: ClassVar[RecordKind | str]
     kinds: ClassVar[tuple[str, ...]]  # finding kinds it can emit
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]: ...

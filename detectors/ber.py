@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import (
+    PORT_RATES,
     Hysteresis,
     HysteresisConfig,
     LinkEntities,
@@ -123,7 +124,7 @@ class _BerScores(Scores):
 class BerDetector:
     name = "ber"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.BER_DEGRADATION,)
 
     def __init__(

@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
-from graywire.detectors.base import PortIndexer, column
+from graywire.detectors.base import PORT_RATES, PortIndexer, column
 from graywire.detectors.findings import Finding, Kind, Severity
 
 ENTITY = "compute-network"
@@ -73,7 +73,7 @@ class _Episode:
 class CheckpointTrafficDetector:
     name = "checkpoint"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.CHECKPOINT_ON_COMPUTE,)
 
     def __init__(self, fabric: Fabric, cfg: CheckpointConfig | None = None) -> None:

@@ -29,6 +29,7 @@ import pyarrow as pa
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
 from graywire.detectors.base import (
+    PORT_RATES,
     Hysteresis,
     HysteresisConfig,
     LinkEntities,
@@ -59,7 +60,7 @@ class _StormScores(Scores):
 class PfcStormDetector:
     name = "pfc_storm"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.PFC_STORM,)
 
     def __init__(self, fabric: Fabric, cfg: PfcStormConfig | None = None) -> None:
@@ -174,7 +175,7 @@ def _log_wait(rate: np.ndarray) -> np.ndarray:
 class EcnHotspotDetector:
     name = "ecn_hotspot"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.ECN_HOTSPOT,)
 
     def __init__(self, fabric: Fabric, cfg: EcnHotspotConfig | None = None) -> None:
@@ -310,7 +311,7 @@ class _WaitScores(Scores):
 class XmitWaitDetector:
     name = "xmit_wait_hotspot"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.XMIT_WAIT_HOTSPOT,)
 
     def __init__(self, fabric: Fabric, cfg: XmitWaitConfig | None = None) -> None:

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
-from graywire.detectors.base import LinkEntities, PortIndexer, Scores, column
+from graywire.detectors.base import PORT_RATES, LinkEntities, PortIndexer, Scores, column
 from graywire.detectors.findings import Finding, Kind, Severity
 
 HISTORY = 16  # outage times kept per link
@@ -56,7 +56,7 @@ class LinkFlapDetector:
 
     name = "link_flap"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.LINK_FLAP,)
 
     def __init__(self, fabric: Fabric, cfg: LinkFlapConfig | None = None) -> None:

@@ -25,7 +25,15 @@ from graywire.collectors.keys import split_port_key
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
 from graywire.collectors.units import format_speed
-from graywire.detectors.base import Hysteresis, HysteresisConfig, LinkEntities, PortIndexer, Scores, column
+from graywire.detectors.base import (
+    PORT_RATES,
+    Hysteresis,
+    HysteresisConfig,
+    LinkEntities,
+    PortIndexer,
+    Scores,
+    column,
+)
 from graywire.detectors.findings import Finding, Kind, Severity
 
 
@@ -108,7 +116,7 @@ class LinkDowngradeDetector:
 
     name = "link_downgrade"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.SPEED_DOWNGRADE, Kind.WIDTH_DOWNGRADE)
 
     def __init__(self, fabric: Fabric, cfg: LinkDowngradeConfig | None = None) -> None:

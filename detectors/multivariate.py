@@ -23,6 +23,7 @@ import pyarrow as pa
 from graywire.collectors.extras import require
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import (
+    PORT_RATES,
     Hysteresis,
     HysteresisConfig,
     PortIndexer,
@@ -87,7 +88,7 @@ class _OutlierScores(Scores):
 class MultivariateOutlier:
     name = "multivariate_outlier"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.PORT_ANOMALY,)
 
     def __init__(self, fabric: Fabric, cfg: MultivariateConfig | None = None) -> None:

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA
 
@@ -121,7 +122,7 @@ class NcclBootstrapDetector:
 
     name = "nccl_bootstrap"
     version = "1"
-    consumes = "nccl_init"
+    consumes = RecordKind.NCCL_INIT
     kinds = KINDS
 
     def __init__(self, cfg: NcclBootstrapConfig | None = None) -> None:

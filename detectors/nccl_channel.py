@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow, Scores
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
@@ -59,7 +60,7 @@ class NcclChannelOutlier:
 
     name = "nccl_channel_outlier"
     version = "3"
-    consumes = "nccl_timing"
+    consumes = RecordKind.NCCL_TIMING
     kinds = (Kind.NCCL_CHANNEL_SLOW, Kind.NCCL_PATH_SLOW)
 
     def __init__(self, fabric: Fabric | None = None, cfg: NcclChannelConfig | None = None) -> None:

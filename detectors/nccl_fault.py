@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.findings import Finding, Kind, Severity
 
 
@@ -80,7 +81,7 @@ class NcclFaultDetector:
     cfg: NcclFaultConfig = field(default_factory=NcclFaultConfig)
     name = "nccl_fault"
     version = "1"
-    consumes = "nccl_rank_state"
+    consumes = RecordKind.NCCL_RANK_STATE
     kinds = (Kind.NCCL_RANK_DEAD, Kind.NCCL_RANK_UNRESPONSIVE, Kind.NCCL_COLLECTIVE_STUCK)
     _ranks: dict[str, _Rank] = field(default_factory=dict, init=False, repr=False)
     _open: dict[tuple[str, str], Finding] = field(default_factory=dict, init=False, repr=False)

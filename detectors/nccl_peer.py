@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from graywire.collectors.keys import LINK_SEP
 from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow, Scores
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
@@ -102,7 +103,7 @@ class NcclHopDetector:
 
     name = "nccl_hop"
     version = "1"
-    consumes = "nccl_proxy"
+    consumes = RecordKind.NCCL_PROXY
     kinds = (Kind.NCCL_HOP_SLOW,)
 
     def __init__(self, fabric: Fabric | None = None, cfg: NcclHopConfig | None = None) -> None:

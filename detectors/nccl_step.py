@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.base import Decision, EntityIndex, Hysteresis, HysteresisConfig, Scores
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import group_median, sorted_codes
@@ -70,7 +71,7 @@ class NcclStepTime:
 
     name = "nccl_step_time"
     version = "2"
-    consumes = "nccl_timing"
+    consumes = RecordKind.NCCL_TIMING
     kinds = (Kind.NCCL_JOB_SLOWDOWN,)
 
     def __init__(self, cfg: NcclStepTimeConfig | None = None) -> None:

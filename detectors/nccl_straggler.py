@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, KeyIndex, RollingWindow, Scores
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
@@ -109,7 +110,7 @@ class NcclStraggler:
 
     name = "nccl_straggler"
     version = "1"
-    consumes = "nccl_timing"
+    consumes = RecordKind.NCCL_TIMING
     kinds = (Kind.NCCL_STRAGGLER,)
 
     def __init__(self, cfg: NcclStragglerConfig | None = None) -> None:

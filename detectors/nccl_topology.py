@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.nccl.debug_log import PATH_TYPES
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.findings import Finding, Kind, Severity
 
 KINDS = (Kind.NCCL_TOPOLOGY_MISMATCH,)
@@ -99,7 +100,7 @@ class NcclTopologyDetector:
 
     name = "nccl_topology"
     version = "1"
-    consumes = "nccl_layout"
+    consumes = RecordKind.NCCL_LAYOUT
     kinds = KINDS
 
     def __init__(self, cfg: NcclTopologyConfig | None = None) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.nccl.debug_log import net_name
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.findings import Finding, Kind, Severity
 
 KINDS = (Kind.NCCL_TRANSPORT_FALLBACK, Kind.NCCL_GDRDMA_MISSING, Kind.NCCL_CHANNELS_REDUCED)
@@ -52,7 +53,7 @@ class NcclTransportDetector:
 
     name = "nccl_transport"
     version = "1"
-    consumes = "nccl_transport"
+    consumes = RecordKind.NCCL_TRANSPORT
     kinds = KINDS
 
     def __init__(self, cfg: NcclTransportConfig | None = None) -> None:

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from graywire.collectors.host.gpu_topo import GDR_DEFAULT_LEVEL, LEVEL_RANK, LEVELS
 from graywire.collectors.keys import port_key
 from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.findings import Finding, Kind, Severity
 
 UNKNOWN = -1
@@ -63,7 +64,7 @@ class NicAffinityDetector:
 
     name = "nic_affinity"
     version = "1"
-    consumes = "gpu_nic_path"
+    consumes = RecordKind.GPU_NIC_PATH
     kinds = (Kind.GPU_NIC_AFFINITY,)
 
     def __init__(self, fabric: Fabric | None = None, cfg: NicAffinityConfig | None = None) -> None:

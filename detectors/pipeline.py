@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import TS, RecordKind, record_kind
-from graywire.detectors.base import Detector
+from graywire.detectors.base import PORT_RATES, Detector
 from graywire.detectors.ber import BerDetector
 from graywire.detectors.ber_thresholds import ThresholdTable
 from graywire.detectors.checkpoint import CheckpointTrafficDetector
@@ -213,12 +213,12 @@ class Pipeline:
                     det.set_capabilities(view)
         links = parts_of[RecordKind.LINK]
         parts_of[RecordKind.LINK] = [self._dated_links(links)] if links else []
-        routes = (("port_rates", rates), *((str(kind), parts_of[kind]) for kind in ROUTED))
+        routes = ((PORT_RATES, rates), *((kind, parts_of[kind]) for kind in ROUTED))
         for consumes, parts in routes:
             if not parts:
                 continue
             inputs = self._stable_dictionaries(consumes, _one_batch(parts)) if len(parts) > 1 else parts[0]
-            if consumes == "port_rates":
+            if consumes == PORT_RATES:
                 result.port_rates = inputs
             for det in self.detectors:
                 if det.consumes != consumes:

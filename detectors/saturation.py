@@ -19,6 +19,7 @@ import pyarrow as pa
 from graywire.collectors.ib.counters import ERROR_COLUMNS, IBA_COUNTERS
 from graywire.collectors.model import Fabric
 from graywire.detectors.base import (
+    PORT_RATES,
     Hysteresis,
     HysteresisConfig,
     PortIndexer,
@@ -49,7 +50,7 @@ class _SaturationScores(Scores):
 class CounterSaturationDetector:
     name = "counter_saturation"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.COUNTER_SATURATED,)
 
     def __init__(self, fabric: Fabric, cfg: SaturationConfig | None = None) -> None:

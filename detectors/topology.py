@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from graywire.collectors.keys import link_label, normalize_guid, split_port_key
 from graywire.collectors.model import Fabric
+from graywire.collectors.schemas import RecordKind
 from graywire.detectors.base import Hysteresis, HysteresisConfig, KeyIndex, Scores
 from graywire.detectors.findings import Finding, Kind, Severity
 
@@ -97,7 +98,7 @@ class TopologyDetector:
 
     name = "topology"
     version = "1"
-    consumes = "link"
+    consumes = RecordKind.LINK
     kinds = (Kind.LINK_MISSING, Kind.CABLING_CHANGED, Kind.LINK_UNEXPECTED, Kind.RAIL_MISCABLED)
 
     def __init__(

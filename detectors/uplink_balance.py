@@ -38,8 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
-from graywire.collectors.schemas import LOGICAL_ACTIVE
+from graywire.collectors.schemas import LOGICAL_ACTIVE, RecordKind
 from graywire.detectors.base import (
+    PORT_RATES,
     EntityIndex,
     Hysteresis,
     HysteresisConfig,
@@ -60,7 +61,7 @@ class JobPulses:
 
     name = "job_pulses"
     version = "1"
-    consumes = "nccl_timing"
+    consumes = RecordKind.NCCL_TIMING
     kinds: tuple[str, ...] = ()
 
     def __init__(self, fabric: Fabric) -> None:
@@ -170,7 +171,7 @@ class _BalanceScores(Scores):
 class UplinkBalanceDetector:
     name = "uplink_balance"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (Kind.UPLINK_IMBALANCE,)
 
     def __init__(self, fabric: Fabric, pulses: JobPulses, cfg: UplinkBalanceConfig | None = None) -> None:

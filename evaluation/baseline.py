@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PFC_PRIORITIES
-from graywire.detectors.base import PortIndexer, column
+from graywire.detectors.base import PORT_RATES, PortIndexer, column
 from graywire.detectors.findings import Finding, Kind
 
 
@@ -36,7 +36,7 @@ class StaticRules:
 
     name = "static_rules"
     version = "1"
-    consumes = "port_rates"
+    consumes = PORT_RATES
     kinds = (
         Kind.SPEED_DOWNGRADE,
         Kind.WIDTH_DOWNGRADE,

@@ -39,6 +39,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.nccl.push import parse_push
+from graywire.collectors.schemas import RecordKind
 from graywire.collectors.units import format_duration
 from graywire.service.auth import Principal
 from graywire.service.config import Settings, TokenScope
@@ -49,7 +50,7 @@ from graywire.service.state.fabric import StateBoard
 
 #: A scheduler that cannot be asked is usually back within seconds (a controller failing over).
 SCHEDULER_RETRY_AFTER = "5"
-RECORD = "nccl_timing"
+RECORD = RecordKind.NCCL_TIMING
 #: A push without a Content-Type header: the Inspector's own JSON lines.
 DEFAULT_CONTENT_TYPE = "application/x-ndjson"
 
