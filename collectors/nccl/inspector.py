@@ -268,11 +268,15 @@ class InspectorParser:
         busbw = as_float(body.get("coll_busbw_gbs"))
         trace = body.get("event_trace_ts") if isinstance(body.get("event_trace_ts"), dict) else {}
         channels = self._channels(body, trace) if self.channel_rows else []
-        # When it was observed: the last kernel stop (CPU clock), else the dump that wrote it.
-        dumped = as_int(metadata.get("dump_timestamp_us"))
-        observed = max((stop for _, _, stop in channels), default=None) or (
-            dumped if dumped is not None and plausible_us(dumped) else None
-        )
+        # When it was observed: the last kernel stop (CPU clock), else the dump that wrote it. A
+        # dump time that is no time (negative, past 2262) is refused, never replaced by receipt.
+        raw_dumped = metadata.get("dump_timestamp_us")
+        dumped = as_int(raw_dumped)
+        if raw_dumped is not None and (dumped is None or not plausible_us(dumped)):
+            raise RecordError(
+                f"metadata.dump_timestamp_us {_short(raw_dumped)} is not a time (µs after 1970, before 2262)"
+            )
+        observed = max((stop for _, _, stop in channels), default=None) or dumped
         common = dict(
             job=self.job,
             communicator=comm,
@@ -636,13 +640,15 @@ def _records_as_columns(p: InspectorParser, lines: Lines, read: Read, values: di
     seq_ok &= seq >= 0
     size_ok &= size >= 0
     dumped_ok &= dumped > 0  # plausible: after 1970 (and, below 2**53, before 2262)
+    # A dump time that is there but no time: the per-line path refuses its record, with why.
+    untimed = _field(meta, "dump_timestamp_us").is_valid().to_numpy(zero_copy_only=False)[mc] & ~dumped_ok
     kernels = _Kernels.of(body, c, unsure) if p.channel_rows else _Kernels.none()
     g = p.gpus_per_host
     if g and not -_I32 < g < _I32:
         unsure[:] = True  # nnodes * g would not fit the arithmetic below: Python's integers do it
 
     # From here on, only the records decided here.
-    decided = good & ~unsure
+    decided = good & ~unsure & ~untimed
     flag[c[~decided]] = True
     r = np.flatnonzero(decided)
     k = kernels.restrict(decided)

@@ -135,14 +135,15 @@ def test_pushes_dated_off_graywires_clock_are_refused(
     assert client.get("/api/v1/incidents").json()["count"] == 0
 
 
-def test_a_push_dated_past_any_real_clock_is_stamped_with_graywires() -> None:
-    """Year 9999 is no time a collective ran: the record is kept, timed by graywire's receipt."""
-    from graywire.collectors.nccl import parse_push
-
-    received = datetime.now(UTC).replace(microsecond=0)
-    body = inspector_record("gpu-0001", 253_402_300_000).encode()  # 9999-12-31
-    batch = parse_push(body, "application/x-ndjson", job="j", received=received)
-    assert batch.column("time")[0].as_py() == received
+@pytest.mark.parametrize("t", [253_402_300_000, -86_400, 9.3e9])  # 9999-12-31, 1969, past 2262
+def test_a_push_dated_outside_any_real_clock_is_refused(client: TestClient, t: float) -> None:
+    """A dump time no collective ran at is not stamped with the receipt time: the row is refused
+    with its reason, and a push of nothing else is a 422."""
+    body = inspector_record("gpu-0001", t).encode()
+    r = client.post("/api/v1/ingest/nccl", params={"job": "j"}, content=body,
+                    headers={"content-type": "application/x-ndjson"})  # fmt: skip
+    assert r.status_code == 422, r.text
+    assert "line 1" in r.json()["detail"] and "dump_timestamp_us" in r.json()["detail"]
 
 
 def inspector_record(host: str, t: float) -> str:
