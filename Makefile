@@ -21,8 +21,14 @@ run: $(STAMP)
 # second core would only test the machine's load.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -m "not alone" -n auto --maxprocesses 4 --dist loadfile
-	$(BIN)/pytest -m alone
+	@# The second phase runs whatever the first gave; the target fails if either did.
+	@first=0; second=0; \
+	$(BIN)/pytest -m "not alone" -n auto --maxprocesses 4 --dist loadfile || first=$$?; \
+	$(BIN)/pytest -m alone || second=$$?; \
+	if [ $$first -ne 0 ] || [ $$second -ne 0 ]; then \
+	  echo "make test: tests failed (parallel phase: exit $$first, alone phase: exit $$second)" >&2; \
+	  exit 1; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,8 +1,9 @@
 """Shared fixtures: a database URL per backend, migrated engines and stores.
 
-``db_url`` runs each test on SQLite and on PostgreSQL. PostgreSQL is real, named by
-GRAYWIRE_TEST_PG_URL; without it the PostgreSQL half is skipped locally but fails under CI, so a
-misconfigured pipeline cannot pass by testing nothing.
+``db_url`` runs each test on SQLite and on PostgreSQL. PostgreSQL is real: the server named by
+GRAYWIRE_TEST_PG_URL, else the local one on 127.0.0.1:5432. When it does not answer, the
+PostgreSQL half is skipped locally with the reason but fails under CI, so a misconfigured
+pipeline cannot pass by testing nothing.
 """
 
 from __future__ import annotations
@@ -27,15 +28,35 @@ def _in_ci() -> bool:
 
 
 def postgres_url() -> str:
-    """The test server's URL, or skip (locally) / fail (in CI) when it is not configured."""
-    url = os.environ.get(PG_URL_ENV, "").strip()
-    if url:
-        worker = os.environ.get("PYTEST_XDIST_WORKER")
-        return _worker_database(url, worker) if worker else url
-    reason = f"{PG_URL_ENV} is not set; set it to a PostgreSQL URL to run the PostgreSQL tests"
-    if _in_ci():
-        pytest.fail(f"CI is set but {reason}", pytrace=False)
-    pytest.skip(reason)
+    """The test server's URL (GRAYWIRE_TEST_PG_URL, else the local server on 127.0.0.1:5432),
+    or skip (locally) / fail (in CI) with why, when it does not answer."""
+    url = os.environ.get(PG_URL_ENV, "").strip() or DEFAULT_PG_URL
+    if (problem := _unreachable(url)) is not None:
+        reason = f"PostgreSQL at {make_url(url).render_as_string()} does not answer ({problem}); " \
+            f"start it or set {PG_URL_ENV} to run the PostgreSQL tests"  # fmt: skip
+        if _in_ci():
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return _worker_database(url, worker) if worker else url
+
+
+#: Where the suite looks for PostgreSQL when GRAYWIRE_TEST_PG_URL is unset: the local server.
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@functools.cache
+def _unreachable(url: str) -> str | None:
+    """Why ``url`` cannot be used, once per process, or None when it answers."""
+    engine = sa.create_engine(url, connect_args={"connect_timeout": 5})
+    try:
+        with engine.connect() as conn:
+            conn.scalar(sa.text("SELECT 1"))
+    except Exception as e:  # the reason goes into the skip or failure as it is
+        return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+    finally:
+        engine.dispose()
+    return None
 
 
 @functools.cache
