@@ -65,7 +65,10 @@ def test_serve_reads_every_fake_source_and_finds_the_downgrade(tmp_path: Path, d
 
     def on_step(k: int, config_path: Path) -> None:
         if k == 0:
-            settings = load_settings(config_path, database_url=f"sqlite:///{tmp_path / 'g.db'}")
+            # The test drives the polls itself: a scrape may take as long as a loaded machine needs.
+            settings = load_settings(
+                config_path, database_url=f"sqlite:///{tmp_path / 'g.db'}", scrape_timeout="120s"
+            )
             client = TestClient(create_app(settings, run_loop=False))
             state["client"] = client.__enter__()
         state["client"].app.state.runner.tick()

@@ -23,6 +23,10 @@ from tests.collectors.snmp.conftest import REAL, V3_AUTH, V3_PRIV, SnmpsimServer
 G = 10**9
 
 
+#: Timeouts for the tests that are not about timeouts: snmpsim on a busy machine answers late.
+PATIENT: dict[str, Any] = {"timeout_s": 60, "request_timeout_s": 20}
+
+
 def targets(agent: SnmpsimServer, **names: str) -> list[dict[str, Any]]:
     """One target per switch name -> recording (community), all on the test agent."""
     return [{"host": "127.0.0.1", "port": agent.port, "name": n, "community": c} for n, c in names.items()]
@@ -54,7 +58,7 @@ def counter_bits(batch: pa.RecordBatch) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def v2c(real_agent: SnmpsimServer) -> dict[str, pa.RecordBatch]:
     """One v2c poll of all five recordings, concurrently."""
-    cfg = SnmpSourceConfig(targets=targets(real_agent, **REAL), timeout_s=20)
+    cfg = SnmpSourceConfig(targets=targets(real_agent, **REAL), **PATIENT)
     results = scrape_all(cfg)
     assert [r.error for r in results] == [None] * 5
     return {r.target.split("@")[0]: r.batches[0] for r in results}
@@ -147,7 +151,7 @@ def test_sonic(v2c: dict[str, pa.RecordBatch]) -> None:
 def test_a_switch_without_name_or_sysname_fails_readably(real_agent: SnmpsimServer) -> None:
     # The Cumulus recording has no sysName.0, and the target sets no name: its ports cannot be keyed.
     target = {"host": "127.0.0.1", "port": real_agent.port, "community": REAL["cumulus"]}
-    (res,) = scrape_all(SnmpSourceConfig(targets=[target]))
+    (res,) = scrape_all(SnmpSourceConfig(targets=[target], **PATIENT))
     assert res.target == f"127.0.0.1:{real_agent.port}"
     assert not res.ok and res.error == "switch has no usable sysName (None); set 'name' for it"
 
@@ -165,7 +169,7 @@ def test_snmpv3(
     if priv_key:
         v3 |= {"priv_protocol": priv_proto, "priv_key": priv_key}
     target = {"host": "127.0.0.1", "port": real_agent.port, "name": switch, "context": REAL[switch]}
-    cfg = SnmpSourceConfig(targets=[target], version="3", v3=v3)
+    cfg = SnmpSourceConfig(targets=[target], version="3", v3=v3, **PATIENT)
     (res,) = scrape_all(cfg)
     assert res.error is None
     row = rows(res.batches[0])[f"{switch}/{port}"]
@@ -176,10 +180,16 @@ def test_snmpv3_wrong_keys_fail_readably(real_agent: SnmpsimServer) -> None:
     name, _, auth_key, _, priv_key = V3_PRIV
     target = {"host": "127.0.0.1", "port": real_agent.port, "name": "nxos", "context": REAL["nxos"]}
     bad_auth = SnmpSourceConfig(
-        targets=[target], version="3", v3={"user": name, "auth_key": "not-the-key", "priv_key": priv_key}
+        targets=[target],
+        version="3",
+        v3={"user": name, "auth_key": "not-the-key", "priv_key": priv_key},
+        **PATIENT,
     )
     bad_priv = SnmpSourceConfig(
-        targets=[target], version="3", v3={"user": name, "auth_key": auth_key, "priv_key": "not-the-key"}
+        targets=[target],
+        version="3",
+        v3={"user": name, "auth_key": auth_key, "priv_key": "not-the-key"},
+        **PATIENT,
     )
     (a,) = scrape_all(bad_auth)
     (p,) = scrape_all(bad_priv)
@@ -187,6 +197,7 @@ def test_snmpv3_wrong_keys_fail_readably(real_agent: SnmpsimServer) -> None:
     assert not p.ok and p.error is not None and p.error.startswith("SNMP: Ciphering services not available")
 
 
+@pytest.mark.alone  # a 1 s request timeout against snmpsim: a busy second core would time the machine
 def test_a_dead_switch_fails_within_its_timeout_others_do_not_notice(real_agent: SnmpsimServer) -> None:
     dead = {"host": "127.0.0.1", "port": free_udp_port(), "name": "dead"}
     wrong_community = {"host": "127.0.0.1", "port": real_agent.port, "name": "nope", "community": "nope"}
@@ -214,7 +225,7 @@ def test_whole_switch_timeout(real_agent: SnmpsimServer) -> None:
 
 def test_concurrency_is_bounded(real_agent: SnmpsimServer) -> None:
     small = {n: REAL[n] for n in ("nxos", "junos", "cumulus")}
-    cfg = SnmpSourceConfig(targets=targets(real_agent, **small), max_concurrency=2)
+    cfg = SnmpSourceConfig(targets=targets(real_agent, **small), max_concurrency=2, **PATIENT)
     session = SnmpSession(cfg.max_concurrency)
     collectors = [SnmpCollector(cfg, t, session) for t in cfg.targets]
     active, peak = 0, 0
@@ -236,7 +247,7 @@ def test_concurrency_is_bounded(real_agent: SnmpsimServer) -> None:
 
 
 def test_port_dictionary_is_reused_across_polls(real_agent: SnmpsimServer) -> None:
-    cfg = SnmpSourceConfig(targets=targets(real_agent, sonic=REAL["sonic"]))
+    cfg = SnmpSourceConfig(targets=targets(real_agent, sonic=REAL["sonic"]), **PATIENT)
     (collector,) = build_collectors(cfg)
 
     async def twice() -> tuple[ScrapeResult, ScrapeResult]:
@@ -254,7 +265,10 @@ def test_port_dictionary_is_reused_across_polls(real_agent: SnmpsimServer) -> No
 
 def test_include_and_exclude_select_ports(real_agent: SnmpsimServer) -> None:
     cfg = SnmpSourceConfig(
-        targets=targets(real_agent, cumulus=REAL["cumulus"]), include=r"^swp\d+$", exclude=r"^swp(1|2)$"
+        targets=targets(real_agent, cumulus=REAL["cumulus"]),
+        include=r"^swp\d+$",
+        exclude=r"^swp(1|2)$",
+        **PATIENT,
     )
     (res,) = scrape_all(cfg)
     keys = res.batches[0].column("port").to_pylist()
