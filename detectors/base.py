@@ -11,12 +11,12 @@ entities their scores, evidence and verdicts (:class:`Scores`); the shared hyste
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from itertools import repeat
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -408,6 +408,42 @@ class LinkEntities:
             "link": f.link_label(main),
             "peer_port": f.keys[ends[1]] if len(ends) > 1 else None,
         }
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A detector that takes back the open incidents of its kinds after a restart.
+
+    Its state starts empty, so without this it would never close what it opened before: a
+    repaired link would keep its host drained. ``resume`` marks each incident's entity open, as
+    if it had just opened it; the entity's next healthy polls close it, as always, and an
+    entity no source reports again stays open (unknown is not healthy). It returns the
+    incidents it took.
+    """
+
+    kinds: ClassVar[tuple[str, ...]]
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]: ...
+
+
+def open_ports(
+    fabric: Fabric, incidents: Sequence[Mapping[str, Any]], kinds: Iterable[str]
+) -> tuple[np.ndarray, list[Mapping[str, Any]]]:
+    """The port index of each incident of ``kinds`` about a port the model knows (a cable's
+    incident names its host end, or its lower port: :meth:`LinkEntities.place`), and those
+    incidents, in order."""
+    wanted = set(kinds)
+    index = fabric.key_index
+    taken = [i for i in incidents if i.get("kind") in wanted and index.get(str(i.get("port")), -1) >= 0]
+    return np.array([index[str(i["port"])] for i in taken], dtype=np.int64), taken
+
+
+def resume_open(hyst: Hysteresis, entities: np.ndarray) -> None:
+    """Mark ``entities`` open with no healthy poll yet: ``close_after`` healthy polls close them."""
+    if entities.size:
+        hyst.grow(int(entities.max()) + 1)
+        hyst.is_open[entities] = True
+        hyst.good_run[entities] = 0
 
 
 def port_place(fabric: Fabric, port: int) -> dict[str, str | None]:

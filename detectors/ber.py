@@ -11,9 +11,10 @@ symbol BER is judged once the window holds a few symbol errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +31,9 @@ from graywire.detectors.base import (
     decay_add,
     index_range,
     judged_rows,
+    open_ports,
     port_finding,
+    resume_open,
 )
 from graywire.detectors.ber_thresholds import (
     GENERIC,
@@ -187,6 +190,16 @@ class BerDetector:
                 self.table.lookup(cls_, None if fec < 0 else fec, media) if self.table else GENERIC
             )
         return hit
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Open incidents of its kinds, back after a restart (:class:`Resumable`), at the level
+        they last reported: only a higher one fires again."""
+        ports, taken = open_ports(self.fabric, incidents, self.kinds)
+        ents = self.links.of_port[ports]
+        resume_open(self.hyst, ents)
+        level = [(i.get("evidence") or {}).get("level") for i in taken]
+        self.reported[ents] = [LEVELS.index(lv) if lv in LEVELS else 0 for lv in level]
+        return taken
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         scores = self._score(batch)

@@ -20,8 +20,10 @@ PFC storm detector's business and is never reported twice.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,8 +38,10 @@ from graywire.detectors.base import (
     PortIndexer,
     Scores,
     column,
+    open_ports,
     port_finding,
     port_place,
+    resume_open,
 )
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, median_through
@@ -68,6 +72,12 @@ class PfcStormDetector:
         self.cfg = cfg or PfcStormConfig()
         self.port_index = PortIndexer(fabric)
         self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Open incidents of its kinds, back after a restart (:class:`Resumable`)."""
+        ports, taken = open_ports(self.fabric, incidents, self.kinds)
+        resume_open(self.hyst, ports)
+        return taken
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         scores = self._score(batch)
@@ -185,6 +195,12 @@ class EcnHotspotDetector:
         self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
         self.role_of_port = fabric.port_role_code
         self.roles = np.unique(self.role_of_port).tolist()
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Open incidents of its kinds, back after a restart (:class:`Resumable`)."""
+        ports, taken = open_ports(self.fabric, incidents, self.kinds)
+        resume_open(self.hyst, ports)
+        return taken
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         scores = self._score(batch)
@@ -348,6 +364,12 @@ class XmitWaitDetector:
         return (np.maximum(rx_share, peer_tx_share) >= cfg.pause_explains_share) | (
             np.maximum(rx_frames, peer_tx_frames) >= cfg.pause_explains_frames_per_second
         )
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Open incidents of its kinds, back after a restart (:class:`Resumable`)."""
+        ports, taken = open_ports(self.fabric, incidents, self.kinds)
+        resume_open(self.hyst, self.links.of_port[ports])
+        return taken
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         scores = self._score(batch)

@@ -11,15 +11,17 @@ episode counts as many outages as the one signal that reports most, so one outag
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import PHYS_LINK_UP
-from graywire.detectors.base import PORT_RATES, LinkEntities, PortIndexer, Scores, column
+from graywire.detectors.base import PORT_RATES, LinkEntities, PortIndexer, Scores, column, open_ports
 from graywire.detectors.findings import Finding, Kind, Severity
 
 HISTORY = 16  # outage times kept per link
@@ -44,6 +46,7 @@ class LinkFlapConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _FlapScores(Scores):
     recent: np.ndarray  # outages within the window, per link in ``ids``
+    reported: np.ndarray  # whether a source reported the link this poll, per link in ``ids``
 
 
 class LinkFlapDetector:
@@ -84,6 +87,27 @@ class LinkFlapDetector:
         #: then says 4, not the 3 it opened with).
         self.reported = np.zeros(n, dtype=np.int32)
 
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Open incidents of its kinds, back after a restart (:class:`Resumable`): each link
+        gets back the outages its incident listed, so it clears a whole window after the last."""
+        ports, taken = open_ports(self.fabric, incidents, self.kinds)
+        for e, inc in zip(self.links.of_port[ports].tolist(), taken, strict=True):
+            evidence = inc.get("evidence") or {}
+            times = []
+            for x in evidence.get("outage_times") or []:
+                try:
+                    times.append(datetime.fromisoformat(str(x)).timestamp())
+                except ValueError:
+                    continue  # a time this detector did not write: the others still count
+            r = self._row(e)
+            for t in sorted(times)[-HISTORY:]:
+                self.events[r, self.head[r] % HISTORY] = t
+                self.head[r] += 1
+            self.last_event[e] = max(times, default=self.last_event[e])
+            self.open_sev[e] = 2 if inc.get("severity") == Severity.CRITICAL else 1
+            self.reported[e] = len(times)
+        return taken
+
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         if batch.num_rows == 0:
             return []
@@ -91,13 +115,15 @@ class LinkFlapDetector:
         now = batch.column("time")[0].as_py()
         s = self._score(batch, now)
         # The decision: a link opens at flaps_to_open outages in the window, fires again when
-        # its count grows or it turns critical, and clears after a window without outages.
+        # its count grows or it turns critical, and clears after a window without outages, on a
+        # poll that reports it.
         touched, recent = s.ids, s.recent
         sev = np.where(recent >= cfg.flaps_critical, 2, np.where(s.bad, 1, 0))
         old = self.open_sev[touched]
         grew = (old > 0) & (recent > self.reported[touched])
         fire = ((sev > old) | grew).nonzero()[0]
-        clear = ((old > 0) & (recent == 0)).nonzero()[0]
+        # Only a link some source reports is calm: one nobody reports is unknown, not healthy.
+        clear = ((old > 0) & (recent == 0) & s.reported).nonzero()[0]
         out = []
         for j in fire.tolist():  # only the links whose state changes: a handful per poll
             e = int(touched[j])
@@ -161,7 +187,8 @@ class LinkFlapDetector:
         since = t - cfg.window_s
         touched = np.flatnonzero((data & (self.last_event >= since)) | (self.open_sev > 0))
         recent = (self.events[self.row[touched]] >= since).sum(axis=1)  # each had an outage: a row
-        return _FlapScores(ids=touched, bad=recent >= cfg.flaps_to_open, recent=recent)
+        bad = recent >= cfg.flaps_to_open
+        return _FlapScores(ids=touched, bad=bad, recent=recent, reported=data[touched])
 
     def _row(self, ent: int) -> int:
         """The history row of a link entity, taken at its first outage."""

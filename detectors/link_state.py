@@ -15,8 +15,10 @@ their link peers: mixed NIC generations must not page anyone.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +35,8 @@ from graywire.detectors.base import (
     PortIndexer,
     Scores,
     column,
+    open_ports,
+    resume_open,
 )
 from graywire.detectors.findings import Finding, Kind, Severity
 
@@ -191,6 +195,15 @@ class LinkDowngradeDetector:
             exp[:] = np.where(inv > 0, inv, np.where(cap > 0, cap, peers))
             src[:] = np.where(inv > 0, 1, np.where(cap > 0, 2, np.where(peers > 0, 3, 0)))
         self._settled = settled
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Open incidents of its kinds, back after a restart (:class:`Resumable`)."""
+        taken: list[Mapping[str, Any]] = []
+        for kind, hyst in self.hyst.items():
+            ports, mine = open_ports(self.fabric, incidents, (kind,))
+            resume_open(hyst, self.links.of_port[ports])
+            taken += mine
+        return taken
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         scored = self._score(batch)

@@ -13,9 +13,10 @@ is reported with the features that stand out most against its peers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,8 +30,10 @@ from graywire.detectors.base import (
     PortIndexer,
     Scores,
     column,
+    open_ports,
     port_finding,
     port_place,
+    resume_open,
 )
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA
@@ -132,6 +135,12 @@ class MultivariateOutlier:
                 x[:, j] = np.log1p(np.maximum(vals, 0.0))
             x[~present, j] = np.nan
         return x
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Open incidents of its kinds, back after a restart (:class:`Resumable`)."""
+        ports, taken = open_ports(self.fabric, incidents, self.kinds)
+        resume_open(self.hyst, ports)
+        return taken
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         scores = self._score(batch)

@@ -11,6 +11,7 @@ peers' windowed medians (robust z), so a single slow sample never opens anything
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,7 +22,14 @@ import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import RecordKind
-from graywire.detectors.base import EntityIndex, Hysteresis, HysteresisConfig, RollingWindow, Scores
+from graywire.detectors.base import (
+    EntityIndex,
+    Hysteresis,
+    HysteresisConfig,
+    RollingWindow,
+    Scores,
+    resume_open,
+)
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.robust import MAD_TO_SIGMA, group_median, group_median_mad
 
@@ -141,6 +149,31 @@ class NcclChannelOutlier:
             self.windows.grow(n)
             self.last_seen = np.concatenate([self.last_seen, np.zeros(n - self.last_seen.size, np.int64)])
             self.hyst.grow(n)
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """A rank's slow channels left open by a restart (:class:`Resumable`): they close once
+        the rank runs in line with its peers again, or expire when it stops reporting (a job
+        that ended), as they would have. Slow paths are not taken back: they stay as they are."""
+        taken = []
+        for inc in incidents:
+            if inc.get("kind") != Kind.NCCL_CHANNEL_SLOW:
+                continue
+            group, sep, who = str(inc.get("entity") or "").rpartition("|")
+            evidence = inc.get("evidence") or {}
+            chans = [c for c in evidence.get("channels") or [evidence.get("channel")]
+                     if isinstance(c, int) and 0 <= c < 0xFFFF]  # fmt: skip
+            rank = who.removeprefix("rank ")
+            if not sep or not rank.isdigit() or int(rank) >= 0xFFFFFF or not chans:
+                continue
+            g, r = int(self.groups.ids(pa.array([group]))[0]), int(rank)
+            ents = self._entity_ids(np.full(len(chans), g), np.full(len(chans), r), np.array(chans))
+            self._grow(self._n_entities)
+            resume_open(self.hyst, ents)
+            self.last_seen[ents] = self.polls
+            self.rank_open[(g, r)] = set(chans)
+            self._where[(g, r)] = (inc.get("node"), inc.get("port"))
+            taken.append(inc)
+        return taken
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         ctx = self._score(batch)

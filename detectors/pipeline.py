@@ -7,7 +7,7 @@ archive or a simulation, and both get the same findings from the same data.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from graywire.collectors.model import Fabric
 from graywire.collectors.schemas import TS, RecordKind, record_kind
-from graywire.detectors.base import PORT_RATES, Detector
+from graywire.detectors.base import PORT_RATES, Detector, Resumable
 from graywire.detectors.ber import BerDetector
 from graywire.detectors.ber_thresholds import ThresholdTable
 from graywire.detectors.checkpoint import CheckpointTrafficDetector
@@ -160,6 +160,15 @@ class Pipeline:
     def kinds(self) -> list[str]:
         """Every finding kind the configured detectors can emit (what scoring may expect)."""
         return sorted({k for d in self.detectors for k in d.kinds})
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Hand the incidents a restart left open back to the detectors that own their kinds
+        (:class:`~graywire.detectors.base.Resumable`); returns those no detector took."""
+        taken: set[int] = set()
+        for det in self.detectors:
+            if isinstance(det, Resumable):
+                taken.update(id(i) for i in det.resume(incidents))
+        return [i for i in incidents if id(i) not in taken]
 
     def _timed(self, name: str, rows: int, t0: float, found: int = 0) -> None:
         s = self.stats.setdefault(name, StageStats())

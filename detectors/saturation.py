@@ -10,8 +10,10 @@ counters); a poll without counter data for the port says nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,8 +27,10 @@ from graywire.detectors.base import (
     PortIndexer,
     Scores,
     column,
+    open_ports,
     port_finding,
     port_place,
+    resume_open,
 )
 from graywire.detectors.findings import Finding, Kind, Severity
 from graywire.detectors.rates import SATURATION_COLUMNS
@@ -59,6 +63,12 @@ class CounterSaturationDetector:
         self.port_index = PortIndexer(fabric)
         self.hyst = Hysteresis(self.cfg.hysteresis, fabric.n_ports)
         self.mask = np.zeros(fabric.n_ports, dtype=np.uint32)  # saturated counters when it fired
+
+    def resume(self, incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Open incidents of its kinds, back after a restart (:class:`Resumable`)."""
+        ports, taken = open_ports(self.fabric, incidents, self.kinds)
+        resume_open(self.hyst, ports)
+        return taken
 
     def observe(self, batch: pa.RecordBatch) -> list[Finding]:
         scores = self._score(batch)

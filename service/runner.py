@@ -97,6 +97,9 @@ class Runner:
         self._unstored: list[Finding] = []
         #: When storing ``_unstored`` first failed: what is stored after that is stored late.
         self._unstored_since: datetime | None = None
+        #: The incidents a restart or a takeover left open go back to their detectors before
+        #: the term's first judged poll (retried while the database is away).
+        self._resume_pending = lead
         self._busy = threading.Lock()
         self._scrape_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
@@ -116,6 +119,7 @@ class Runner:
         pushes or findings of an earlier term), or none at all (one that steps down)."""
         with self._busy:
             self._pipeline = pipeline
+            self._resume_pending = pipeline is not None
             self.book.start_over()
             self.push_pipeline = Pipeline(
                 self.fabric, nccl_timing_detectors(self.fabric, self.settings.detectors)
@@ -263,8 +267,33 @@ class Runner:
         judged += pushed
         return Judged(findings, judged, result.port_rates, newest, ingested, dropped, rejected)
 
+    def _resume(self) -> None:
+        """Give the detectors back the incidents left open before this term: each closes its
+        own once the entity is healthy for its clean window, as it would without a restart.
+        Pushed timings' incidents stay as they are: a job pushes again or its window ends."""
+        try:
+            active = [i for i in self.store.active_incidents() if not str(i["entity"]).startswith("push|")]
+        except Exception as e:
+            _log_failure(e, "reading the open incidents to resume failed; the next poll retries")
+            return
+        self._resume_pending = False
+        if not active:
+            return
+        left = self.pipeline.resume(active)
+        log.info("resumed %d open incidents; %d are judged again by their detectors", len(active),
+                 len(active) - len(left))  # fmt: skip
+        if left:
+            kinds = Counter(str(i["kind"]) for i in left)
+            log.warning(
+                "%d open incidents have no detector to judge them again (their kind or port is not "
+                "in this model): they stay open until resolved by hand: %s",
+                len(left), ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items())),
+            )  # fmt: skip
+
     def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:
         t0 = time.perf_counter()
+        if self._resume_pending:
+            self._resume()
         j = self._judge(batches)
         findings, judged, newest = j.findings, j.judged, j.newest
         self.state.observe_poll(judged, j.port_rates, j.ingested, j.dropped, j.rejected)
