@@ -286,9 +286,17 @@ class Runner:
             kinds = Counter(str(i["kind"]) for i in left)
             log.warning(
                 "%d open incidents have no detector to judge them again (their kind or port is not "
-                "in this model): they stay open until resolved by hand: %s",
+                "in this model): they stay open until seen again or resolved by hand: %s",
                 len(left), ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items())),
             )  # fmt: skip
+            note = (
+                f"graywire restarted at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} and no detector judges this "
+                "incident again: unknown, not healthy; it stays open until seen again or resolved by hand"
+            )
+            try:
+                self.store.note_unjudged((int(i["id"]) for i in left), note)
+            except Exception as e:  # the log above said it; the next restart says it again
+                _log_failure(e, "noting the incidents no detector judges again failed")
 
     def _process_locked(self, batches: list[pa.RecordBatch]) -> list[Finding]:
         t0 = time.perf_counter()

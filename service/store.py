@@ -368,6 +368,16 @@ class IncidentStore:
         """Open and acknowledged incidents, whole: what port health is judged from."""
         return [i for status in ACTIVE_STATUSES for i in self.list_incidents(status=status, limit=100_000)]
 
+    def note_unjudged(self, ids: Iterable[int], note: str) -> None:
+        """Say on each incident (evidence ``unjudged``) that no detector judges it since a
+        restart: it stays open, unknown rather than healthy, until it is seen again or resolved."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return
+        with self._sessions.begin() as session:
+            for incident in session.scalars(sa.select(Incident).where(Incident.id.in_(wanted))):
+                incident.evidence = {**(incident.evidence or {}), "unjudged": note}
+
     def active_on_ports(self) -> list[tuple[str | None, str | None, str]]:
         """``(port, link, severity)`` of open and acknowledged incidents, for per-port health."""
         query = sa.select(Incident.port, Incident.link, Incident.severity).where(

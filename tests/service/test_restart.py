@@ -87,3 +87,17 @@ def test_a_fault_still_there_after_a_restart_stays_one_open_incident(tmp_path: P
     assert after["speed_downgrade"]["status"] == "open"
     assert after["speed_downgrade"]["id"] == before["speed_downgrade"]["id"]
     assert after["speed_downgrade"]["reopen_count"] == before["speed_downgrade"]["reopen_count"]
+
+
+def test_an_incident_no_detector_takes_back_stays_open_and_says_why(tmp_path: Path, db_url: str) -> None:
+    """A straggler's incident is not taken back (its detector's windows are per collective):
+    after a restart it is unknown, not healthy, and its evidence says so."""
+    with serve(tmp_path, db_url, f"straggler@0s+1h:{PORT}") as first:
+        ticks(first, 12)
+        (before,) = [i for i in incidents(first).values() if i["kind"] == "nccl_straggler"]
+        assert "unjudged" not in before["evidence"]
+    with serve(tmp_path, db_url, faults="") as second:
+        ticks(second, 1)
+        after = second.get(f"/api/v1/incidents/{before['id']}").json()
+    assert after["status"] == "open"
+    assert "no detector judges this incident again" in after["evidence"]["unjudged"]
