@@ -32,8 +32,9 @@ def server_config(app: Any, settings: Any, **overrides: Any) -> Any:
         access_log=http.access_log,
         # h11, never httptools even where it is installed: h11 bounds the request head while it
         # arrives (h11_max_incomplete_event_size); httptools keeps growing it. Each head must
-        # also arrive within http.header_timeout.
-        http=head_deadline_protocol(http.header_timeout.total_seconds()),
+        # also arrive within http.header_timeout, and a peer may hold at most
+        # http.max_connections_per_client connections.
+        http=head_deadline_protocol(http.header_timeout.total_seconds(), http.max_connections_per_client),
         limit_concurrency=http.max_connections,
         timeout_keep_alive=max(1, round(http.keep_alive.total_seconds())),
         h11_max_incomplete_event_size=http.max_header_bytes,

@@ -137,6 +137,9 @@ class HttpSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: Connections (and tasks) served at once; past it new requests get a 503 at once.
     max_connections: int = Field(1000, ge=1)
+    #: Connections one peer address may hold at once; past it a new one gets a 503 and is
+    #: closed. Behind a proxy every client has the proxy's address: raise it there, or 0 (none).
+    max_connections_per_client: int = Field(128, ge=0)
     #: An idle keep-alive connection is closed after this long.
     keep_alive: PositiveDuration = timedelta(seconds=5)
     #: A connection must deliver each request head (request line and headers) this soon after

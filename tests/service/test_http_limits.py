@@ -16,14 +16,12 @@ from tests.service.test_drain_durability import Service, free_port
 pytestmark = pytest.mark.alone  # real processes against wall-clock deadlines
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
+def serve(tmp_path: Path, **http: object) -> Iterator[Service]:
     port = free_port()
     config = tmp_path / "graywire.yaml"
     config.write_text(yaml.safe_dump({
         "port": port, "data_dir": str(tmp_path / "data"), "archive": {"enabled": False},
-        "sources": [{"type": "fabricsim", "hosts": 8}],
-        "http": {"max_header_bytes": 4096, "keep_alive": "1s", "header_timeout": "1s"},
+        "sources": [{"type": "fabricsim", "hosts": 8}], "http": http,
     }))  # fmt: skip
     svc = Service(config, port, tmp_path / "serve.log")
     try:
@@ -32,6 +30,43 @@ def service(tmp_path: Path) -> Iterator[Service]:
     finally:
         if svc.proc is not None and svc.proc.poll() is None:
             svc.kill9()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    yield from serve(tmp_path, max_header_bytes=4096, keep_alive="1s", header_timeout="1s")
+
+
+@pytest.fixture
+def capped(tmp_path: Path) -> Iterator[Service]:
+    yield from serve(tmp_path, max_connections=50, max_connections_per_client=8, header_timeout="30s")
+
+
+def test_one_client_holds_at_most_its_share_of_the_connections(capped: Service) -> None:
+    """A client reconnecting as fast as it is cut off (a slowloris that comes back) fills its
+    own share, not the server: others are served, and it is told why it is not."""
+    host, port = capped.base.removeprefix("http://").split(":")
+    held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(8)]
+    try:
+        for s in held:  # each said nothing yet: the server holds its slot for the head timeout
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        extra = [socket.create_connection((host, int(port)), timeout=5) for _ in range(60)]
+        answers = []
+        for s in extra:
+            s.settimeout(5)
+            answers.append(s.recv(65536))
+            s.close()
+        assert all(a.startswith(b"HTTP/1.1 503") for a in answers), answers[:3]
+        assert b"max_connections_per_client" in answers[0]
+        # Another address is another client (all of 127/8 is this host): it is served.
+        other = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(transport=other, base_url=capped.base, timeout=5) as client:
+            assert [client.get("/healthz").status_code for _ in range(5)] == [200] * 5
+    finally:
+        for s in held:
+            s.close()
+    # Its connections closed, the first client is served again.
+    capped.wait_for(lambda: capped.get("/healthz").status_code == 200, "a slot to free up", timeout=10)
 
 
 def test_headers_past_the_limit_are_refused_and_idle_connections_closed(service: Service) -> None:
