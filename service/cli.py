@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import ssl
 import sys
 import time
 from collections.abc import Sequence
@@ -39,6 +40,11 @@ def server_config(app: Any, settings: Any, **overrides: Any) -> Any:
         timeout_keep_alive=max(1, round(http.keep_alive.total_seconds())),
         h11_max_incomplete_event_size=http.max_header_bytes,
     )
+    tls = settings.tls
+    if tls.enabled:
+        kwargs |= dict(ssl_certfile=str(tls.certfile), ssl_keyfile=str(tls.keyfile))
+        if tls.client_ca is not None:  # mutual TLS: no certificate signed by it, no handshake
+            kwargs |= dict(ssl_ca_certs=str(tls.client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
     return uvicorn.Config(app, **(kwargs | overrides))
 
 

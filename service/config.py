@@ -156,6 +156,38 @@ class HttpSettings(BaseModel):
     read_cache_ttl: Duration = timedelta(seconds=1)
 
 
+class TlsSettings(BaseModel):
+    """TLS on the API (docs/security.md, Tokens in transit): a certificate and its key turn it
+    on; a client CA makes it mutual (every client must present a certificate it signed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: The server's certificate chain (PEM), and its private key (PEM).
+    certfile: Path | None = None
+    keyfile: Path | None = None
+    #: Clients must present a certificate signed by this CA (PEM): mutual TLS. Replicas then
+    #: present ``certfile`` to the leader, so it must allow client authentication too.
+    client_ca: Path | None = None
+    #: The CA (PEM) a replica trusts for the leader's certificate when it relays a request;
+    #: default: the system's trust store.
+    ca: Path | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> TlsSettings:
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("tls.certfile and tls.keyfile go together: give both, or neither")
+        if self.certfile is None and (self.client_ca is not None or self.ca is not None):
+            raise ValueError("tls.client_ca and tls.ca need tls.certfile and tls.keyfile (TLS on)")
+        for name in ("certfile", "keyfile", "client_ca", "ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"tls.{name}: no such file: {path}")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.certfile is not None
+
+
 class ClusterSettings(BaseModel):
     """Several replicas (docs/architecture.md, Replicas): each scrapes a share of the targets and
     publishes it to NATS JetStream; one leader, holding a lease in PostgreSQL, judges every poll
@@ -500,6 +532,7 @@ class Settings(BaseSettings):
     max_push_bytes: int = Field(16 * 2**20, ge=1024)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)
@@ -530,6 +563,16 @@ class Settings(BaseSettings):
         for t in self.auth.tokens:
             if t.scope is not None and t.scope.scheduler == "slurmrest" and self.scheduler.slurmrest is None:
                 raise ValueError(f"token {t.name!r}: scope scheduler slurmrest needs scheduler.slurmrest.url")
+        return self
+
+    @model_validator(mode="after")
+    def _relays_over_tls(self) -> Settings:
+        url = self.cluster.advertise_url if self.cluster is not None else None
+        if self.tls.enabled and url is not None and not url.startswith("https://"):
+            raise ValueError(
+                f"cluster.advertise_url {url!r}: with tls on, replicas reach each other over "
+                "https:// only (a relayed request carries the client's token)"
+            )
         return self
 
     @model_validator(mode="after")

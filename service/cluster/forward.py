@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from typing import TYPE_CHECKING
 
 import httpx
@@ -126,7 +127,13 @@ class LeaderRelay:
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(follow_redirects=False)
+            tls = self.node.settings.tls
+            verify: ssl.SSLContext | bool = True
+            if tls.enabled:  # the leader's certificate, by the configured CA or the system's
+                verify = ssl.create_default_context(cafile=str(tls.ca) if tls.ca is not None else None)
+                if tls.client_ca is not None:  # mutual TLS: this replica shows its own certificate
+                    verify.load_cert_chain(str(tls.certfile), str(tls.keyfile))
+            self._client = httpx.AsyncClient(follow_redirects=False, verify=verify)
         return self._client
 
     async def aclose(self) -> None:

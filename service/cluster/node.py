@@ -62,7 +62,7 @@ def default_url(settings: Settings) -> str:
     host = settings.host
     if host in ("0.0.0.0", "::", ""):
         host = socket.gethostname()
-    return f"http://{host}:{settings.port}"
+    return f"{'https' if settings.tls.enabled else 'http'}://{host}:{settings.port}"
 
 
 @dataclass(frozen=True, slots=True)
