@@ -6,10 +6,9 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
-from pydantic import AwareDatetime
 
 from graywire.service.api.deps import OpsDep
-from graywire.service.api.schemas import MAX_ID, AuditPage
+from graywire.service.api.schemas import MAX_ID, AuditPage, IsoTime
 
 router = APIRouter(prefix="/api/v1", tags=["audit"])
 
@@ -28,12 +27,14 @@ def _utc(name: str, t: datetime | None) -> datetime | None:
 @router.get("/audit", response_model=AuditPage)
 def audit(
     ops: OpsDep,
-    node: Annotated[str | None, Query(max_length=200)] = None,
-    action: Annotated[str | None, Query(max_length=64, description="e.g. drain, hold, undrain")] = None,
-    actor: Annotated[str | None, Query(max_length=200)] = None,
+    node: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    action: Annotated[
+        str | None, Query(min_length=1, max_length=64, description="e.g. drain, hold, undrain")
+    ] = None,
+    actor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     incident_id: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
-    since: Annotated[AwareDatetime | None, Query(description="From this time (inclusive).")] = None,
-    until: Annotated[AwareDatetime | None, Query(description="Before this time.")] = None,
+    since: Annotated[IsoTime | None, Query(description="From this time (inclusive).")] = None,
+    until: Annotated[IsoTime | None, Query(description="Before this time.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
 ) -> dict[str, Any]:

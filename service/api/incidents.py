@@ -38,8 +38,8 @@ async def list_incidents(
     store: StoreDep,
     cache: CacheDep,
     status: Annotated[IncidentStatusParam | None, Query(description="Only this status.")] = None,
-    kind: Annotated[str | None, Query(description="Only this kind.")] = None,
-    node: Annotated[str | None, Query(description="Only incidents on this node.")] = None,
+    kind: Annotated[str | None, Query(min_length=1, description="Only this kind.")] = None,
+    node: Annotated[str | None, Query(min_length=1, description="Only incidents on this node.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
 ) -> Response:

@@ -33,10 +33,25 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
         "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
     },
 }
+#: The body, read raw (not by FastAPI): NCCL Inspector records, never empty. Whether they are
+#: admitted depends on the fabric model, the token's scope and graywire's clock (a 422 says why).
+BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "NCCL Inspector records: JSON lines, or one JSON record or an array of them",
+        "content": {
+            media: {"schema": {"type": "string", "minLength": 1}}
+            for media in ("application/x-ndjson", "application/jsonl", "text/plain")
+        }
+        | {"application/json": {"schema": {"type": ["object", "array"]}}},
+    }
+}
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
 
 
-@router.post("/ingest/nccl", response_model=IngestOut, status_code=202, responses=RESPONSES)
+@router.post(
+    "/ingest/nccl", response_model=IngestOut, status_code=202, responses=RESPONSES, openapi_extra=BODY
+)
 async def ingest_nccl(
     request: Request,
     admission: AdmissionDep,

@@ -21,13 +21,19 @@ from graywire.service.api.schemas import LinkDetailOut, LinkPage
 router = APIRouter(prefix="/api/v1", tags=["ports"])
 
 
-@router.get("/links", response_model=LinkPage, summary="List links (cables), filtered and paged")
+@router.get(
+    "/links", response_model=LinkPage, responses=NOT_FOUND, summary="List links (cables), filtered and paged"
+)
 def list_links(
     fabric: FabricDep,
     layout: LayoutDep,
     v: PortViewDep,
-    node: Annotated[str | None, Query(description="Only links with an end on this node.")] = None,
-    switch: Annotated[str | None, Query(description="Only links with an end on this switch.")] = None,
+    node: Annotated[
+        str | None, Query(min_length=1, description="Only links with an end on this node.")
+    ] = None,
+    switch: Annotated[
+        str | None, Query(min_length=1, description="Only links with an end on this switch.")
+    ] = None,
     health: HealthFilter = None,
     kind: KindFilter = None,
     limit: Limit = 500,

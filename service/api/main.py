@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from graywire.service.api import audit, cluster, drain, incidents, ingest, jobs, links, nodes, ports, sources
+from graywire.service.api.contract import contract_openapi, method_not_allowed
 from graywire.service.api.deps import Services
 from graywire.service.operations import Conflict, NotFound
 
@@ -31,3 +33,6 @@ def install_api(app: FastAPI, services: Services) -> None:
     app.include_router(api_router)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(Conflict, _conflict)
+    app.add_exception_handler(StarletteHTTPException, method_not_allowed(app))
+    read_open = services.auth.read_open if services.auth is not None else True
+    app.openapi = contract_openapi(app, read_open)  # type: ignore[method-assign]

@@ -56,7 +56,9 @@ def nodes(
     store: StoreDep,
     fabric: FabricDep,
     side: Annotated[Literal["host", "link", "network"] | None, Query(description="Only this side.")] = None,
-    role: Annotated[str | None, Query(max_length=32, description="Only this role (host, leaf...).")] = None,
+    role: Annotated[
+        str | None, Query(min_length=1, max_length=32, description="Only this role (host, leaf...).")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
 ) -> NodesOut:

@@ -28,32 +28,39 @@ from graywire.service.state.ports import STATES, FabricLayout
 
 router = APIRouter(prefix="/api/v1", tags=["ports"])
 MAX_PAGE = 5000
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorOut, "description": "no such node, switch or port in the fabric model"}
+}
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Page size, at most {MAX_PAGE}.")]
 Offset = Annotated[int, Query(ge=0, le=2**63 - 1)]
 HealthFilter = Annotated[list[PortHealth] | None, Query(description="Only these health values (repeatable).")]
-KindFilter = Annotated[str | None, Query(description="Only ports with an open incident of this kind.")]
+KindFilter = Annotated[
+    str | None, Query(min_length=1, description="Only ports with an open incident of this kind.")
+]
 _page = TypeAdapter(PortPage)
 
 
 def node_index(layout: FabricLayout, name: str, what: str = "node") -> int:
+    """The node a filter names; a 404 for one the model does not have (the schema cannot list
+    the model's names, so it is no malformed request: there is no such node)."""
     j = layout.node_index.get(name)
     if j is None:
-        raise HTTPException(422, f"{what} {name!r} is not in the fabric model")
+        raise HTTPException(404, f"{what} {name!r} is not in the fabric model")
     if what == "switch" and not layout.node_is_switch[j]:
-        raise HTTPException(422, f"{name!r} is a host, not a switch")
+        raise HTTPException(404, f"no switch {name!r} in the fabric model: it is a host")
     return j
 
 
-@router.get("/ports", response_model=PortPage, summary="List ports, filtered and paged")
+@router.get("/ports", response_model=PortPage, responses=NOT_FOUND, summary="List ports, filtered and paged")
 async def list_ports(
     fabric: FabricDep,
     layout: LayoutDep,
     services: ServicesDep,
     cache: CacheDep,
-    node: Annotated[str | None, Query(description="Only ports on this node.")] = None,
+    node: Annotated[str | None, Query(min_length=1, description="Only ports on this node.")] = None,
     switch: Annotated[
-        str | None, Query(description="Only ports on this switch or at the other end of its cables.")
+        str | None,
+        Query(min_length=1, description="Only ports on this switch or at the other end of its cables."),
     ] = None,
     role: Annotated[Role | None, Query(description="Only ports on nodes of this role.")] = None,
     rail: Annotated[int | None, Query(ge=0, le=32767)] = None,

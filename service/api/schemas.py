@@ -8,10 +8,11 @@ test keeps the two in step. Enum-like values come from their one home (severity 
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from graywire.collectors.units import parse_duration
 from graywire.detectors.findings import Severity
@@ -19,7 +20,6 @@ from graywire.service.state.figures import PortHealth
 
 IncidentStatusParam = Literal["open", "acknowledged", "resolved"]
 MAX_ID = 2**63 - 1  # larger ids cannot exist, and SQLite cannot even bind them
-MAX_DURATION = timedelta(days=365)
 State = Literal["up", "init", "down", "unknown"]
 Role = Literal["host", "leaf", "spine", "core"]
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL text cannot hold NUL: refuse it here with a 422, not a 500
@@ -41,6 +41,10 @@ class ValidationErrorOut(BaseModel):
 COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "malformed request: an unparseable body or Content-Length"},
     401: {"model": ErrorOut, "description": "no or unknown bearer token, where one is needed"},
+    403: {
+        "model": ErrorOut,
+        "description": "the token's role may not do this (an ingest token reading)",
+    },
     413: {"model": ErrorOut, "description": "request body over its limit"},
     422: {"model": ValidationErrorOut, "description": "invalid input"},
     431: {"model": ErrorOut, "description": "request headers over http.max_header_bytes"},
@@ -123,15 +127,35 @@ class IncidentPage(BaseModel):
     offset: int
 
 
+def _iso_only(v: object) -> object:
+    """A time in a query is ISO 8601, as the schema's ``date-time`` says: a bare number (which
+    pydantic would take for Unix seconds) is refused."""
+    if isinstance(v, str) and re.fullmatch(r"\s*[-+]?\d+(?:\.\d*)?\s*", v):
+        raise ValueError(f"not a time: {v!r} (ISO 8601 with its zone, e.g. 2026-12-06T01:00:00Z)")
+    return v
+
+
+#: A time a client gives in a query: ISO 8601 with its zone.
+IsoTime = Annotated[AwareDatetime, BeforeValidator(_iso_only)]
+
+
+_AMOUNT = r"\d{1,3}(?:\.\d{1,3})?"
+#: A silence's or exclusion's length, as the schema states it and the server applies it:
+#: Prometheus's grammar (units largest first, each at most once: ``30m``, ``4h``, ``1h30m``,
+#: ``2d``, ``1w``, or plain seconds), amounts of at most three digits and three decimals, not
+#: zero. The longest, ``999w999d...``, ends well inside any date a database holds.
+API_DURATION = (
+    rf"^(?=[^1-9]*[1-9])(?:{_AMOUNT}|(?:{_AMOUNT}w)?(?:{_AMOUNT}d)?(?:{_AMOUNT}h)?(?:{_AMOUNT}m)?"
+    rf"(?:{_AMOUNT}s)?(?:{_AMOUNT}ms)?)$"
+)
+_API_DURATION = re.compile(API_DURATION)
+
+
 def parse_api_duration(v: str) -> timedelta:
-    """A silence's or exclusion's length: the Prometheus grammar, positive, at most a year."""
-    try:
-        seconds = parse_duration(v)
-    except ValueError as e:
-        raise ValueError(str(e)) from None
-    if not 0 < seconds <= MAX_DURATION.total_seconds():
-        raise ValueError(f"duration must be positive and at most {MAX_DURATION.days} days, not {v!r}")
-    return timedelta(seconds=seconds)
+    """A silence's or exclusion's length (:data:`API_DURATION`)."""
+    if not _API_DURATION.match(v):
+        raise ValueError(f"not a duration: {v!r} (use e.g. 30m, 4h, 1h30m, 2d; amounts of at most 3 digits)")
+    return timedelta(seconds=parse_duration(v))
 
 
 class CommentIn(BaseModel):
@@ -145,7 +169,8 @@ class ReasonIn(BaseModel):
 
 
 class SilenceIn(ReasonIn):
-    duration: str = Field(description="How long, e.g. 30m, 4h, 2d (at most 365 days).")
+    model_config = ConfigDict(extra="forbid", regex_engine="python-re")  # the pattern looks ahead
+    duration: str = Field(pattern=API_DURATION, description="How long, e.g. 30m, 4h, 2d.")
 
     @field_validator("duration")
     @classmethod
@@ -232,7 +257,10 @@ class NodeOut(BaseModel):
 
 
 class ExcludeIn(ReasonIn):
-    duration: str | None = Field(None, description="How long (e.g. 24h); null keeps it until removed.")
+    model_config = ConfigDict(extra="forbid", regex_engine="python-re")  # the pattern looks ahead
+    duration: str | None = Field(
+        None, pattern=API_DURATION, description="How long (e.g. 24h); null keeps it until removed."
+    )
 
     @field_validator("duration")
     @classmethod

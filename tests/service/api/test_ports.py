@@ -138,9 +138,6 @@ def test_a_page_is_computed_once_per_published_state_and_database_change(client:
 
 
 BAD_FILTERS: list[tuple[str, dict[str, Any], str]] = [
-    ("/api/v1/ports", {"node": "gpu-9999"}, "gpu-9999"),
-    ("/api/v1/ports", {"switch": "gpu-0001"}, "is a host"),
-    ("/api/v1/ports", {"switch": "nope"}, "not in the fabric model"),
     ("/api/v1/ports", {"health": "sick"}, "health"),
     ("/api/v1/ports", {"role": "router"}, "role"),
     ("/api/v1/ports", {"state": "flapping"}, "state"),
@@ -149,10 +146,19 @@ BAD_FILTERS: list[tuple[str, dict[str, Any], str]] = [
     ("/api/v1/ports", {"limit": 5001}, "limit"),
     ("/api/v1/ports", {"offset": -1}, "offset"),
     ("/api/v1/ports", {"stale": "perhaps"}, "stale"),
-    ("/api/v1/links", {"node": "gpu-9999"}, "gpu-9999"),
-    ("/api/v1/links", {"switch": "gpu-0001"}, "is a host"),
+    ("/api/v1/ports", {"node": ""}, "node"),
     ("/api/v1/links", {"health": "sick"}, "health"),
     ("/api/v1/links", {"limit": "ten"}, "limit"),
+    ("/api/v1/links", {"switch": ""}, "switch"),
+]
+
+#: Filters naming what the model does not have: no such node, so a 404 that says so.
+ABSENT_FILTERS: list[tuple[str, dict[str, Any], str]] = [
+    ("/api/v1/ports", {"node": "gpu-9999"}, "gpu-9999"),
+    ("/api/v1/ports", {"switch": "gpu-0001"}, "it is a host"),
+    ("/api/v1/ports", {"switch": "nope"}, "not in the fabric model"),
+    ("/api/v1/links", {"node": "gpu-9999"}, "gpu-9999"),
+    ("/api/v1/links", {"switch": "gpu-0001"}, "it is a host"),
 ]
 
 
@@ -160,6 +166,13 @@ def test_bad_filters_are_422_naming_the_problem(client: TestClient) -> None:
     for path, params, needle in BAD_FILTERS:
         r = client.get(path, params=params)
         assert r.status_code == 422, (path, params)
+        assert needle in str(r.json()["detail"]), (path, params)
+
+
+def test_filters_naming_what_the_model_lacks_are_404(client: TestClient) -> None:
+    for path, params, needle in ABSENT_FILTERS:
+        r = client.get(path, params=params)
+        assert r.status_code == 404, (path, params)
         assert needle in str(r.json()["detail"]), (path, params)
 
 
