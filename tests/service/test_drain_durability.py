@@ -139,3 +139,44 @@ def test_kill_9_loses_nothing_and_does_not_drain_again(service: Service) -> None
     drains = [a for a in after["audit"] if a["action"] == "drain"]
     assert [a["node"] for a in drains] == ["gpu-0001"]  # decided once, across three processes
     assert service.get("/api/v1/drain/state").json()["circuit_breaker"]["recent_drains"] == 1
+
+
+@pytest.mark.parametrize("stop", ["kill -9", "clean stop"])
+def test_a_fault_repaired_while_killed_resolves_after_the_restart(
+    tmp_path: Path, db_url: str, stop: str
+) -> None:
+    """The process dies (or stops) with the fault's incident open and its host drained; the
+    link is repaired meanwhile. The restarted process closes the incident on its first healthy
+    polls (tests/service/test_restart.py has the rest of the story, the return to service)."""
+    port = free_port()
+
+    def config(faults: str) -> Path:
+        path = tmp_path / f"graywire-{'faulty' if faults else 'repaired'}.yaml"
+        path.write_text(yaml.safe_dump({
+            "port": port, "data_dir": str(tmp_path / "data"), "database_url": db_url, "poll_interval": "1s",
+            "archive": {"enabled": False}, "drain": {"shadow": False},
+            "sources": [{"type": "fabricsim", "hosts": 16, "seed": 3, "faults": faults}],
+        }))  # fmt: skip
+        return path
+
+    first = Service(config(FAULTS), port, tmp_path / "first.log")
+    first.start()
+    first.wait_for(lambda: [d["node"] for d in first.get("/api/v1/drain").json()] == ["gpu-0001"], "a drain")
+    (incident,) = [
+        i for i in first.get("/api/v1/incidents").json()["items"] if i["kind"] == "speed_downgrade"
+    ]
+    if stop == "kill -9":
+        first.kill9()
+    else:
+        assert first.proc is not None
+        first.proc.send_signal(signal.SIGTERM)
+        first.proc.wait(timeout=30)
+    second = Service(config(""), port, tmp_path / "second.log")
+    second.start()
+    try:
+        second.wait_for(
+            lambda: second.get(f"/api/v1/incidents/{incident['id']}").json()["status"] == "resolved",
+            "the repaired link's incident to resolve",
+        )
+    finally:
+        second.kill9()
