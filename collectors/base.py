@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -98,6 +100,24 @@ def failed(source: str, target: str, error: str | BaseException, duration_s: flo
     return ScrapeResult(source, redact_url(target), ok=False, error=redact_url(text), duration_s=duration_s)
 
 
+#: The scrape a parse in a worker thread serves has given up on it (timed out, or cancelled with
+#: its poll): set by :func:`guarded_scrape`, read by :func:`raise_if_abandoned` in the thread
+#: (``asyncio.to_thread`` carries this context there).
+_ABANDONED: ContextVar[threading.Event | None] = ContextVar("graywire_parse_abandoned", default=None)
+
+
+class ScrapeAbandoned(Exception):
+    """Raised inside a parse whose scrape gave up on it: nobody waits for its batches."""
+
+
+def raise_if_abandoned() -> None:
+    """Called between a long parse's stages, so a parse stops with the scrape that timed out
+    instead of running on in its thread, holding its memory, while the next poll starts."""
+    abandoned = _ABANDONED.get()
+    if abandoned is not None and abandoned.is_set():
+        raise ScrapeAbandoned("the scrape gave up waiting for this parse")
+
+
 async def guarded_scrape(
     source: str,
     target: str,
@@ -117,7 +137,15 @@ async def guarded_scrape(
     try:
         async with asyncio.timeout(timeout_s):
             payload = await fetch()
-        batches = await asyncio.to_thread(parse, payload, skipped)
+        abandoned = threading.Event()
+        context = _ABANDONED.set(abandoned)
+        try:
+            batches = await asyncio.to_thread(parse, payload, skipped)
+        except BaseException:  # cancelled (the poll's own timeout): the parse stops at its next stage
+            abandoned.set()
+            raise
+        finally:
+            _ABANDONED.reset(context)
     except TimeoutError:
         return failed(
             source, target, f"timed out after {timeout_s:g} s fetching {target}", time.perf_counter() - t0

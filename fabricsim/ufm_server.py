@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 import secrets
 from collections.abc import Sequence
@@ -213,8 +214,8 @@ class FakeUfm:
     ``step`` is the simulation step every request reads; :meth:`advance` moves to the next one.
     ``delay_s`` makes every response wait (a hung server), ``truncate_to`` cuts telemetry bodies
     after that many bytes while announcing the full length (or ``declare_length`` bytes, a
-    server lying about its size), and ``telemetry_body`` replaces the telemetry payload
-    (garbage tests).
+    server lying about its size), ``telemetry_body`` replaces the telemetry payload
+    (garbage tests) and ``telemetry_encoding`` compresses it.
     """
 
     def __init__(
@@ -235,6 +236,9 @@ class FakeUfm:
         self.truncate_to: int | None = None
         self.declare_length: int | None = None
         self.telemetry_body: bytes | None = None
+        #: ``gzip``: telemetry is sent compressed (``Content-Encoding: gzip``), as a proxy in
+        #: front of UFM may; ``telemetry_body`` is then sent as it is, already compressed.
+        self.telemetry_encoding: str | None = None
         self.requests: list[str] = []
         self._ports = _Ports(self.fabric)
         self.app = create_app(self)
@@ -443,11 +447,14 @@ def create_app(fake: FakeUfm) -> FastAPI:
         return JSONResponse({"error": f"unknown resource {resource}"}, 404)
 
     def telemetry(body: bytes, media_type: str) -> Response:
+        headers = {"content-encoding": "gzip"} if fake.telemetry_encoding == "gzip" else {}
         if fake.telemetry_body is not None:
             body = fake.telemetry_body
+        elif headers:
+            body = gzip.compress(body, compresslevel=1)
         if fake.truncate_to is not None:
             return _Truncated(body[: fake.truncate_to], fake.declare_length or len(body), media_type)
-        return Response(body, media_type=media_type)
+        return Response(body, media_type=media_type, headers=headers)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:

@@ -63,6 +63,8 @@ class UfmSourceConfig(BaseModel):
     timeout: float = Field(120.0, gt=0, le=3600)
     #: Largest response body read from UFM; a bigger one fails the scrape unread.
     max_body_bytes: int = Field(1 << 30, ge=1 << 16)
+    #: How many times its size on the wire a compressed body may inflate (past 16 MiB).
+    max_decompression_ratio: float = Field(100.0, ge=2)
 
     _url = field_validator("url", "telemetry_url")(classmethod(lambda cls, v: _http_url(v)))
 
@@ -104,6 +106,7 @@ class UfmSourceConfig(BaseModel):
             "read_timeout_s": self.read_timeout,
             "total_timeout_s": self.timeout,
             "max_body_bytes": self.max_body_bytes,
+            "max_decompression_ratio": self.max_decompression_ratio,
         }
         if not authenticated:
             return UfmHttpSettings(auth="none", **common)  # type: ignore[arg-type]

@@ -33,6 +33,11 @@ class UfmHttpError(RuntimeError):
     """A UFM request that did not give a usable answer; the message says what to check."""
 
 
+#: Below this a body is never judged by its compression ratio: small, repetitive answers
+#: (an empty list, one port's counters) compress far past any ratio and cost nothing.
+RATIO_FLOOR = 16 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class UfmHttpSettings:
     """How to reach one UFM endpoint. Secrets are plain strings here, already read from config."""
@@ -49,6 +54,9 @@ class UfmHttpSettings:
     #: Largest response body read; a bigger one (declared or streamed) fails the scrape before
     #: it is held in memory. UFM Telemetry of ~100k ports in Prometheus text is ~0.5 GB.
     max_body_bytes: int = 1 << 30
+    #: How many times its size on the wire a compressed body may grow (a gzip bomb: 2 MB that
+    #: inflates to 600 MiB); past it, once the body is over ``RATIO_FLOOR``, reading stops.
+    max_decompression_ratio: float = 100.0
     headers: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -58,7 +66,8 @@ class UfmHttpSettings:
             raise ValueError("token authentication needs an access token")
         if self.ca_file is not None and not self.verify:
             raise ValueError("ca_file is set but verify is false: choose one")
-        for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "max_body_bytes"):
+        for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "max_body_bytes",
+                     "max_decompression_ratio"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
 
@@ -127,7 +136,7 @@ class UfmHttp:
             await self._client.aclose()
         self._client = None
 
-    async def get_bytes(self, path: str) -> tuple[bytes, str]:
+    async def get_bytes(self, path: str) -> tuple[bytearray, str]:
         """GET ``path`` (relative to the base URL); the whole body and its content type.
 
         Raises :class:`UfmHttpError` with the URL and what to check on a status other than 200,
@@ -144,6 +153,7 @@ class UfmHttp:
                     f"{resp.request.url} declares a {int(declared):,}-byte body, over the {limit:,}-byte "
                     "limit (max_body_bytes): not read"
                 )
+            ratio = self.settings.max_decompression_ratio
             buf = bytearray()
             async for chunk in resp.aiter_bytes():
                 buf += chunk
@@ -151,7 +161,15 @@ class UfmHttp:
                     raise UfmHttpError(
                         f"{resp.request.url} sent more than {limit:,} bytes (max_body_bytes): stopped reading"
                     )
-            body = bytes(buf)  # read in full: a partial body raises in aiter_bytes, never returns
+                wire = resp.num_bytes_downloaded  # before decoding (gzip, deflate, br, zstd)
+                if len(buf) > RATIO_FLOOR and len(buf) > ratio * max(wire, 1):
+                    raise UfmHttpError(
+                        f"{resp.request.url} inflates {wire:,} bytes on the wire to more than {len(buf):,} "
+                        f"(over {ratio:g}x, max_decompression_ratio): stopped reading"
+                    )
+            # Read in full (a partial body raises in aiter_bytes, never returns). The buffer is
+            # the body: a copy into bytes would hold it twice at its largest.
+            body = buf
         if resp.status_code != 200:
             url = str(resp.request.url)
             hint = {

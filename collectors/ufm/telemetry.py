@@ -57,6 +57,7 @@ from graywire.collectors.base import (
     ScrapeResult,
     Skips,
     guarded_scrape,
+    raise_if_abandoned,
     redact_url,
 )
 from graywire.collectors.model import Fabric
@@ -760,6 +761,7 @@ def _prometheus_long(payload: bytes, hint: pa.Array | None = None) -> _Long:
             raise TelemetryParseError(f"not Prometheus text: {slow[0][:200]!r}") from None
         raise TelemetryParseError(f"not Prometheus text: {e}") from None
 
+    raise_if_abandoned()  # between the stages of a long parse: not for a scrape that gave up
     batches = [rb for rb in table.to_batches() if rb.num_rows]
     if batches:
         # Tails (values, timestamps) and the name/label dictionary are independent: one runs in a
@@ -776,6 +778,7 @@ def _prometheus_long(payload: bytes, hint: pa.Array | None = None) -> _Long:
             assert encoded is not None
             name_dict, name_codes, label_dict, label_codes, comment = encoded
             values, ts, good_tail = tails_job.result()
+        raise_if_abandoned()
         # A comment's name piece starts with "#"; a line with no name piece is looked at itself.
         odd = np.flatnonzero(brace <= 0)
         if odd.size:
@@ -911,6 +914,7 @@ def parse_prometheus(
     )
     for spec, grp in ranked:
         assert spec is not None
+        raise_if_abandoned()
         out.put(spec, row_of_line[grp], _numbers_fast(*long.values.lines(lines[grp])), skipped)
     src_us = _per_row_us(ts, row_of_line, len(ports))
     return out.batch(time_us, keys.port_column(ports.astype(np.int32)), source, src_us)

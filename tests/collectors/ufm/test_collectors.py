@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +218,27 @@ def test_telemetry_body_over_the_limit_is_never_read(fake: FakeUfm, ufm_url: str
     result = scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric, small))
     assert not result.ok and "(max_body_bytes)" in (result.error or "")
     assert scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric)).ok
+
+
+def test_compressed_telemetry_is_read_and_a_gzip_bomb_is_not(fake: FakeUfm, ufm_url: str) -> None:
+    """Telemetry sent gzipped (a proxy in front of UFM) parses as ever; 64 MiB of it in 64 KiB on
+    the wire (1,000x) stops at max_decompression_ratio, long before max_body_bytes."""
+    fake.telemetry_encoding = "gzip"
+    plain = scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric))
+    assert plain.ok and plain.samples > 0
+    packer = zlib.compressobj(1, zlib.DEFLATED, 31)  # 31: a gzip stream
+    line = b'PortXmitWaitExtended{port_guid="0x1",port_num="1"} 0\n'
+    bomb = (
+        b"".join(packer.compress(line * 16384) for _ in range(64 * 2**20 // (len(line) * 16384)))
+        + packer.flush()
+    )
+    fake.telemetry_body = bomb
+    result = scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric))
+    assert not result.ok and "max_decompression_ratio): stopped reading" in (result.error or ""), result.error
+    loose = UfmHttpSettings(max_decompression_ratio=1e6)  # the operator's own limit is the judge
+    assert "max_decompression_ratio" not in (
+        scrape(UfmTelemetryCollector(ufm_url + "/metrics", fake.fabric, loose)).error or ""
+    )
 
 
 def test_telemetry_garbage_is_a_failed_scrape(fake: FakeUfm, ufm_url: str) -> None:
