@@ -261,4 +261,3 @@ def decode_rank_state(body: bytes) -> pa.RecordBatch:
     if batch.num_rows and pc.count_distinct(batch.column("host").cast(pa.string())).as_py() != 1:
         raise ValueError("one agent speaks for one host")
     return pa.RecordBatch.from_arrays(list(batch.columns), schema=NCCL_RANK_STATE)
-

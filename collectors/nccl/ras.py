@@ -534,4 +534,3 @@ class NcclRasCollector:
             duration_s=time.perf_counter() - t0,
             skipped={MALFORMED_LINE: rows.skipped} if rows.skipped else {},
         )
-

@@ -75,4 +75,3 @@ class PrometheusCollector:
                 "with --collector.infiniband / --collector.ethtool, or an infiniband_exporter?"
             )
         return batches
-
