@@ -278,3 +278,18 @@ def test_scrapes_are_bounded_and_those_that_never_got_a_turn_say_so(tmp_path: Pa
     errors = [r.error or "" for r in results if not r.ok]
     queued = [e for e in errors if e.startswith("not scraped within 0.35 s: 2 scrapes of this process")]
     assert len(queued) >= 4 and all(e in queued or e == "timed out after 0.35 s" for e in errors)
+
+
+def test_a_new_leader_takes_back_the_incidents_the_old_one_left_open(tmp_path: Path) -> None:
+    """A takeover starts the detectors empty: the incidents open in the database go back to them
+    before the new leader's first judged poll, so a link repaired meanwhile still closes."""
+    old, _, _ = make_runner(tmp_path, "speed_downgrade@0s+1h", {})
+    for _ in range(4):
+        old.tick()
+    (incident,) = [i for i in old.store.active_incidents() if i["kind"] == "speed_downgrade"]
+    healthy = FabricSimCollector(FabricSimSource(hosts=8, seed=4, faults="none"), 10.0)
+    new = Runner(old.settings, old.fabric, [healthy], old.store, StateBoard(old.fabric), lead=False)
+    new.new_term(Pipeline(old.fabric))  # the lease is won
+    for _ in range(4):
+        new.tick()
+    assert old.store.get_incident(incident["id"])["status"] == "resolved"
