@@ -114,13 +114,13 @@ class StaticRules:
         now = batch.column("time")[0].as_py()
         current = {(comm[i], int(rank[i]), int(chan[i])) for i in np.flatnonzero(slow).tolist()}
         out = []
-        for key in current - self.nccl_active:
+        for key in sorted(current - self.nccl_active):  # a set of str: its order varies per process
             i = next(j for j in np.flatnonzero(slow).tolist() if (comm[j], rank[j], chan[j]) == key)
             ent = f"{key[0]}|rank {key[1]}|channel {key[2]}"
             out.append(
                 self._finding(Kind.NCCL_CHANNEL_SLOW, ent, "firing", now, host[i], f"{host[i]}/mlx5_{dev[i]}")
             )
-        for key in self.nccl_active - current:
+        for key in sorted(self.nccl_active - current):
             ent = f"{key[0]}|rank {key[1]}|channel {key[2]}"
             out.append(self._finding(Kind.NCCL_CHANNEL_SLOW, ent, "cleared", now, None, None))
         self.nccl_active = current
