@@ -127,6 +127,20 @@ async def serial(port: int, n: int) -> dict[str, list[float]]:
     return out
 
 
+async def poll_times(client: httpx.AsyncClient) -> list[float]:
+    """Each poll's own time while the load runs, from ``/healthz`` once a second (a handful of
+    requests beside hundreds a second); returned when cancelled."""
+    seen: dict[int, float] = {}
+    try:
+        while True:
+            body = (await client.get("/healthz")).json()
+            if body.get("last_poll_seconds") is not None:
+                seen[int(body["polls"])] = float(body["last_poll_seconds"])
+            await asyncio.sleep(1.0)
+    except asyncio.CancelledError:
+        return list(seen.values())
+
+
 async def open_loop(
     port: int, rate: float, seconds: float, connections: int, warmup: float = 2.0
 ) -> tuple[dict[str, list[float]], Counter[str]]:
@@ -211,8 +225,11 @@ sources:
                 alone = await serial(port, args.serial)
                 p0 = await polls(client)
                 t0 = time.perf_counter()
+                watch = asyncio.create_task(poll_times(client))
                 loaded, errors = await open_loop(port, args.rate, args.seconds, args.connections, args.warmup)
                 wall = time.perf_counter() - t0
+                watch.cancel()
+                poll_s = await watch
                 ran = await polls(client) - p0
                 incidents = (await client.get("/api/v1/incidents")).json()
                 drains = (await client.get("/api/v1/drain")).json()
@@ -231,6 +248,9 @@ sources:
               f"requests counted, {wall:.1f} s in all, "
               f"{sum(errors.values())} errors {dict(errors) or ''}; "
               f"{ran} polls completed meanwhile ({wall / max(ran, 1):.1f} s each)")  # fmt: skip
+        if poll_s:
+            print(f"a poll's own time meanwhile (its /healthz last_poll_seconds, {len(poll_s)} polls): "
+                  f"median {statistics.median(poll_s):.2f} s, max {max(poll_s):.2f} s")  # fmt: skip
         if peak_rss:
             ports = args.hosts * 32
             print(f"service peak RSS {peak_rss / 2**20:,.0f} MB ({peak_rss / ports:,.0f} B/port, the "

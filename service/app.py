@@ -234,6 +234,7 @@ def create_app(
             "polls": now.polls,
             "poll_errors": now.poll_errors,
             "last_poll": datetime.fromtimestamp(last, UTC).isoformat() if last else None,
+            "last_poll_seconds": round(now.last_poll_seconds, 4) if now.polls else None,
             "ports": fabric.n_ports,
             "ports_without_data": blind,
             "unmatched_rows": unmatched,
