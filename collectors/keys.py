@@ -125,5 +125,5 @@ def by_alias(table: Mapping[str, T], key: str) -> T | None:
     port part spells (any node: the chassis id an unnamed neighbour is keyed by says nothing)."""
     if key in table:
         return table[key]
-    mac = normalize_mac(key.partition("/")[2])
+    mac = normalize_mac(label_of_key(key))
     return table.get(mac) if mac else None

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from graywire.collectors.keys import split_port_key
 from graywire.collectors.model import Fabric
 from graywire.collectors.units import parse_duration
 from graywire.fabricsim.startup import place_startup
@@ -322,7 +323,7 @@ def resolve_faults(
         placed = _place(f, r.target, fabric, host_nics, used, jobs, gpus, channels, rng)
         if placed.kind == "pfc_storm" and placed.peer:
             # Its leaf pauses every port that feeds it: what is reported there is this storm.
-            placed = replace(placed, extra={"spreads_to": placed.peer.split("/", 1)[0]})
+            placed = replace(placed, extra={"spreads_to": split_port_key(placed.peer)[0]})
         faults.append(placed)
     return faults
 

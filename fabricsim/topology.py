@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graywire.collectors.keys import split_port_key
 from graywire.collectors.model import Fabric
 
 GBPS = 10**9
@@ -73,7 +74,7 @@ def nic_aliases(keys: list[str], guids: list[str | None]) -> list[tuple[str, ...
     """Each host NIC's other names (its netdev and MAC), as discovery with host agents records
     them: what a NIC's LLDP agent calls the port."""
     return [
-        (nic_netdev(k.partition("/")[2]), mac_of_guid(g)) if g else ()
+        (nic_netdev(split_port_key(k)[1]), mac_of_guid(g)) if g else ()
         for k, g in zip(keys, guids, strict=True)
     ]
 
