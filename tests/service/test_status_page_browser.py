@@ -470,9 +470,14 @@ def mixed_fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
         status_page={"grafana_url": GRAFANA},
     )
     app = create_app(settings)
-    app.state.store.apply(earlier_warnings(datetime.now(UTC)))
     with serve_app(app, _free_port()) as url:
         deadline = time.monotonic() + 30
+        # After the first poll: before it, the service hands open incidents back to their
+        # detectors, which would close these made-up ones on the healthy ports they name.
+        while httpx.get(f"{url}/healthz").json()["polls"] < 1:
+            assert time.monotonic() < deadline, "the service never polled"
+            time.sleep(0.1)
+        app.state.store.apply(earlier_warnings(datetime.now(UTC)))
         while True:
             items = httpx.get(
                 f"{url}/api/v1/incidents", params={"status": "open", "kind": "speed_downgrade"}
