@@ -56,3 +56,29 @@ def test_the_api_does_what_its_schema_says(service: Service, role: str) -> None:
     report = run.stdout + run.stderr
     assert run.returncode == 0, report[-6000:]
     assert "passed" in report and "Failures:" not in report, report[-6000:]
+
+
+@pytest.mark.parametrize("read_open", [True, False])
+def test_reads_declare_the_bearer_scheme_exactly_when_they_need_a_token(
+    tmp_path: Path, read_open: bool
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from graywire.service.app import create_app
+    from graywire.service.config import load_settings
+
+    settings = load_settings(
+        None, data_dir=tmp_path, archive={"enabled": False}, sources=[{"type": "fabricsim", "hosts": 8}],
+        auth={"read_open": read_open, "tokens": [{"name": "r", "role": "reader", "token": TOKENS["reader"]}]},
+    )  # fmt: skip
+    with TestClient(create_app(settings, run_loop=False)) as client:
+        doc = client.get("/openapi.json").json()
+        assert ("security" in doc["paths"]["/api/v1/drain"]["get"]) is not read_open
+        assert "security" in doc["paths"]["/api/v1/incidents/{incident_id}/ack"]["post"]
+        assert "security" not in doc["paths"]["/healthz"]["get"]
+        node = next(p for p in doc["paths"]["/api/v1/ports"]["get"]["parameters"] if p["name"] == "node")
+        assert {"type": "string", "minLength": 1, "pattern": "^[^\\x00]*$"}.items() <= node["schema"][
+            "anyOf"
+        ][0].items()
+        r = client.options("/api/v1/nodes/gpu-0001/exclude")
+        assert (r.status_code, r.headers["allow"]) == (405, "POST, DELETE")
