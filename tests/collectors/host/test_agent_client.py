@@ -120,7 +120,8 @@ def bad_agent() -> FastAPI:
     ],
 )
 def test_broken_agents_give_failed_scrapes(bad_agent_url: str, case: str, error: str) -> None:
-    res = scrape(AgentCollector(f"{bad_agent_url}/{case}", timeout=0.5))
+    # Only the slow case is about the timeout; the others may take what a busy machine needs.
+    res = scrape(AgentCollector(f"{bad_agent_url}/{case}", timeout=0.5 if case == "slow" else 60))
     assert not res.ok and res.batches == () and res.samples == 0
     assert res.error is not None and error in res.error
     assert res.duration_s > 0
@@ -135,11 +136,11 @@ def bad_agent_url():
 def test_good_reply_from_the_same_fake_is_accepted(
     bad_agent_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    res = scrape(AgentCollector(f"{bad_agent_url}/good", timeout=5))
+    res = scrape(AgentCollector(f"{bad_agent_url}/good", timeout=60))
     assert res.ok and res.batches[0].column("port").to_pylist() == ["h1/mlx5_0"]
     assert json.loads(res.batches[0].schema.metadata[COUNTER_BITS_KEY]) == {"link_downed": 8}
     monkeypatch.setattr(agent_client, "MAX_BODY_BYTES", 100)
-    big = scrape(AgentCollector(f"{bad_agent_url}/good", timeout=5))
+    big = scrape(AgentCollector(f"{bad_agent_url}/good", timeout=60))
     assert not big.ok and big.error == "ValueError: response larger than 100 bytes"
 
 
@@ -213,7 +214,7 @@ def test_speed_downgrade_end_to_end(tmp_path: Path) -> None:
     ]
     findings = []
     with serve(apps[0]) as u0, serve(apps[1]) as u1, serve(apps[2]) as u2, serve(apps[3]) as u3:
-        collectors = [AgentCollector(u, timeout=5) for u in (u0, u1, u2, u3)]
+        collectors = [AgentCollector(u, timeout=60) for u in (u0, u1, u2, u3)]
 
         async def poll() -> list[ScrapeResult]:
             return await asyncio.gather(*(c.scrape() for c in collectors))

@@ -37,7 +37,7 @@ def test_agent_over_http_equals_the_direct_read(real_sysfs: Path) -> None:
         health = httpx.get(f"{url}/healthz").json()
         raw = httpx.get(f"{url}/v1/port_sample")
         extra = httpx.get(f"{url}/v1/port_extra").json()
-        collector = AgentCollector(url, timeout=5)
+        collector = AgentCollector(url, timeout=60)
         first, second = scrape(collector), scrape(collector)
     assert health == {
         "status": "ok",
@@ -69,7 +69,7 @@ def test_agent_over_http_equals_the_direct_read(real_sysfs: Path) -> None:
 def test_agent_answers_503_without_ports(tmp_path: Path) -> None:
     cfg = AgentConfig(sysfs_root=tmp_path, hostname="h1", ethtool=None)
     with serve(create_agent_app(cfg)) as url:
-        res = scrape(AgentCollector(url, timeout=5))
+        res = scrape(AgentCollector(url, timeout=60))
     assert not res.ok and res.batches == ()
     assert res.error == f'HTTP 503: {{"error":"no RDMA ports found under {tmp_path}/sys/class/infiniband"}}'
 
@@ -108,7 +108,7 @@ def test_agent_serves_the_gpu_nic_paths_fabricsim_wrote_and_the_collector_sends_
     cfg = AgentConfig(sysfs_root=writer.host_root("gpu-0001"), hostname="gpu-0001", ethtool=None,
                       topo_file=writer.topo_file("gpu-0001"), nvidia_smi=None)  # fmt: skip
     with serve(create_agent_app(cfg, clock=lambda: T)) as url:
-        collector = AgentCollector(url, timeout=5)
+        collector = AgentCollector(url, timeout=60)
         first, second = scrape(collector), scrape(collector)
     assert first.ok and [b.schema.metadata[b"graywire.record"] for b in first.batches] == [
         b"port_sample",
@@ -128,7 +128,7 @@ def test_an_agent_without_the_layout_endpoint_is_not_asked_again(real_sysfs: Pat
     app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != "/v1/gpu_nic_path"]
     assert isinstance(app, FastAPI)
     with serve(app) as url:
-        collector = AgentCollector(url, timeout=5, paths_interval=0.0)
+        collector = AgentCollector(url, timeout=60, paths_interval=0.0)
         first, second = scrape(collector), scrape(collector)
     assert first.ok and second.ok and len(first.batches) == len(second.batches) == 1
     assert collector._paths_off
