@@ -161,3 +161,25 @@ def test_tls_settings_that_cannot_work_are_refused_at_load(tmp_path: Path, pki: 
     with pytest.raises(ValueError, match="https:// only"):
         cluster = {"advertise_url": "http://a:8000", "nats_url": "nats://n:4222"}
         load_settings(None, tls=tls, database_url="postgresql+psycopg://x@h/db", cluster=cluster, **base)
+
+
+def test_a_follower_reaches_a_mutual_tls_leader_with_its_own_certificate(mutual_api: str, pki: Path) -> None:
+    """The relay's client (cluster/forward.py) trusts tls.ca and shows tls.certfile: what a
+    follower needs to hand a request to the leader when every client must show a certificate."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from graywire.service.cluster.forward import LeaderRelay
+
+    tls = {"certfile": str(pki / "client.pem"), "keyfile": str(pki / "client.key"),
+           "client_ca": str(pki / "ca.pem"), "ca": str(pki / "ca.pem")}  # fmt: skip
+    settings = load_settings(None, sources=[{"type": "fabricsim"}], tls=tls)
+    relay = LeaderRelay(SimpleNamespace(settings=settings))  # type: ignore[arg-type]
+
+    async def ask() -> int:
+        try:
+            return (await relay.client.get(mutual_api + "/healthz", timeout=10)).status_code
+        finally:
+            await relay.aclose()
+
+    assert asyncio.run(ask()) == 200
