@@ -22,9 +22,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from graywire.service.api.schemas import NO_NUL
+from graywire.service.auth import READ_METHODS
 
 BEARER = "HTTPBearer"
-READ_METHODS = ("get", "head")
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
@@ -56,7 +56,7 @@ def contract_openapi(app: FastAPI, read_open: bool) -> Callable[[], dict[str, An
                 if (
                     path.startswith("/api/")
                     and "security" not in op
-                    and not (read_open and method in READ_METHODS)
+                    and not (read_open and method.upper() in READ_METHODS)
                 ):
                     op["security"] = [{BEARER: []}]
         if BEARER not in schemes:
